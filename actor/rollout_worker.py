@@ -1,0 +1,139 @@
+"""The rollout worker: one vLLM engine, generating G completions per prompt.
+
+A plain class (made a Ray actor at launch with resources from config) so tests can build it
+directly. It speaks only plain data: :class:`RolloutRequest` in, :class:`Completion` out, and
+:class:`WeightUpdate` for new weights. Every completion is tagged with the weight version of the
+engine that sampled it, which is what lets the learner account for staleness.
+
+Sampling details that matter for GRPO:
+
+- each of the G samples of a prompt is its own request with its own seed: reusing one seed for
+  different requests correlates their samples, which shrinks the group's variance;
+- ``logprobs_mode="processed_logprobs"`` makes vLLM report logprobs of the distribution it
+  actually sampled from (after temperature), which is what the learner reproduces by dividing
+  its logits by the same temperature;
+- after every weight update the prefix cache is reset, otherwise cached prompt prefixes keep
+  the old weights' keys and values.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+from common.config import ModelConfig, RolloutConfig
+from common.types import Completion, RolloutRequest, WeightUpdate
+
+logger = logging.getLogger(__name__)
+
+_GIB = 1 << 30
+
+
+class RolloutWorker:
+    """Hosts one vLLM engine and serves generation and weight-update calls."""
+
+    def __init__(
+        self,
+        model_path: str,
+        rollout: RolloutConfig,
+        model: ModelConfig,
+        seed: int = 0,
+        worker_index: int = 0,
+    ) -> None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
+        from vllm import LLM
+
+        self.config = rollout
+        self.worker_index = worker_index
+        self.weight_version = 0
+        start = time.perf_counter()
+        self.llm = LLM(
+            model=model_path,
+            dtype=model.dtype,
+            max_model_len=model.max_model_len,
+            seed=seed + 1000 * worker_index,
+            enforce_eager=rollout.enforce_eager,
+            kv_cache_memory_bytes=int(rollout.kv_cache_gib * _GIB),
+            logprobs_mode="processed_logprobs",
+            worker_extension_cls="actor.weight_receiver.WeightReceiverExtension",
+            enable_prefix_caching=True,
+        )
+        self.tokenizer = self.llm.get_tokenizer()
+        logger.info(
+            "rollout worker %d: engine ready in %.1fs", worker_index, time.perf_counter() - start
+        )
+
+    def ready(self) -> int:
+        """Returns once the engine is up (Ray calls it to wait for start-up)."""
+        return self.weight_version
+
+    def generate(self, requests: list[RolloutRequest]) -> list[Completion]:
+        """Sample one completion per seed of every request, in request then seed order."""
+        from vllm import SamplingParams
+
+        prompts, params, keys = [], [], []
+        for request in requests:
+            for index, seed in enumerate(request.seeds):
+                prompts.append({"prompt_token_ids": list(request.prompt_token_ids)})
+                params.append(
+                    SamplingParams(
+                        n=1,
+                        seed=seed,
+                        temperature=self.config.temperature,
+                        top_p=self.config.top_p,
+                        max_tokens=self.config.max_new_tokens,
+                        logprobs=0,
+                        stop=list(self.config.stop) or None,
+                        include_stop_str_in_output=True,
+                    )
+                )
+                keys.append((request, index))
+        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        return [
+            _to_completion(request, index, output, self.weight_version)
+            for (request, index), output in zip(keys, outputs, strict=True)
+        ]
+
+    def update_weights(self, update: WeightUpdate) -> dict[str, float]:
+        """Load new weights into the live engine and forget cached prefixes."""
+        start = time.perf_counter()
+        self.llm.collective_rpc(
+            "receive_weights", args=(update.transport, update.payload, update.version)
+        )
+        self.llm.reset_prefix_cache()
+        self.weight_version = update.version
+        return {"seconds": time.perf_counter() - start, "version": float(update.version)}
+
+    def score(self, prompt_token_ids: list[int], completion_token_ids: list[int]) -> list[float]:
+        """Logprobs the engine assigns to a fixed completion (teacher forcing via prompt logprobs).
+
+        Used to prove that a weight push reached the engine: compare with the learner.
+        """
+        from vllm import SamplingParams
+
+        tokens = list(prompt_token_ids) + list(completion_token_ids)
+        params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0)
+        output = self.llm.generate([{"prompt_token_ids": tokens}], params, use_tqdm=False)[0]
+        positions = range(len(prompt_token_ids), len(tokens))
+        return [output.prompt_logprobs[pos][tokens[pos]].logprob for pos in positions]
+
+    def weight_checksum(self) -> float:
+        return float(self.llm.collective_rpc("weight_checksum")[0])
+
+
+def _to_completion(request: RolloutRequest, index: int, output, weight_version: int) -> Completion:
+    sample = output.outputs[0]
+    token_ids = list(sample.token_ids)
+    logprobs = [step[token].logprob for step, token in zip(sample.logprobs, token_ids, strict=True)]
+    return Completion(
+        request_id=request.request_id,
+        sample_index=index,
+        prompt_token_ids=list(request.prompt_token_ids),
+        token_ids=token_ids,
+        sampler_logprobs=logprobs,
+        text=sample.text,
+        finish_reason=str(sample.finish_reason),
+        weight_version=weight_version,
+    )

@@ -1,0 +1,60 @@
+"""Engine-side end of the weight transport, running inside vLLM's worker process.
+
+vLLM loads this class as ``worker_extension_cls``: its methods become methods of the engine's
+worker and are reached with ``llm.collective_rpc("receive_weights", args=(update,))``. That keeps
+weight updates off the insecure-serialisation path (no pickled callables) and lets us work on
+the worker's live model.
+
+Why not ``model.load_weights``: on CPU the linear weights are prepacked into kernel layouts at
+start-up, so loading into the parameters after start-up has no effect. The model runner's
+``reload_weights`` re-runs the layerwise loading and re-packing. One gap remains: with tied
+embeddings the LM head keeps its own prepacked copy of the embedding matrix, which the reload
+does not refresh (vLLM logs "ParallelLMHead: Failed to load weights"), so we re-tie and re-pack
+it here. Without that, sampler logprobs drift away from the learner's step after step.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import torch
+
+from common.types import WeightUpdate
+from common.weight_transport import decode_update
+
+# The layerwise reloader warns on every update about layers with nothing to load (rotary
+# caches) and about the tied LM head, which _refresh_tied_lm_head below takes care of.
+logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").setLevel(logging.ERROR)
+
+
+class WeightReceiverExtension:
+    """Mixed into vLLM's worker class; ``self`` is the worker (``self.model_runner`` exists)."""
+
+    def receive_weights(self, transport: str, payload: bytes, version: int) -> dict[str, float]:
+        """Load one update. Plain arguments: vLLM's RPC encoder turns dataclasses into dicts."""
+        start = time.perf_counter()
+        update = WeightUpdate(version=version, transport=transport, payload=payload)
+        weights = list(decode_update(update))
+        self.model_runner.reload_weights(weights_iterator=iter(weights))  # type: ignore[attr-defined]
+        _refresh_tied_lm_head(self.model_runner.get_model())  # type: ignore[attr-defined]
+        return {"version": float(update.version), "seconds": time.perf_counter() - start}
+
+    def weight_checksum(self) -> float:
+        """Sum of the embedding matrix: a cheap way for tests to see which weights are live."""
+        model = self.model_runner.get_model()  # type: ignore[attr-defined]
+        return float(model.model.embed_tokens.weight.float().sum())
+
+
+@torch.no_grad()
+def _refresh_tied_lm_head(model: torch.nn.Module) -> None:
+    config = getattr(model, "config", None)
+    if not getattr(config, "tie_word_embeddings", False) or not hasattr(model, "lm_head"):
+        return
+    lm_head = model.lm_head
+    embed = model.model.embed_tokens
+    if lm_head.weight.data_ptr() != embed.weight.data_ptr():
+        lm_head.weight = embed.weight
+    quant_method = getattr(lm_head, "quant_method", None)
+    if quant_method is not None:
+        quant_method.process_weights_after_loading(lm_head)

@@ -1,0 +1,233 @@
+"""Typed run configuration: one sub-config per package, TOML files plus ``--section.key value``.
+
+Everything is validated before any actor starts, so a typo costs a second, not a cluster
+allocation. Unknown keys are refused (``extra="forbid"``) and cross-field rules explain why they
+exist, e.g. the batch must be a multiple of the group size because advantages are normalised
+per group.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import tomllib
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class ConfigError(ValueError):
+    """A user mistake in the configuration; the message names the field and the reason."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class RunConfig(_Section):
+    name: str = "run"
+    output_dir: str = "runs"
+    seed: int = 0
+    steps: int = Field(100, ge=1)
+    checkpoint_every: int = Field(0, ge=0, description="0: only at the end of the run")
+    plot: bool = True
+
+
+class ModelConfig(_Section):
+    path: str = Field(
+        "builtin:tiny",
+        description="HF model directory or hub name; 'builtin:tiny' builds a tiny random model",
+    )
+    dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+    max_model_len: int = Field(512, ge=16)
+
+
+class DataConfig(_Section):
+    source: Literal["synthetic"] = "synthetic"
+    max_problems: int = Field(0, ge=0, description="0: all")
+
+
+class RolloutConfig(_Section):
+    num_actors: int = Field(1, ge=1)
+    batch_size: int = Field(64, ge=2, description="completions per step (prompts x group_size)")
+    group_size: int = Field(8, description="G: completions sampled per prompt")
+    max_new_tokens: int = Field(64, ge=1)
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    stop: list[str] = Field(default_factory=list, description="stop strings (kept in the output)")
+    kv_cache_gib: float = Field(1.0, gt=0, description="CPU engines only: KV cache size")
+    num_cpus: float = Field(1.0, ge=0)
+    num_gpus: float = Field(0.0, ge=0)
+    enforce_eager: bool = True
+
+    @model_validator(mode="after")
+    def _check_group(self) -> RolloutConfig:
+        if self.group_size < 2:
+            raise ValueError(
+                f"group_size ({self.group_size}) must be at least 2: advantages are rewards "
+                "normalised within a group, and a group of one has no baseline"
+            )
+        if self.batch_size % self.group_size:
+            raise ValueError(
+                f"batch_size ({self.batch_size}) must be a multiple of group_size "
+                f"({self.group_size}): advantages are normalised per group"
+            )
+        return self
+
+    @property
+    def prompts_per_step(self) -> int:
+        return self.batch_size // self.group_size
+
+
+class SandboxConfig(_Section):
+    num_workers: int = Field(2, ge=1)
+    timeout_s: float = Field(10.0, gt=0, description="wall-clock limit for one completion")
+    test_timeout_s: float = Field(5.0, gt=0, description="wall-clock limit for one test")
+    memory_mb: int = Field(512, ge=32)
+    max_output_bytes: int = Field(64 * 1024, ge=1024)
+    reward: Literal["binary", "partial"] = "partial"
+    cache: bool = True
+    allow_unisolated: bool = Field(
+        False, description="run without namespaces when the kernel allows none (unsafe)"
+    )
+    num_cpus: float = Field(0.0, ge=0)
+
+
+class LoraConfig(_Section):
+    enabled: bool = False
+    rank: int = Field(8, ge=1)
+    alpha: float = 16.0
+    dropout: float = Field(0.0, ge=0, lt=1)
+    target_modules: list[str] = ["q_proj", "k_proj", "v_proj", "o_proj"]
+
+
+class LearnerConfig(_Section):
+    lr: float = Field(1e-5, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    max_grad_norm: float = Field(1.0, gt=0)
+    beta: float = Field(0.0, ge=0, description="KL-to-reference weight; 0 skips the reference")
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    clip_eps_low: float = Field(0.2, ge=0)
+    clip_eps_high: float = Field(0.2, ge=0)
+    advantage_eps: float = Field(1e-4, gt=0)
+    advantage_scale: Literal["group_std", "batch_std", "none"] = "group_std"
+    aggregation: Literal["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"] = (
+        "seq_mean_token_mean"
+    )
+    entropy_coef: float = Field(0.0, ge=0)
+    max_len: int = Field(0, ge=0, description="Dr. GRPO length normaliser; 0: longest in batch")
+    logprob_chunk_tokens: int = Field(1024, ge=1)
+    micro_batch_tokens: int = Field(8192, ge=16, description="token budget of one micro-batch")
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    gradient_checkpointing: bool = False
+    lora: LoraConfig = LoraConfig()
+    num_cpus: float = Field(1.0, ge=0)
+    num_gpus: float = Field(0.0, ge=0)
+
+
+class WeightsConfig(_Section):
+    transport: Literal["cpu_safetensors"] = "cpu_safetensors"
+
+
+class RayConfig(_Section):
+    address: str = Field("", description="'' connects to a running cluster if any, else starts one")
+    num_cpus: int = Field(0, ge=0, description="local cluster only; 0: Ray's default")
+
+
+class Config(_Section):
+    run: RunConfig = RunConfig()
+    model: ModelConfig = ModelConfig()
+    data: DataConfig = DataConfig()
+    rollout: RolloutConfig = RolloutConfig()
+    sandbox: SandboxConfig = SandboxConfig()
+    learner: LearnerConfig = LearnerConfig()
+    weights: WeightsConfig = WeightsConfig()
+    ray: RayConfig = RayConfig()
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.run.output_dir) / self.run.name
+
+    def to_toml(self) -> str:
+        """The resolved configuration, saved beside every run so it can be reproduced."""
+        return _dump_toml(self.model_dump())
+
+
+def _parse_value(raw: str) -> Any:
+    """A command-line value: JSON when it parses (numbers, bools, lists), else a string."""
+    lowered = raw.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        return raw
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    """Apply ``--section.key value`` pairs (already split into a flat list) onto a config dict."""
+    if len(overrides) % 2:
+        raise ConfigError(f"override {overrides[-1]!r} has no value: use --section.key VALUE")
+    for flag, raw in zip(overrides[::2], overrides[1::2], strict=True):
+        if not flag.startswith("--") or "." not in flag:
+            raise ConfigError(f"override {flag!r} must look like --section.key VALUE")
+        *sections, key = flag[2:].split(".")
+        node = data
+        for section in sections:
+            node = node.setdefault(section, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {flag!r}: {section!r} is not a section")
+        node[key] = _parse_value(raw)
+    return data
+
+
+def _format_error(err: ValidationError) -> str:
+    lines = []
+    for item in err.errors():
+        where = ".".join(str(p) for p in item["loc"]) or "config"
+        message = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "extra_forbidden":
+            message = "unknown key (check the spelling against the config reference in README.md)"
+        lines.append(f"  {where}: {message}")
+    return "invalid configuration:\n" + "\n".join(lines)
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    """Load a TOML file (or the defaults), apply overrides and validate everything."""
+    data: dict = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file {path} does not exist")
+        try:
+            data = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    data = apply_overrides(data, overrides or [])
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_format_error(exc)) from None
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {type(value).__name__} to TOML")
+
+
+def _dump_toml(data: dict, prefix: str = "") -> str:
+    scalars = [f"{k} = {_toml_value(v)}" for k, v in data.items() if not isinstance(v, dict)]
+    out = []
+    if scalars:
+        out.append((f"[{prefix}]\n" if prefix else "") + "\n".join(scalars) + "\n")
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out.append(_dump_toml(value, f"{prefix}.{key}" if prefix else key))
+    return "\n".join(out)

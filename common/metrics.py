@@ -1,0 +1,60 @@
+"""Step metrics: one JSON object per step in ``metrics.jsonl`` and a live progress line.
+
+Metric names are part of the interface (dashboards and tests read them), so they are written
+exactly as the producers name them: ``reward/mean``, ``train/loss``, ``time/step_s``, ...
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import TextIO
+
+
+class MetricsLog:
+    """Appends step records to ``metrics.jsonl``, flushed each step so a crash loses nothing."""
+
+    def __init__(self, path: str | Path, total_steps: int, stream: TextIO = sys.stdout) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = self.path.open("a")
+        self._stream = stream
+        self._total = total_steps
+        self._start = time.perf_counter()
+
+    def write(self, record: dict[str, float]) -> None:
+        clean = {k: _finite(v) for k, v in record.items()}
+        self._file.write(json.dumps(clean) + "\n")
+        self._file.flush()
+        self._stream.write(self._progress_line(clean) + "\n")
+        self._stream.flush()
+
+    def _progress_line(self, record: dict) -> str:
+        step = int(record.get("step", 0))
+        elapsed = time.perf_counter() - self._start
+        remaining = elapsed / max(step, 1) * (self._total - step)
+        return (
+            f"step {step:>4}/{self._total} | reward {record.get('reward/mean', 0.0):.3f}"
+            f" | loss {record.get('train/loss', 0.0):+.4f} | kl {record.get('train/kl', 0.0):.4f}"
+            f" | |dlogp| {record.get('train/logprob_diff_mean', 0.0):.4f}"
+            f" | {record.get('time/step_s', 0.0):.2f}s/step | eta {remaining:4.0f}s"
+        )
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def _finite(value: float) -> float | None:
+    """JSON has no NaN/inf; write null so a broken metric is visible rather than a parse error."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def read_metrics(path: str | Path) -> list[dict]:
+    """All step records of a run, in order."""
+    with Path(path).open() as handle:
+        return [json.loads(line) for line in handle if line.strip()]

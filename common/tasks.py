@@ -1,0 +1,67 @@
+"""The synthetic code task the demo trains on, and the corpus the tiny tokenizer is built from.
+
+The task is chosen so that a randomly initialised tiny model can learn it in a few hundred steps
+on 2 CPU cores while every reward still comes from executing code in the sandbox:
+
+    # Return the number 7.
+    def answer():
+        return          <- the model writes the expression
+
+The tests grade closeness, so the reward is dense (partial credit = fraction of tests passed):
+the program must run and return an ``int`` (1/4), land within 5 (2/4), within 2 (3/4), or be
+exact (4/4). A random model mostly writes code that does not parse (reward 0); it first learns
+to emit a number and stop, then to copy the number from the comment.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+
+from common.types import Problem
+
+_TEMPLATE = "# Return the number {target}.\ndef answer():\n    return "
+
+
+def synthetic_problem(target: int) -> Problem:
+    """One instance of the task for ``target`` (0-9)."""
+    header = _TEMPLATE.format(target=target)
+    tests = (
+        "assert isinstance(answer(), int)",
+        f"assert abs(answer() - {target}) <= 5",
+        f"assert abs(answer() - {target}) <= 2",
+        f"assert answer() == {target}",
+    )
+    return Problem(
+        problem_id=f"synthetic/{target}",
+        prompt=header,
+        tests=tests,
+        program_prefix=header,
+        reference_solution=f"{target}\n",
+    )
+
+
+def synthetic_problems() -> list[Problem]:
+    """The ten problems of the synthetic task, one per target digit."""
+    return [synthetic_problem(target) for target in range(10)]
+
+
+_SNIPPETS = [
+    "def add(a, b):\n    return a + b\n",
+    "for i in range(10):\n    print(i)\n",
+    "if x == 0:\n    return None\nelse:\n    return x * 2\n",
+    "import math\nresult = [math.sqrt(v) for v in values]\n",
+    "class Stack:\n    def __init__(self):\n        self.items = []\n",
+    "assert f([1, 2, 3]) == 6\n",
+    "while left < right:\n    left += 1\n",
+    "```python\ndef solve(n):\n    return n\n```\n",
+]
+
+
+def synthetic_corpus(seed: int = 0, repeats: int = 20) -> Iterator[str]:
+    """Text for training the tiny tokenizer: the task's programs plus generic Python snippets."""
+    rng = random.Random(seed)
+    for _ in range(repeats):
+        for problem in synthetic_problems():
+            yield problem.prompt + problem.reference_solution
+        yield rng.choice(_SNIPPETS)

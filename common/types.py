@@ -1,0 +1,127 @@
+"""Plain data that travels between actors.
+
+Every object here is a frozen-ish dataclass of builtin values (str, int, float, lists of them),
+so Ray can ship it between processes and machines without pickling model objects, and unit
+tests can build it by hand. The same word means the same thing everywhere:
+
+- a *problem* is a prompt plus the unit tests that decide whether code solves it;
+- a *completion* is one sampled continuation of a prompt, with the sampler's token logprobs and
+  the ``weight_version`` of the policy that produced it;
+- a *group* is the G completions of one problem; advantages are normalised within it;
+- a *verdict* is the sandbox's judgement of one execution.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One task: what the model sees and how its code is judged.
+
+    ``tests`` are Python statements (usually ``assert EXPR == EXPECTED``), run after
+    ``setup_code`` and the candidate program. ``prompt`` is the text given to the model,
+    already rendered by a prompt template. ``program_prefix`` is prepended to the extracted
+    completion to form the program: the function header for completion-style tasks (the
+    HumanEval convention), empty when the model writes the whole program.
+    """
+
+    problem_id: str
+    prompt: str
+    tests: tuple[str, ...]
+    setup_code: str = ""
+    program_prefix: str = ""
+    reference_solution: str = ""
+
+
+@dataclass(frozen=True)
+class RolloutRequest:
+    """One generation request: a prompt to sample ``n`` completions for, each with its own seed."""
+
+    request_id: str
+    prompt_token_ids: tuple[int, ...]
+    seeds: tuple[int, ...]
+
+
+@dataclass
+class Completion:
+    """One sampled completion and everything the learner needs to train on it."""
+
+    request_id: str
+    sample_index: int
+    prompt_token_ids: list[int]
+    token_ids: list[int]
+    sampler_logprobs: list[float]
+    text: str
+    finish_reason: str
+    weight_version: int
+
+
+class Verdict(str, Enum):
+    """Outcome of executing one completion (or one test) in the sandbox."""
+
+    PASSED = "passed"
+    FAILED = "failed"
+    TIMEOUT = "timeout"
+    MEMORY_LIMIT = "memory_limit"
+    OUTPUT_LIMIT = "output_limit"
+    RUNTIME_ERROR = "runtime_error"
+    SYNTAX_ERROR = "syntax_error"
+    INFRA_ERROR = "infra_error"
+
+
+@dataclass(frozen=True)
+class ExecutionJob:
+    """Code to run against tests. ``code`` is the whole candidate program."""
+
+    code: str
+    tests: tuple[str, ...]
+    setup_code: str = ""
+
+
+@dataclass
+class ExecutionResult:
+    """The sandbox's judgement of one job.
+
+    ``test_verdicts`` has one entry per test that was run; with a binary reward the sandbox stops
+    at the first failing test, so it can be shorter than ``tests_total``.
+    """
+
+    verdict: Verdict
+    tests_passed: int
+    tests_total: int
+    test_verdicts: list[Verdict] = field(default_factory=list)
+    duration_ms: float = 0.0
+    detail: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict is Verdict.PASSED
+
+
+@dataclass
+class TrainSample:
+    """One completion ready for the learner: tokens, sampler logprobs and its advantage."""
+
+    prompt_token_ids: list[int]
+    completion_token_ids: list[int]
+    sampler_logprobs: list[float]
+    advantage: float
+    weight_version: int
+    group_index: int = 0
+
+
+@dataclass
+class WeightUpdate:
+    """A handle to new policy weights, as produced by a weight sender.
+
+    ``payload`` is transport specific and always plain data: safetensors bytes, a file path, or
+    the metadata a GPU transport needs to receive tensors out of band.
+    """
+
+    version: int
+    transport: str
+    payload: bytes | str | dict
+    num_bytes: int = 0

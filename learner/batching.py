@@ -1,0 +1,105 @@
+"""Turning a list of :class:`TrainSample` into padded micro-batches that fit a token budget.
+
+Budget = padded tokens (rows x longest row), because that is what activations cost. Samples are
+sorted by length before greedy packing so that rows of similar length share a micro-batch and
+little of the budget is spent on padding. Padding is on the right (see ``logprobs.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from common.types import TrainSample
+
+
+@dataclass
+class MicroBatch:
+    """Right-padded tensors for a subset of a batch; ``indices`` index the original list."""
+
+    indices: list[int]
+    input_ids: Tensor  # (B, T) prompt + completion + pad
+    attention_mask: Tensor  # (B, T) 1 on real tokens
+    completion_mask: Tensor  # (B, T) 1 on completion tokens
+    sampler_logprobs: Tensor  # (B, T) vLLM's logprob of each completion token, 0 elsewhere
+    advantages: Tensor  # (B,)
+
+    @property
+    def num_completion_tokens(self) -> int:
+        return int(self.completion_mask.sum().item())
+
+
+def validate_samples(samples: Sequence[TrainSample]) -> None:
+    """Refuse malformed samples early, with the reason, instead of a shape error mid-step."""
+    if not samples:
+        raise ValueError("train_step needs at least one sample")
+    for i, s in enumerate(samples):
+        if not s.prompt_token_ids:
+            raise ValueError(f"sample {i}: empty prompt; the first completion token needs context")
+        if not s.completion_token_ids:
+            raise ValueError(f"sample {i}: empty completion; there is nothing to train on")
+        if len(s.sampler_logprobs) != len(s.completion_token_ids):
+            raise ValueError(
+                f"sample {i}: {len(s.sampler_logprobs)} sampler logprobs for "
+                f"{len(s.completion_token_ids)} completion tokens; they must be aligned one to one"
+            )
+
+
+def _length(sample: TrainSample) -> int:
+    return len(sample.prompt_token_ids) + len(sample.completion_token_ids)
+
+
+def pack_micro_batches(samples: Sequence[TrainSample], token_budget: int) -> list[list[int]]:
+    """Group sample indices so that rows x longest row <= ``token_budget`` per group.
+
+    A sample longer than the budget on its own still gets a micro-batch of one: refusing it
+    would silently drop data, and one row is the smallest unit we can run anyway.
+    """
+    order = sorted(range(len(samples)), key=lambda i: _length(samples[i]))
+    groups: list[list[int]] = []
+    current: list[int] = []
+    longest = 0
+    for i in order:
+        length = _length(samples[i])
+        if current and (len(current) + 1) * max(longest, length) > token_budget:
+            groups.append(current)
+            current, longest = [], 0
+        current.append(i)
+        longest = max(longest, length)
+    if current:
+        groups.append(current)
+    return groups
+
+
+def collate(
+    samples: Sequence[TrainSample],
+    indices: list[int],
+    pad_token_id: int = 0,
+    device: torch.device | str = "cpu",
+) -> MicroBatch:
+    """Right-pad the chosen samples into tensors on ``device``."""
+    rows = [samples[i] for i in indices]
+    width = max(_length(s) for s in rows)
+    shape = (len(rows), width)
+    input_ids = torch.full(shape, pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros(shape, dtype=torch.long)
+    completion_mask = torch.zeros(shape, dtype=torch.float32)
+    sampler_logprobs = torch.zeros(shape, dtype=torch.float32)
+    for row, s in enumerate(rows):
+        p, c = len(s.prompt_token_ids), len(s.completion_token_ids)
+        input_ids[row, : p + c] = torch.tensor(s.prompt_token_ids + s.completion_token_ids)
+        attention_mask[row, : p + c] = 1
+        completion_mask[row, p : p + c] = 1.0
+        sampler_logprobs[row, p : p + c] = torch.tensor(s.sampler_logprobs, dtype=torch.float32)
+    advantages = torch.tensor([s.advantage for s in rows], dtype=torch.float32)
+    return MicroBatch(
+        indices=list(indices),
+        input_ids=input_ids.to(device),
+        attention_mask=attention_mask.to(device),
+        completion_mask=completion_mask.to(device),
+        sampler_logprobs=sampler_logprobs.to(device),
+        advantages=advantages.to(device),
+    )

@@ -1,0 +1,222 @@
+"""GRPO as pure functions on tensors: group advantages, KL estimators and the clipped loss.
+
+The algorithm (Shao et al. 2024, "DeepSeekMath", section 4.1):
+
+1. For each prompt q sample a group of G completions o_1..o_G from the sampler policy and score
+   them: rewards r_1..r_G.
+2. Advantage of completion i, shared by all its tokens: A_i = (r_i - mean(r)) / (std(r) + eps).
+   No value network: the group mean is the baseline.
+3. Per completion token t, with ratio rho = pi_theta(o_t | q, o_<t) / pi_old(o_t | q, o_<t):
+
+       l_t = -min(rho * A_i, clip(rho, 1 - eps_low, 1 + eps_high) * A_i) + beta * KL_t
+
+   where KL_t estimates KL(pi_theta || pi_ref) per token with Schulman's k3 estimator
+   exp(ref - logp) - (ref - logp) - 1 (unbiased, always >= 0).
+4. Loss = mean over completions of the mean over that completion's tokens; one optimiser step.
+
+Where this departs from the paper, and why:
+
+- Standard deviation is the *population* std (``unbiased=False``); TRL uses torch's default
+  (Bessel-corrected). The group is the whole population being normalised, not a sample of a
+  larger one, and with population std the advantages of a group have exactly unit variance
+  whatever G is (with G=2 Bessel's correction shrinks them to +-0.707 instead of +-1).
+- A group whose rewards are all equal carries no learning signal; its advantages are set to
+  exactly 0 explicitly, instead of relying on 0 / (0 + eps), which is not exactly 0 when
+  floating-point rounding leaves the centred rewards at 1e-9 instead of 0.
+- Options from later work: asymmetric clipping (DAPO "clip-higher", eps_high > eps_low),
+  token-level aggregation (DAPO), and Dr. GRPO's unscaled advantages plus a constant
+  length normaliser, which remove GRPO's bias towards long wrong answers and short right ones.
+  The defaults reproduce the paper.
+- mu = 1 (one gradient step per batch), so pi_old is pi_theta detached and rho = 1: the clip
+  never fires on-policy, but the machinery is kept so that reusing a batch stays correct.
+  The sampler's own logprobs are not used as pi_old (vLLM's numerics differ slightly from
+  the learner's); they are only monitored.
+- Optional entropy bonus (off by default), subtracted per token.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+AdvantageScale = Literal["group_std", "batch_std", "none"]
+KLEstimator = Literal["k1", "k2", "k3"]
+Aggregation = Literal["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"]
+
+
+def _grouped(rewards: Tensor, group_size: int) -> Tensor:
+    if rewards.dim() != 1:
+        raise ValueError(
+            f"rewards must be 1-D (one per completion), got shape {tuple(rewards.shape)}"
+        )
+    if group_size < 1 or rewards.numel() % group_size:
+        raise ValueError(
+            f"number of rewards ({rewards.numel()}) must be a multiple of group_size "
+            f"({group_size}): advantages are normalised within each group of completions"
+        )
+    return rewards.float().view(-1, group_size)  # (N/G, G)
+
+
+def group_advantages(
+    rewards: Tensor,  # (N,) grouped contiguously: completions [k*G, (k+1)*G) share a prompt
+    group_size: int,
+    eps: float = 1e-4,
+    scale: AdvantageScale = "group_std",
+) -> Tensor:  # (N,)
+    """Rewards centred on their group's mean, optionally scaled (see the module docstring).
+
+    ``scale``: "group_std" divides by the group's population std (GRPO), "batch_std" by the
+    std of all rewards in the batch (more robust when groups are nearly uniform), "none" keeps
+    the centred rewards (Dr. GRPO). Zero-variance groups get advantage exactly 0.
+    """
+    grouped = _grouped(rewards, group_size)  # (N/G, G)
+    centred = grouped - grouped.mean(dim=1, keepdim=True)  # (N/G, G)
+    if scale == "group_std":
+        advantages = centred / (grouped.std(dim=1, unbiased=False, keepdim=True) + eps)
+    elif scale == "batch_std":
+        advantages = centred / (rewards.float().std(unbiased=False) + eps)
+    elif scale == "none":
+        advantages = centred
+    else:
+        raise ValueError(f"unknown advantage scale {scale!r}; use group_std, batch_std or none")
+    uniform = grouped.amax(dim=1, keepdim=True) == grouped.amin(dim=1, keepdim=True)  # (N/G, 1)
+    return torch.where(uniform, torch.zeros_like(advantages), advantages).view(-1)
+
+
+def zero_std_fraction(rewards: Tensor, group_size: int) -> float:
+    """Fraction of groups whose rewards are all equal, i.e. that teach the policy nothing."""
+    grouped = _grouped(rewards, group_size)
+    return (grouped.amax(dim=1) == grouped.amin(dim=1)).float().mean().item()
+
+
+def kl_divergence(logprobs: Tensor, ref_logprobs: Tensor, estimator: KLEstimator = "k3") -> Tensor:
+    """Per-token estimate of KL(pi || pi_ref) from the sampled token's logprobs (same shape).
+
+    k1 = log r is unbiased but can be negative; k2 = (log r)^2 / 2 is low-variance but biased;
+    k3 = exp(-log r) + log r - 1 is unbiased and non-negative (the GRPO paper's choice), with
+    log r = logp - logp_ref.
+    """
+    log_ratio = logprobs - ref_logprobs
+    if estimator == "k1":
+        return log_ratio
+    if estimator == "k2":
+        return 0.5 * log_ratio.pow(2)
+    if estimator == "k3":
+        return torch.exp(-log_ratio) + log_ratio - 1.0
+    raise ValueError(f"unknown KL estimator {estimator!r}; use k1, k2 or k3")
+
+
+def _aggregate(
+    per_token: Tensor,  # (B, T)
+    mask: Tensor,  # (B, T) float
+    aggregation: Aggregation,
+    num_sequences: int,
+    num_tokens: float,
+    norm_len: float,
+) -> Tensor:
+    if aggregation == "seq_mean_token_mean":
+        per_seq = (per_token * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)  # (B,)
+        return per_seq.sum() / num_sequences
+    if aggregation == "token_mean":
+        return (per_token * mask).sum() / max(num_tokens, 1.0)
+    if aggregation == "seq_mean_token_sum_norm":
+        return (per_token * mask).sum() / (norm_len * num_sequences)
+    raise ValueError(
+        f"unknown aggregation {aggregation!r}; use seq_mean_token_mean, token_mean or "
+        "seq_mean_token_sum_norm"
+    )
+
+
+def grpo_loss(
+    logprobs: Tensor,  # (B, T) current policy, with grad
+    old_logprobs: Tensor,  # (B, T) policy that the ratio is taken against, no grad
+    advantages: Tensor,  # (B,)
+    mask: Tensor,  # (B, T) 1 on completion tokens, 0 on prompt and padding
+    ref_logprobs: Tensor | None = None,  # (B, T) reference policy; needed when beta > 0
+    beta: float = 0.0,
+    clip_eps_low: float = 0.2,
+    clip_eps_high: float = 0.2,
+    kl_estimator: KLEstimator = "k3",
+    aggregation: Aggregation = "seq_mean_token_mean",
+    *,
+    entropy: Tensor | None = None,  # (B, T) per-token policy entropy, for the bonus
+    entropy_coef: float = 0.0,
+    max_len: int | None = None,
+    batch_num_sequences: int | None = None,
+    batch_num_tokens: float | None = None,
+) -> tuple[Tensor, dict[str, float]]:
+    """The GRPO objective for one (micro-)batch and its metrics.
+
+    ``max_len`` is the Dr. GRPO constant normaliser (the generation budget); it defaults to the
+    longest completion in this call, so pass it explicitly when splitting into micro-batches.
+    ``batch_num_sequences`` / ``batch_num_tokens`` are the whole batch's totals when this is one
+    micro-batch of several: dividing by them instead of the micro-batch's own counts makes the
+    micro-batch losses sum to exactly the full-batch loss, so accumulated gradients equal the
+    full-batch gradient. Metrics are means over this call's completion tokens.
+    """
+    if beta > 0 and ref_logprobs is None:
+        raise ValueError("beta > 0 needs ref_logprobs: the KL penalty is measured against them")
+    if entropy_coef > 0 and entropy is None:
+        raise ValueError("entropy_coef > 0 needs the per-token entropy")
+    # Zero the inputs at masked positions (not just the outputs): padding may hold any value,
+    # and exp() of a large one would give inf * 0 = NaN in the loss or its gradient.
+    keep = mask.bool()
+    logprobs = logprobs.masked_fill(~keep, 0.0)
+    old_logprobs = old_logprobs.masked_fill(~keep, 0.0)
+    if ref_logprobs is not None:
+        ref_logprobs = ref_logprobs.masked_fill(~keep, 0.0)
+    if entropy is not None:
+        entropy = entropy.masked_fill(~keep, 0.0)
+    mask = mask.to(logprobs.dtype)
+    adv = advantages.to(logprobs.dtype).unsqueeze(1)  # (B, 1)
+    ratio = torch.exp(logprobs - old_logprobs)  # (B, T)
+    clipped_ratio = ratio.clamp(1.0 - clip_eps_low, 1.0 + clip_eps_high)
+    per_token = -torch.minimum(ratio * adv, clipped_ratio * adv)  # (B, T)
+    kl = None
+    if beta > 0:
+        kl = kl_divergence(logprobs, ref_logprobs, kl_estimator)  # (B, T)
+        per_token = per_token + beta * kl
+    if entropy_coef > 0:
+        per_token = per_token - entropy_coef * entropy
+    num_tokens = mask.sum().item()
+    loss = _aggregate(
+        per_token,
+        mask,
+        aggregation,
+        num_sequences=batch_num_sequences or logprobs.shape[0],
+        num_tokens=batch_num_tokens or num_tokens,
+        norm_len=float(max_len or mask.sum(dim=1).max().clamp(min=1.0).item()),
+    )
+    metrics = _metrics(loss, ratio, adv, mask, kl, entropy, clip_eps_low, clip_eps_high)
+    return loss, metrics
+
+
+@torch.no_grad()
+def _metrics(
+    loss: Tensor,
+    ratio: Tensor,  # (B, T)
+    adv: Tensor,  # (B, 1)
+    mask: Tensor,  # (B, T)
+    kl: Tensor | None,  # (B, T)
+    entropy: Tensor | None,  # (B, T)
+    clip_eps_low: float,
+    clip_eps_high: float,
+) -> dict[str, float]:
+    """Means over completion tokens (``loss`` is reported as is)."""
+    denom = max(mask.sum().item(), 1.0)
+    # Clipping only matters where it removes the gradient: the ratio left the trust region in
+    # the direction the advantage pushes it.
+    clipped = ((ratio < 1.0 - clip_eps_low) & (adv < 0)) | (
+        (ratio > 1.0 + clip_eps_high) & (adv > 0)
+    )
+    metrics = {
+        "loss": loss.item(),
+        "kl": (kl * mask).sum().item() / denom if kl is not None else 0.0,
+        "clip_frac": (clipped.to(mask.dtype) * mask).sum().item() / denom,
+        "ratio_mean": (ratio * mask).sum().item() / denom,
+    }
+    if entropy is not None:
+        metrics["entropy"] = (entropy * mask).sum().item() / denom
+    return metrics

@@ -1,0 +1,128 @@
+"""Per-token logprobs of completions under a causal LM, without materialising full logits.
+
+A (B, T, V) float32 logits tensor is the largest activation in GRPO training (Qwen2.5's
+vocabulary is 151,936: 8 sequences of 2,048 tokens need 10 GB). Only the logprob of the sampled
+token at each completion position is needed, so we run the backbone for hidden states, keep the
+hidden states of positions that predict a completion token, and apply the LM head plus
+log-softmax chunk by chunk. Under autograd each chunk is checkpointed, so backward keeps only the
+(chunk, H) hidden states and recomputes the (chunk, V) logits, instead of keeping every chunk's
+softmax alive until the backward pass.
+
+Layout: right padding. Sequence b is ``prompt + completion + pad``; with right padding the
+default position ids (0, 1, 2, ...) are already correct for every real token and, the model being
+causal, trailing pads cannot influence them, so no position-id bookkeeping is needed.
+
+Temperature: logits are divided by the sampling temperature, which matches vLLM's
+``logprobs_mode="processed_logprobs"`` (the distribution the tokens were actually drawn from).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
+
+# Architectures whose causal-LM head is exactly ``lm_head(backbone(x))``: no logit soft-capping
+# or scaling in between (Gemma 2, Cohere and others add one; they take the full-logits path).
+_PLAIN_HEAD_MODEL_TYPES = frozenset(
+    {"llama", "mistral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "starcoder2", "phi3"}
+)
+
+
+def _split_backbone(model: nn.Module) -> tuple[nn.Module, nn.Module] | None:
+    """(backbone, lm_head) of a plain causal LM, unwrapping peft; None when not known to be safe."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    config = getattr(base, "config", None)
+    if getattr(config, "model_type", None) not in _PLAIN_HEAD_MODEL_TYPES:
+        return None
+    backbone = getattr(base, getattr(base, "base_model_prefix", "model"), None)
+    head = base.get_output_embeddings() if hasattr(base, "get_output_embeddings") else None
+    if backbone is None or head is None:
+        return None
+    return backbone, head
+
+
+def _token_logprobs_and_entropy(
+    head: nn.Module, hidden: Tensor, targets: Tensor, temperature: float, with_entropy: bool
+) -> tuple[Tensor, Tensor | None]:
+    logits = head(hidden).float() / temperature  # (n, V)
+    logp = torch.log_softmax(logits, dim=-1)  # (n, V)
+    token_logp = logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (n,)
+    entropy = -(logp.exp() * logp).sum(dim=-1) if with_entropy else None  # (n,)
+    return token_logp, entropy
+
+
+def completion_logprobs(
+    model: nn.Module,
+    input_ids: Tensor,  # (B, T) right-padded prompt + completion
+    attention_mask: Tensor,  # (B, T) 1 on real tokens
+    completion_mask: Tensor,  # (B, T) 1 on completion tokens
+    temperature: float = 1.0,
+    chunk_tokens: int = 1024,
+    return_entropy: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """Logprob of each completion token given everything before it; 0 elsewhere. (B, T).
+
+    The token at position t is predicted from the hidden state at t - 1, so position 0 (always
+    a prompt token) has no logprob. With ``return_entropy`` also returns the entropy of the
+    predictive distribution at each completion position (B, T), with the same gradient path.
+    """
+    parts = _split_backbone(model)
+    if parts is None:
+        return _full_logits_logprobs(
+            model, input_ids, attention_mask, completion_mask, temperature, return_entropy
+        )
+    backbone, head = parts
+    out = backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+    hidden = out[0]  # (B, T, H)
+    predicts = completion_mask[:, 1:].bool()  # (B, T-1): position t predicts token t + 1
+    selected = hidden[:, :-1][predicts]  # (N, H)
+    targets = input_ids[:, 1:][predicts]  # (N,)
+    use_checkpoint = torch.is_grad_enabled() and selected.requires_grad
+    logp_chunks, entropy_chunks = [], []
+    for start in range(0, selected.shape[0], chunk_tokens):
+        args = (head, selected[start : start + chunk_tokens], targets[start : start + chunk_tokens])
+        if use_checkpoint:
+            logp, ent = checkpoint(
+                _token_logprobs_and_entropy, *args, temperature, return_entropy, use_reentrant=False
+            )
+        else:
+            logp, ent = _token_logprobs_and_entropy(*args, temperature, return_entropy)
+        logp_chunks.append(logp)
+        entropy_chunks.append(ent)
+    empty = hidden.new_zeros(0, dtype=torch.float32)
+    token_logp = torch.cat(logp_chunks) if logp_chunks else empty  # (N,)
+    logprobs = _scatter(token_logp, predicts)
+    if return_entropy:
+        entropy = torch.cat(entropy_chunks) if entropy_chunks else empty
+        return logprobs, _scatter(entropy, predicts)
+    return logprobs
+
+
+def _scatter(values: Tensor, predicts: Tensor) -> Tensor:
+    """Place (N,) values at the True positions of (B, T-1), shifted right by one: (B, T)."""
+    batch, width = predicts.shape
+    flat_index = predicts.reshape(-1).nonzero().squeeze(-1)  # (N,)
+    flat = values.new_zeros(batch * width).index_put((flat_index,), values)  # (B*(T-1),)
+    return torch.cat([values.new_zeros(batch, 1), flat.view(batch, width)], dim=1)  # (B, T)
+
+
+def _full_logits_logprobs(
+    model: nn.Module,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    completion_mask: Tensor,
+    temperature: float,
+    return_entropy: bool,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """Reference path for architectures not known to be plain: materialises (B, T, V) logits."""
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
+    logp = torch.log_softmax(logits[:, :-1].float() / temperature, dim=-1)  # (B, T-1, V)
+    token_logp = logp.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)  # (B, T-1)
+    mask = completion_mask[:, 1:].to(token_logp.dtype)
+    pad = token_logp.new_zeros(input_ids.shape[0], 1)
+    logprobs = torch.cat([pad, token_logp * mask], dim=1)  # (B, T)
+    if not return_entropy:
+        return logprobs
+    entropy = -(logp.exp() * logp).sum(dim=-1) * mask  # (B, T-1)
+    return logprobs, torch.cat([pad, entropy], dim=1)

@@ -1,0 +1,176 @@
+"""Canonical, type-exact serialisation of values crossing from the untrusted child.
+
+The child turns each value it was asked for into plain JSON with type tags
+(``["int", "1f"]``, ``["tuple", [...]]``, ``["dict", [[k, v], ...]]`` ...); the trusted side
+rebuilds plain builtins from it and compares them with Python's own ``==``. Nothing is
+pickled, so a value can never run code on the trusted side.
+
+Subclasses of builtin types are read through the *base type's* methods (``int.__index__``,
+``str.__str__``, ``dict.items``, ``list.__iter__``): a ``Counter`` becomes the ``dict`` it
+holds (Python's ``==`` says ``Counter(a=1) == {"a": 1}``, and MBPP tests rely on it), and a
+subclass whose ``__eq__`` lies is stripped down to the value it really holds. Anything else
+(custom objects, generators, cycles, values over the size budget) is refused: a value that
+cannot be carried faithfully is a failed test, never a guess.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+MAX_DEPTH = 64
+MAX_NODES = 100_000
+MAX_CHARS = 1_000_000
+
+
+class Unserialisable(Exception):
+    """The value cannot be represented faithfully; the test that produced it fails."""
+
+
+class _Budget:
+    def __init__(self) -> None:
+        self.nodes = 0
+        self.chars = 0
+
+    def spend(self, nodes: int = 1, chars: int = 0) -> None:
+        self.nodes += nodes
+        self.chars += chars
+        if self.nodes > MAX_NODES or self.chars > MAX_CHARS:
+            raise Unserialisable("value too large")
+
+
+def canonicalise(value: Any) -> Any:
+    """Encode ``value`` as tagged JSON-able data; raises ``Unserialisable``."""
+    return _encode(value, _Budget(), set(), 0)
+
+
+def _encode(value: Any, budget: _Budget, active: set[int], depth: int) -> Any:
+    budget.spend()
+    if depth > MAX_DEPTH:
+        raise Unserialisable("value nested too deeply")
+    kind = type(value)  # type() cannot be faked by a __class__ property
+    if value is None:
+        return None
+    if kind is bool:  # bool cannot be subclassed, and must be checked before int
+        return bool(value)
+    if issubclass(kind, int):
+        text = int.__format__(int.__index__(value), "x")  # hex: no str-digits limit
+        budget.spend(chars=len(text))
+        return ["int", text]
+    if issubclass(kind, float):
+        return ["float", float.__repr__(value)]
+    if issubclass(kind, complex):
+        real, imag = complex.real.__get__(value), complex.imag.__get__(value)
+        return ["complex", [float.__repr__(real), float.__repr__(imag)]]
+    if issubclass(kind, str):
+        text = str.__str__(value)
+        budget.spend(chars=len(text))
+        return ["str", text]
+    if issubclass(kind, (bytes, bytearray)):
+        base = bytes if issubclass(kind, bytes) else bytearray
+        text = base.hex(value)
+        budget.spend(chars=len(text))
+        return [base.__name__, text]
+    if issubclass(kind, range):
+        return [
+            "range",
+            [_encode(x, budget, active, depth + 1) for x in (value.start, value.stop, value.step)],
+        ]
+    return _encode_container(value, kind, budget, active, depth)
+
+
+_CONTAINERS = (
+    (list, "list", list.__iter__),
+    (tuple, "tuple", tuple.__iter__),
+    (set, "set", set.__iter__),
+    (frozenset, "frozenset", frozenset.__iter__),
+)
+
+
+def _encode_container(value: Any, kind: type, budget: _Budget, active: set[int], depth: int) -> Any:
+    key = id(value)
+    if key in active:
+        raise Unserialisable("value contains a cycle")
+    active.add(key)
+    try:
+        if issubclass(kind, dict):
+            items = [
+                [_encode(k, budget, active, depth + 1), _encode(v, budget, active, depth + 1)]
+                for k, v in dict.items(value)
+            ]
+            return ["dict", items]
+        for base, tag, iterate in _CONTAINERS:
+            if issubclass(kind, base):
+                return [tag, [_encode(x, budget, active, depth + 1) for x in iterate(value)]]
+    finally:
+        active.discard(key)
+    raise Unserialisable(f"cannot carry a value of type {kind.__name__}")
+
+
+def rebuild(data: Any, depth: int = 0) -> Any:
+    """Rebuild plain builtins from ``canonicalise`` output; raises ``ValueError`` if malformed.
+
+    Runs on the trusted side on data the child produced, so every shape is checked.
+    """
+    if depth > MAX_DEPTH + 2:
+        raise ValueError("too deep")
+    if data is None or type(data) is bool:
+        return data
+    if type(data) is not list or len(data) != 2 or type(data[0]) is not str:
+        raise ValueError(f"malformed value {str(data)[:80]}")
+    tag, body = data
+    return _REBUILD[tag](body, depth)
+
+
+def _items(body: Any, depth: int) -> list:
+    if type(body) is not list:
+        raise ValueError("malformed container")
+    return [rebuild(x, depth + 1) for x in body]
+
+
+def _dict(body: Any, depth: int) -> dict:
+    if type(body) is not list or any(type(p) is not list or len(p) != 2 for p in body):
+        raise ValueError("malformed dict")
+    return {rebuild(k, depth + 1): rebuild(v, depth + 1) for k, v in body}
+
+
+def _float(text: Any, _depth: int = 0) -> float:
+    if type(text) is not str:
+        raise ValueError("malformed float")
+    number = float(text)
+    if math.isnan(number) and text not in ("nan", "-nan"):
+        raise ValueError("malformed float")
+    return number
+
+
+def _complex(body: Any, _depth: int) -> complex:
+    if type(body) is not list or len(body) != 2:
+        raise ValueError("malformed complex")
+    return complex(_float(body[0]), _float(body[1]))
+
+
+def _text(body: Any) -> str:
+    if type(body) is not str:
+        raise ValueError("malformed text")
+    return body
+
+
+def _range(body: Any, depth: int) -> range:
+    start, stop, step = _items(body, depth)
+    return range(start, stop, step)
+
+
+_REBUILD = {
+    "int": lambda b, d: int(_text(b), 16),
+    "float": _float,
+    "complex": _complex,
+    "str": lambda b, d: _text(b),
+    "bytes": lambda b, d: bytes.fromhex(_text(b)),
+    "bytearray": lambda b, d: bytearray.fromhex(_text(b)),
+    "range": _range,
+    "list": _items,
+    "tuple": lambda b, d: tuple(_items(b, d)),
+    "set": lambda b, d: set(_items(b, d)),
+    "frozenset": lambda b, d: frozenset(_items(b, d)),
+    "dict": _dict,
+}

@@ -1,0 +1,271 @@
+"""Kernel isolation for sandbox workers and the children they fork, through ``ctypes``.
+
+A worker enters new user, network and mount namespaces once at start-up (the user
+namespace maps an unprivileged sandbox uid, so ``RLIMIT_NPROC`` really applies, even when
+the pool runs as root), makes the whole mount tree read-only and mounts a private,
+size-limited tmpfs as the scratch directory. Every execution then gets its own PID namespace:
+killing its init kills every process it started, ``setsid`` or not. Whatever the kernel
+refuses is reported as a weaker level; the pool refuses to run below namespaces unless the
+configuration allows it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import resource
+import signal
+import sys
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x1000, 0x4000, 0x40000
+MNT_DETACH = 0x2
+SYS_MOUNT_SETATTR = 442  # the same number on every architecture (asm-generic table)
+AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = -100, 0x8000, 0x1
+PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER = 1, 38, 36
+
+LEVEL_FULL = "namespaces(user,net,pid,mount)+rlimits"
+LEVEL_NAMESPACES = "namespaces(user,net,pid)+rlimits"
+LEVEL_RLIMITS = "rlimits-only"
+LEVEL_NUMBER = {LEVEL_FULL: 2.0, LEVEL_NAMESPACES: 1.0, LEVEL_RLIMITS: 0.0}
+
+SANDBOX_ID = 1000  # uid/gid of untrusted code inside the user namespace
+HOST_ID_BASE = 1_500_000  # host uid of worker i's sandbox user: base + i (owns nothing)
+NOBODY = 65534
+SCRATCH_MB = 64
+MAX_PROCESSES = 64
+MAX_OPEN_FILES = 64
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_uint64) for n in ("attr_set", "attr_clr", "propagation", "userns_fd")]
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def unshare(flags: int) -> None:
+    _check(_libc.unshare(ctypes.c_int(flags)), "unshare")
+
+
+def prctl(option: int, arg: int) -> None:
+    _check(_libc.prctl(option, ctypes.c_ulong(arg), 0, 0, 0), f"prctl({option})")
+
+
+def _mount(
+    source: str | None, target: str, fstype: str | None, flags: int, data: str | None
+) -> None:
+    enc = [s.encode() if s is not None else None for s in (source, target, fstype, data)]
+    _check(_libc.mount(enc[0], enc[1], enc[2], ctypes.c_ulong(flags), enc[3]), f"mount {target}")
+
+
+def _write_id_maps(pid: int, host_sandbox_id: int, privileged: bool) -> None:
+    """Map ns root to ourselves and, when we may, the sandbox id to an unused host id."""
+    uid, gid = os.geteuid(), os.getegid()
+    if privileged:
+        uid_map = f"0 {uid} 1\n{SANDBOX_ID} {host_sandbox_id} 1\n"
+        gid_map = f"0 {gid} 1\n{SANDBOX_ID} {host_sandbox_id} 1\n"
+    else:
+        uid_map, gid_map = f"0 {uid} 1\n", f"0 {gid} 1\n"
+        with open(f"/proc/{pid}/setgroups", "w") as f:
+            f.write("deny")
+    with open(f"/proc/{pid}/uid_map", "w") as f:
+        f.write(uid_map)
+    with open(f"/proc/{pid}/gid_map", "w") as f:
+        f.write(gid_map)
+
+
+def _enter_user_namespace(host_sandbox_id: int) -> bool:
+    """Unshare user+mount+net. Returns whether a separate sandbox uid is mapped.
+
+    A multi-line id map must be written from the parent namespace with CAP_SETUID there, so
+    a privileged pool forks a helper that stays outside and writes the map for us.
+    """
+    privileged = os.geteuid() == 0
+    if not privileged:
+        unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET)
+        _write_id_maps(os.getpid(), host_sandbox_id, False)
+        return False
+    ready_r, ready_w = os.pipe()
+    helper = os.fork()
+    if helper == 0:
+        code = 1
+        try:
+            os.close(ready_w)
+            if os.read(ready_r, 1) == b"g":
+                _write_id_maps(os.getppid(), host_sandbox_id, True)
+                code = 0
+        finally:
+            os._exit(code)
+    os.close(ready_r)
+    try:
+        unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET)
+    finally:
+        os.write(ready_w, b"g" if _in_new_userns() else b"x")
+        os.close(ready_w)
+        _, status = os.waitpid(helper, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise OSError("could not write the user namespace id maps")
+    return True
+
+
+def _in_new_userns() -> bool:
+    with open("/proc/self/uid_map") as f:
+        return f.read().split() != ["0", "0", "4294967295"]
+
+
+def setup_worker(index: int, scratch: str) -> tuple[str, int]:
+    """Enter the strongest isolation available; returns (level, uid for the children)."""
+    try:
+        separate_uid = _enter_user_namespace(HOST_ID_BASE + index)
+    except OSError:
+        return setup_unisolated(scratch)
+    sandbox_uid = SANDBOX_ID if separate_uid else 0
+    level = LEVEL_NAMESPACES
+    try:
+        _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
+        expose_python()
+        attr = _MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0)
+        _check(
+            _libc.syscall(
+                SYS_MOUNT_SETATTR,
+                AT_FDCWD,
+                b"/",
+                AT_RECURSIVE,
+                ctypes.byref(attr),
+                ctypes.c_size_t(32),
+            ),
+            "mount_setattr",
+        )
+        mount_scratch(scratch, sandbox_uid)
+        level = LEVEL_FULL
+    except OSError:
+        os.chown(scratch, sandbox_uid, sandbox_uid)
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
+    return level, sandbox_uid
+
+
+def setup_unisolated(scratch: str) -> tuple[str, int]:
+    """rlimits only: run children as ``nobody`` when we are root, so RLIMIT_NPROC counts."""
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
+    uid = NOBODY if os.geteuid() == 0 else os.geteuid()
+    os.chown(scratch, uid, uid)
+    return LEVEL_RLIMITS, uid
+
+
+def _blocked_ancestor(path: str) -> str | None:
+    """The first directory on ``path`` that others may not traverse (e.g. /root), if any."""
+    current = "/"
+    for part in path.strip("/").split("/"):
+        current = os.path.join(current, part)
+        if os.path.isdir(current) and not os.stat(current).st_mode & 0o001:
+            return current
+    return None
+
+
+def expose_python() -> None:
+    """Make the interpreter's own files reachable for the unprivileged sandbox uid.
+
+    When Python lives under a private directory (pyenv under /root), that directory is
+    covered with an empty tmpfs (which also hides the rest of it) and only the interpreter
+    prefixes are bind-mounted back in at their original paths.
+    """
+    prefixes = {os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, sys.exec_prefix)}
+    prefixes.add(os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))))
+    blocked = {p: _blocked_ancestor(p) for p in prefixes}
+    handles = {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p, b in blocked.items() if b}
+    covered: set[str] = set()
+    for prefix, fd in handles.items():
+        cover = blocked[prefix]
+        if cover not in covered:
+            _mount("tmpfs", cover, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
+            covered.add(cover)
+        os.makedirs(prefix, mode=0o755, exist_ok=True)
+        _mount(f"/proc/self/fd/{fd}", prefix, None, MS_BIND | MS_REC, None)
+        os.close(fd)
+
+
+def mount_scratch(scratch: str, owner: int) -> None:
+    """A fresh size-limited tmpfs on the scratch directory (replacing any previous one)."""
+    if os.path.ismount(scratch):
+        _check(_libc.umount2(scratch.encode(), MNT_DETACH), "umount scratch")
+    _mount("tmpfs", scratch, "tmpfs", MS_NOSUID | MS_NODEV, f"size={SCRATCH_MB}m,mode=0700")
+    os.chown(scratch, owner, owner)
+
+
+def set_rlimits(memory_bytes: int, cpu_s: int, file_bytes: int) -> None:
+    """Limits for one execution; soft == hard so a child cannot raise them back."""
+    limits = {
+        resource.RLIMIT_AS: memory_bytes,
+        resource.RLIMIT_CPU: cpu_s,
+        resource.RLIMIT_NPROC: MAX_PROCESSES,
+        resource.RLIMIT_FSIZE: file_bytes,
+        resource.RLIMIT_NOFILE: MAX_OPEN_FILES,
+        resource.RLIMIT_CORE: 0,
+    }
+    for which, value in limits.items():
+        resource.setrlimit(which, (value, value))
+
+
+def drop_privileges(uid: int) -> None:
+    """No new privileges, the sandbox uid, and death with our parent (set after setuid,
+    which clears the parent-death signal)."""
+    prctl(PR_SET_NO_NEW_PRIVS, 1)
+    if uid != os.geteuid():
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def kill_descendants(root: int) -> int:
+    """SIGKILL every process below ``root`` (found through /proc); returns how many.
+
+    Used without a PID namespace: the worker is a subreaper, so ``setsid`` grandchildren
+    are re-parented to it instead of escaping to the host's init.
+    """
+    killed = 0
+    for _ in range(50):
+        children: dict[int, list[int]] = {}
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    with open(f"/proc/{entry}/stat", "rb") as f:
+                        ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+                except (OSError, ValueError, IndexError):
+                    continue
+                children.setdefault(ppid, []).append(int(entry))
+        found, stack = [], list(children.get(root, []))
+        while stack:
+            pid = stack.pop()
+            found.append(pid)
+            stack.extend(children.get(pid, []))
+        if not found:
+            return killed
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+            except ProcessLookupError:
+                pass
+        _reap_all()
+    return killed
+
+
+def _reap_all() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return

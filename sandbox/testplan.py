@@ -1,0 +1,215 @@
+"""Split each test into what the untrusted child computes and what the trusted side judges.
+
+Three forms, strongest first (docs/sandbox.md lists them):
+
+- ``compare``: ``assert EXPR == EXPECTED`` where EXPECTED uses no candidate names. The child
+  evaluates EXPR and sends its canonical value; EXPECTED is evaluated here, outside the
+  child, and compared with Python's ``==`` on rebuilt plain values. The child never sees
+  EXPECTED.
+- ``calls``: any other single ``assert`` whose candidate names occur only as outermost calls
+  (``assert f(x)``, ``assert not f(x)``, ``assert math.isclose(f(x), y)``). The child sends
+  the return values of those calls; the whole assertion is evaluated here with the values
+  substituted.
+- ``exec``: everything else (loops, candidate globals used as values, several statements).
+  The child runs the statement itself and reports whether it raised; this is the only form
+  in which the child's word decides the outcome, and it is marked as such.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import contextlib
+import importlib
+import re
+import sys
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+VALUE_PREFIX = "__sandbox_v"
+
+
+@dataclass(frozen=True)
+class TestPlan:
+    """How one test is executed and judged.
+
+    ``child`` is the part sent to the untrusted process: ``{"kind": "value", "exprs": [...]}``
+    or ``{"kind": "exec", "src": ...}``. ``judge`` is a compiled trusted expression (None for
+    the ``exec`` form) and ``namespace`` the trusted names it may use.
+    """
+
+    form: str
+    child: dict
+    judge: Any = None
+    namespace: dict = field(default_factory=dict)
+
+
+@lru_cache(maxsize=256)
+def trusted_namespace(setup_code: str) -> dict:
+    """Builtins plus the modules imported by the setup code's top-level import statements."""
+    namespace: dict = {"__builtins__": builtins}
+    try:
+        tree = ast.parse(setup_code)
+    except (SyntaxError, ValueError):
+        return namespace
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            # a failing import is the child's business, not the judge's
+            with contextlib.suppress(Exception):
+                exec(compile(ast.Module([node], []), "<setup-imports>", "exec"), namespace)
+    return namespace
+
+
+def _bound_names(tree: ast.AST) -> set[str]:
+    """Names the test binds itself (comprehension targets, lambda arguments, walrus)."""
+    bound: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            bound.add(node.id)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+    return bound
+
+
+class _Names:
+    """Decides which names belong to the candidate and which the trusted side can resolve."""
+
+    def __init__(self, namespace: dict, bound: set[str], shadowed: frozenset[str]) -> None:
+        self.namespace = namespace
+        self.bound = bound
+        self.shadowed = shadowed
+        self.modules: dict[str, Any] = {}
+
+    def is_trusted(self, name: str, as_module: bool = False) -> bool:
+        if name in self.shadowed:
+            return False
+        if name.startswith(VALUE_PREFIX) or name in self.bound or name in self.namespace:
+            return True
+        if hasattr(builtins, name):
+            return True
+        if as_module and name in sys.stdlib_module_names and not name.startswith("_"):
+            try:
+                self.modules[name] = importlib.import_module(name)
+            except ImportError:
+                return False
+            return True
+        return False
+
+    def candidate_refs(self, tree: ast.AST) -> list[ast.Name]:
+        module_bases = {
+            id(n.value)
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+        }
+        return [
+            n
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Name) and not self.is_trusted(n.id, id(n) in module_bases)
+        ]
+
+
+def _rooted_at_candidate(node: ast.AST, names: _Names) -> bool:
+    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return isinstance(node, ast.Name) and not names.is_trusted(node.id, True)
+
+
+class _CallExtractor(ast.NodeTransformer):
+    """Replaces outermost candidate calls with placeholders ``__sandbox_v0``, ``__sandbox_v1``..."""
+
+    def __init__(self, names: _Names) -> None:
+        self.names = names
+        self.calls: list[str] = []
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        if _rooted_at_candidate(node.func, self.names):
+            self.calls.append(ast.unparse(node))
+            return ast.copy_location(
+                ast.Name(f"{VALUE_PREFIX}{len(self.calls) - 1}", ast.Load()), node
+            )
+        return self.generic_visit(node)
+
+
+def _exec_plan(test: str) -> TestPlan:
+    return TestPlan("exec", {"kind": "exec", "src": test})
+
+
+def _compile_judge(expr: ast.expr) -> Any:
+    return compile(ast.fix_missing_locations(ast.Expression(expr)), "<judge>", "eval")
+
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def shadowed_names(code: str, tests: tuple[str, ...]) -> frozenset[str]:
+    """Builtin or module names used by the tests that the program redefines (MBPP task 126
+    defines its own ``sum``): those belong to the candidate, as in Python."""
+    used = {m.group() for test in tests for m in _IDENTIFIER.finditer(test)}
+    common = {n for n in used if hasattr(builtins, n) or n in sys.stdlib_module_names}
+    return frozenset(
+        name
+        for name in common
+        if re.search(rf"(\bdef|\bclass|\bimport|\bas)\s+{name}\b|^\s*{name}\s*=", code, re.M)
+    )
+
+
+@lru_cache(maxsize=65536)
+def plan_test(test: str, setup_code: str = "", shadowed: frozenset[str] = frozenset()) -> TestPlan:
+    """Choose the strongest form for one test (cached: a group shares its problem's tests)."""
+    try:
+        tree = ast.parse(test)
+    except (SyntaxError, ValueError):
+        return _exec_plan(test)
+    if len(tree.body) != 1 or not isinstance(tree.body[0], ast.Assert):
+        return _exec_plan(test)
+    expr = tree.body[0].test
+    names = _Names(trusted_namespace(setup_code), _bound_names(tree), shadowed)
+    compare = _compare_plan(expr, names)
+    if compare is not None:
+        return compare
+    if names.bound:
+        return _exec_plan(test)
+    extractor = _CallExtractor(names)
+    judged = extractor.visit(expr)
+    if names.candidate_refs(judged):
+        return _exec_plan(test)
+    calls = extractor.calls
+    if _is_truth_test(expr, judged):  # only truthiness matters, and `return True` passes anyway
+        calls = [f"(not not ({calls[0]}))"]
+    namespace = {**names.namespace, **names.modules}
+    return TestPlan("calls", {"kind": "value", "exprs": calls}, _compile_judge(judged), namespace)
+
+
+def _is_truth_test(expr: ast.expr, judged: ast.expr) -> bool:
+    """``assert f(x)`` / ``assert not f(x)``: the value may be any object (a ``re.Match``)."""
+    if isinstance(judged, ast.UnaryOp) and isinstance(judged.op, ast.Not):
+        judged = judged.operand
+    return isinstance(judged, ast.Name) and judged.id == f"{VALUE_PREFIX}0"
+
+
+def _compare_plan(expr: ast.expr, names: _Names) -> TestPlan | None:
+    if not (
+        isinstance(expr, ast.Compare) and len(expr.ops) == 1 and isinstance(expr.ops[0], ast.Eq)
+    ):
+        return None
+    left, right = expr.left, expr.comparators[0]
+    if names.candidate_refs(right) or not names.candidate_refs(left):
+        left, right = right, left
+        if names.candidate_refs(right) or not names.candidate_refs(left):
+            return None
+    judged = ast.Compare(ast.Name(f"{VALUE_PREFIX}0", ast.Load()), [ast.Eq()], [right])
+    namespace = {**names.namespace, **names.modules}
+    return TestPlan(
+        "compare",
+        {"kind": "value", "exprs": [ast.unparse(left)]},
+        _compile_judge(judged),
+        namespace,
+    )
+
+
+def judge(plan: TestPlan, values: list[Any]) -> bool:
+    """Evaluate the trusted assertion with the child's (rebuilt) values substituted."""
+    scope = dict(plan.namespace)
+    scope.update({f"{VALUE_PREFIX}{i}": v for i, v in enumerate(values)})
+    return bool(eval(plan.judge, scope))

@@ -1,0 +1,72 @@
+"""Weight push is proven, not assumed: vLLM's logprobs follow the learner's weights.
+
+Uses the tiny model with tied embeddings (like Qwen2.5), so the test also covers the CPU
+engine's separately prepacked LM head, which a plain reload leaves stale.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from common.config import LearnerConfig, ModelConfig, RolloutConfig
+from common.types import TrainSample
+
+pytestmark = pytest.mark.integration
+
+BF16_TOLERANCE = 0.02  # mean |delta logprob| between fp32 learner and bf16 engine
+
+
+@pytest.fixture(scope="module")
+def engine_and_learner(tiny_model_path):
+    from actor.rollout_worker import RolloutWorker
+    from learner.learner import Learner
+
+    rollout = RolloutConfig(batch_size=8, group_size=8, max_new_tokens=8, kv_cache_gib=0.1)
+    worker = RolloutWorker(tiny_model_path, rollout, ModelConfig(max_model_len=128))
+    learner = Learner(tiny_model_path, LearnerConfig(num_cpus=1))
+    yield worker, learner
+    del worker
+
+
+def _mean_abs_diff(a: list[float], b: list[float]) -> float:
+    assert len(a) == len(b)
+    return sum(abs(x - y) for x, y in zip(a, b, strict=True)) / len(a)
+
+
+def test_push_makes_engine_logprobs_match_the_learner(engine_and_learner):
+    worker, learner = engine_and_learner
+    tokenizer = worker.tokenizer
+    prompt = tokenizer("# Return the number 3.\ndef answer():\n    return ")["input_ids"]
+    completion = tokenizer("3 + 4 * x\nprint(answer())")["input_ids"]
+    sample = TrainSample(prompt, completion, [0.0] * len(completion), 0.0, 0)
+
+    before_engine = worker.score(prompt, completion)
+    assert _mean_abs_diff(before_engine, learner.compute_logprobs([sample])[0]) < BF16_TOLERANCE
+
+    learner.perturb_weights_(0.05, seed=7)
+    changed = learner.compute_logprobs([sample])[0]
+    stale = worker.score(prompt, completion)
+    assert _mean_abs_diff(stale, changed) > 10 * BF16_TOLERANCE, "perturbation too small to test"
+
+    update = learner.export_weights()
+    worker.update_weights(update)
+    assert worker.weight_version == update.version == learner.weight_version
+    assert _mean_abs_diff(worker.score(prompt, completion), changed) < BF16_TOLERANCE
+
+
+def test_sampled_logprobs_are_tagged_and_match_the_learner(engine_and_learner):
+    from common.types import RolloutRequest
+
+    worker, learner = engine_and_learner
+    prompt = tuple(worker.tokenizer("# Return the number 5.\n")["input_ids"])
+    completions = worker.generate([RolloutRequest("r", prompt, seeds=(1, 2, 3, 4))])
+    assert [c.sample_index for c in completions] == [0, 1, 2, 3]
+    assert all(c.weight_version == worker.weight_version for c in completions)
+    assert len({tuple(c.token_ids) for c in completions}) > 1, "distinct seeds, distinct samples"
+    samples = [
+        TrainSample(list(prompt), c.token_ids, c.sampler_logprobs, 0.0, c.weight_version)
+        for c in completions
+    ]
+    learner_logprobs = learner.compute_logprobs(samples)
+    for completion, mine in zip(completions, learner_logprobs, strict=True):
+        assert _mean_abs_diff(completion.sampler_logprobs, mine) < BF16_TOLERANCE

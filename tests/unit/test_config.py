@@ -1,0 +1,104 @@
+"""Bad configuration is refused before any actor starts, naming the field and the reason."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from common.config import Config, ConfigError, load_config
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_defaults_are_valid():
+    config = load_config()
+    assert config.rollout.prompts_per_step * config.rollout.group_size == config.rollout.batch_size
+
+
+def test_unknown_key_is_refused_with_its_name():
+    with pytest.raises(ConfigError, match=r"rollout\.group_sise: unknown key"):
+        load_config(overrides=["--rollout.group_sise", "4"])
+
+
+def test_wrong_type_is_refused_with_its_name():
+    with pytest.raises(ConfigError, match=r"learner\.lr"):
+        load_config(overrides=["--learner.lr", "fast"])
+
+
+def test_group_size_below_two_is_refused_with_the_reason():
+    with pytest.raises(ConfigError, match=r"group_size \(1\) must be at least 2.*baseline"):
+        load_config(overrides=["--rollout.group_size", "1", "--rollout.batch_size", "4"])
+
+
+def test_batch_not_divisible_by_group_is_refused_with_the_reason():
+    with pytest.raises(
+        ConfigError, match=r"batch_size \(12\) must be a multiple of group_size \(8\)"
+    ):
+        load_config(overrides=["--rollout.batch_size", "12", "--rollout.group_size", "8"])
+
+
+def test_unknown_section_is_refused(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text("[rolout]\nnum_actors = 2\n")
+    with pytest.raises(ConfigError, match=r"rolout: unknown key"):
+        load_config(path)
+
+
+def test_invalid_toml_names_the_file(tmp_path):
+    path = tmp_path / "broken.toml"
+    path.write_text("[run\nsteps = 3\n")
+    with pytest.raises(ConfigError, match=r"broken\.toml: not valid TOML"):
+        load_config(path)
+
+
+def test_overrides_are_typed():
+    config = load_config(
+        overrides=["--run.steps", "7", "--learner.lr", "0.5", "--rollout.stop", '["\\n"]']
+    )
+    assert config.run.steps == 7 and config.learner.lr == 0.5 and config.rollout.stop == ["\n"]
+
+
+def test_resolved_config_round_trips_through_toml(tmp_path):
+    config = load_config(REPO / "configs" / "demo.toml")
+    path = tmp_path / "resolved.toml"
+    path.write_text(config.to_toml())
+    assert load_config(path) == config
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "configs").glob("*.toml")), ids=lambda p: p.name)
+def test_every_shipped_config_parses(path):
+    assert isinstance(load_config(path), Config)
+
+
+def test_cli_refuses_bad_config_without_a_traceback(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text("[rollout]\nbatch_size = 10\ngroup_size = 4\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "launch.train", "--config", str(path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert "rollout: batch_size (10) must be a multiple of group_size (4)" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def _keys(model, prefix: str = ""):
+    from pydantic import BaseModel
+
+    for name, field in model.model_fields.items():
+        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
+            yield from _keys(field.annotation, f"{prefix}{name}.")
+        else:
+            yield f"{prefix}{name}"
+
+
+def test_readme_documents_every_config_key():
+    readme = (REPO / "README.md").read_text()
+    missing = [key for key in _keys(Config) if f"`{key}`" not in readme]
+    assert not missing, f"README.md config reference lacks {missing}"

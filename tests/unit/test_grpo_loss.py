@@ -1,0 +1,209 @@
+"""GRPO math against values worked out by hand (the arithmetic is in the comments)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from learner.grpo import group_advantages, grpo_loss, kl_divergence, zero_std_fraction
+
+# Three groups of G=4: mixed, uniform (0.1 is not exact in binary), one outlier.
+REWARDS = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.1, 0.1, 0.1, 0.1, 0.0, 0.0, 0.0, 2.0])
+
+
+def test_group_std_advantages_by_hand():
+    adv = group_advantages(REWARDS, group_size=4, eps=0.0)
+    # group 1: mean 0.5, population std 0.5 -> +-1
+    # group 3: mean 0.5, centred (-.5, -.5, -.5, 1.5), var (3 * .25 + 2.25) / 4 = .75
+    s = math.sqrt(0.75)
+    expected = [1, -1, -1, 1, 0, 0, 0, 0, -0.5 / s, -0.5 / s, -0.5 / s, 1.5 / s]
+    torch.testing.assert_close(adv, torch.tensor(expected), atol=1e-6, rtol=0)
+
+
+def test_group_std_advantages_include_eps():
+    adv = group_advantages(REWARDS[:4], group_size=4, eps=1e-4)
+    torch.testing.assert_close(adv, torch.tensor([1, -1, -1, 1]) * 0.5 / 0.5001)
+
+
+def test_uniform_group_gets_exactly_zero_advantage():
+    for scale in ("group_std", "batch_std", "none"):
+        adv = group_advantages(REWARDS, group_size=4, scale=scale)
+        assert torch.isfinite(adv).all()
+        assert (adv[4:8] == 0).all(), scale
+    all_equal = group_advantages(torch.full((4,), 0.3), group_size=4)
+    assert (all_equal == 0).all() and not all_equal.isnan().any()
+
+
+def test_population_std_gives_unit_advantages_for_pairs():
+    # Bessel's correction would give +-0.707 here; population std gives +-1.
+    adv = group_advantages(torch.tensor([1.0, 0.0]), group_size=2, eps=0.0)
+    torch.testing.assert_close(adv, torch.tensor([1.0, -1.0]))
+
+
+def test_batch_std_advantages_by_hand():
+    rewards = REWARDS.clone()
+    rewards[4:8] = 0.5
+    adv = group_advantages(rewards, group_size=4, eps=0.0, scale="batch_std")
+    # batch mean 6/12 = .5; squared deviations 7 * .25 + 2.25 = 4 -> var 1/3
+    s = math.sqrt(1 / 3)
+    expected = [0.5 / s, -0.5 / s, -0.5 / s, 0.5 / s, 0, 0, 0, 0]
+    expected += [-0.5 / s, -0.5 / s, -0.5 / s, 1.5 / s]
+    torch.testing.assert_close(adv, torch.tensor(expected), atol=1e-6, rtol=0)
+
+
+def test_unscaled_advantages_are_centred_rewards():
+    adv = group_advantages(REWARDS, group_size=4, scale="none")
+    expected = [0.5, -0.5, -0.5, 0.5, 0, 0, 0, 0, -0.5, -0.5, -0.5, 1.5]
+    torch.testing.assert_close(adv, torch.tensor(expected))
+
+
+def test_zero_std_fraction():
+    assert zero_std_fraction(REWARDS, 4) == pytest.approx(1 / 3)
+
+
+def test_rewards_not_a_multiple_of_group_size_is_refused():
+    with pytest.raises(ValueError, match="multiple of group_size"):
+        group_advantages(torch.zeros(6), group_size=4)
+
+
+def test_kl_estimators_by_hand():
+    logp, ref = torch.tensor([-1.0, -2.0]), torch.tensor([-1.5, -1.0])
+    # log r = logp - ref = (0.5, -1.0)
+    torch.testing.assert_close(kl_divergence(logp, ref, "k1"), torch.tensor([0.5, -1.0]))
+    torch.testing.assert_close(kl_divergence(logp, ref, "k2"), torch.tensor([0.125, 0.5]))
+    # k3 = exp(-log r) + log r - 1: exp(-.5) - .5 = 0.1065307, e - 2 = 0.7182818
+    k3 = kl_divergence(logp, ref, "k3")
+    torch.testing.assert_close(k3, torch.tensor([0.1065307, 0.7182818]))
+    assert kl_divergence(ref, ref, "k3").abs().max() == 0
+
+
+def _ratios_batch():
+    """Row 0: A = +1, row 1: A = -1; ratios 0.5, 1.0, 1.5 in each row (old logprobs 0)."""
+    logprobs = torch.log(torch.tensor([[0.5, 1.0, 1.5], [0.5, 1.0, 1.5]])).requires_grad_()
+    return logprobs, torch.zeros(2, 3), torch.tensor([1.0, -1.0]), torch.ones(2, 3)
+
+
+def test_clipped_surrogate_by_hand():
+    logprobs, old, adv, mask = _ratios_batch()
+    loss, metrics = grpo_loss(logprobs, old, adv, mask, clip_eps_low=0.2, clip_eps_high=0.2)
+    # A=+1: -min(rA, clip(r)A) = -min(.5,.8), -1, -min(1.5,1.2) -> -.5, -1, -1.2; mean -0.9
+    # A=-1: -min(-.5,-.8), 1, -min(-1.5,-1.2)               ->  .8,  1,  1.5; mean  1.1
+    assert loss.item() == pytest.approx((-0.9 + 1.1) / 2)
+    # clipped (no gradient): r=1.5 with A>0 and r=0.5 with A<0 -> 2 of 6 tokens
+    assert metrics["clip_frac"] == pytest.approx(2 / 6)
+    assert metrics["ratio_mean"] == pytest.approx(1.0)
+    assert metrics["kl"] == 0.0
+    loss.backward()
+    # d/dlogp of -rA is -A r, divided by 3 tokens x 2 sequences; clipped tokens get 0
+    expected = torch.tensor([[-0.5 / 6, -1 / 6, 0.0], [0.0, 1 / 6, 1.5 / 6]])
+    torch.testing.assert_close(logprobs.grad, expected)
+
+
+def test_asymmetric_clip_higher():
+    logprobs, old, adv, mask = _ratios_batch()
+    loss, _ = grpo_loss(logprobs, old, adv, mask, clip_eps_low=0.2, clip_eps_high=0.28)
+    # only row 0's r=1.5 changes: clipped to 1.28 instead of 1.2
+    assert loss.item() == pytest.approx(((-0.5 - 1 - 1.28) / 3 + 1.1) / 2)
+
+
+def _uneven_batch():
+    """Ratio 1, so per-token loss is -A: row 0 has 3 tokens (A=1), row 1 one token (A=-2)."""
+    logprobs = torch.zeros(2, 4, requires_grad=True)
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0], [0.0, 1.0, 0.0, 0.0]])
+    return logprobs, torch.zeros(2, 4), torch.tensor([1.0, -2.0]), mask
+
+
+@pytest.mark.parametrize(
+    ("aggregation", "expected"),
+    [
+        ("seq_mean_token_mean", (-1.0 + 2.0) / 2),  # per-sequence means -1 and 2
+        ("token_mean", (-3.0 + 2.0) / 4),  # 4 tokens in all
+        ("seq_mean_token_sum_norm", (-3.0 / 8 + 2.0 / 8) / 2),  # sums over max_len 8
+    ],
+)
+def test_aggregations_by_hand(aggregation, expected):
+    logprobs, old, adv, mask = _uneven_batch()
+    loss, _ = grpo_loss(logprobs, old, adv, mask, aggregation=aggregation, max_len=8)
+    assert loss.item() == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    "aggregation", ["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"]
+)
+def test_micro_batch_losses_sum_to_full_batch_loss(aggregation):
+    logprobs, old, adv, mask = _uneven_batch()
+    full, _ = grpo_loss(logprobs, old, adv, mask, aggregation=aggregation, max_len=8)
+    parts = [
+        grpo_loss(
+            logprobs[i : i + 1],
+            old[i : i + 1],
+            adv[i : i + 1],
+            mask[i : i + 1],
+            aggregation=aggregation,
+            max_len=8,
+            batch_num_sequences=2,
+            batch_num_tokens=4,
+        )[0]
+        for i in range(2)
+    ]
+    assert (parts[0] + parts[1]).item() == pytest.approx(full.item())
+
+
+def test_kl_penalty_by_hand():
+    logprobs = torch.tensor([[-1.0]], requires_grad=True)
+    loss, metrics = grpo_loss(
+        logprobs,
+        logprobs.detach(),
+        torch.zeros(1),
+        torch.ones(1, 1),
+        torch.tensor([[-1.5]]),
+        beta=0.5,
+    )
+    # A = 0, so only beta * k3(log r = 0.5) = 0.5 * 0.1065307
+    assert loss.item() == pytest.approx(0.5 * 0.1065307, rel=1e-5)
+    assert metrics["kl"] == pytest.approx(0.1065307, rel=1e-5)
+
+
+def test_beta_without_reference_is_refused():
+    logprobs, old, adv, mask = _ratios_batch()
+    with pytest.raises(ValueError, match="ref_logprobs"):
+        grpo_loss(logprobs, old, adv, mask, beta=0.1)
+
+
+def test_entropy_bonus_by_hand():
+    logprobs, old, _, mask = _uneven_batch()
+    entropy = torch.tensor([[1.0, 2.0, 3.0, 9.0], [9.0, 4.0, 9.0, 9.0]])
+    loss, metrics = grpo_loss(
+        logprobs, old, torch.zeros(2), mask, entropy=entropy, entropy_coef=0.1
+    )
+    # per-sequence mean entropies 2 and 4 -> mean 3; loss -0.1 * 3
+    assert loss.item() == pytest.approx(-0.3)
+    assert metrics["entropy"] == pytest.approx((1 + 2 + 3 + 4) / 4)
+
+
+def test_gradient_flows_only_through_completion_tokens():
+    torch.manual_seed(0)
+    mask = torch.tensor([[0.0, 0.0, 1.0, 1.0, 0.0], [0.0, 1.0, 1.0, 1.0, 1.0]])
+    # Garbage at masked positions, large enough that exp() overflows, must not leak or NaN.
+    logprobs = torch.where(mask.bool(), -torch.rand(2, 5), torch.tensor(-200.0)).requires_grad_()
+    old = logprobs.detach() + 0.1 * torch.randn(2, 5)
+    ref = torch.where(mask.bool(), -torch.rand(2, 5), torch.tensor(100.0))
+    entropy = torch.rand(2, 5, requires_grad=True)
+    loss, _ = grpo_loss(
+        logprobs,
+        old,
+        torch.tensor([0.7, -1.3]),
+        mask,
+        ref,
+        beta=0.1,
+        entropy=entropy,
+        entropy_coef=0.01,
+    )
+    loss.backward()
+    assert torch.isfinite(loss)
+    for grad in (logprobs.grad, entropy.grad):
+        assert torch.isfinite(grad).all()
+        assert (grad[~mask.bool()] == 0).all()
+        assert (grad[mask.bool()] != 0).all()

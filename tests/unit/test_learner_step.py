@@ -1,0 +1,277 @@
+"""The Learner on a tiny random Qwen2 built offline: steps, LoRA, micro-batching, export."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+import torch
+
+from common.config import LearnerConfig, LoraConfig
+from common.types import TrainSample
+from common.weight_transport import decode_update
+from learner.batching import pack_micro_batches
+from learner.learner import Learner
+from learner.logprobs import _full_logits_logprobs, completion_logprobs
+
+VOCAB = 128
+
+
+def _save_tiny_qwen2(path, tie_word_embeddings: bool) -> str:
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=32,  # vLLM's CPU attention needs head_dim in {32, 64, ...}
+        max_position_embeddings=256,
+        tie_word_embeddings=tie_word_embeddings,
+        pad_token_id=0,
+    )
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(config).to(torch.bfloat16)  # served in bf16, like Qwen2.5
+    model.save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def tied_model(tmp_path_factory) -> str:
+    return _save_tiny_qwen2(tmp_path_factory.mktemp("tied"), tie_word_embeddings=True)
+
+
+@pytest.fixture(scope="module")
+def untied_model(tmp_path_factory) -> str:
+    return _save_tiny_qwen2(tmp_path_factory.mktemp("untied"), tie_word_embeddings=False)
+
+
+def _samples(n: int = 8, seed: int = 0) -> list[TrainSample]:
+    rng = random.Random(seed)
+    samples = []
+    for i in range(n):
+        prompt = [rng.randrange(1, VOCAB) for _ in range(rng.randint(2, 6))]
+        completion = [rng.randrange(1, VOCAB) for _ in range(rng.randint(1, 7))]
+        samples.append(
+            TrainSample(
+                prompt_token_ids=prompt,
+                completion_token_ids=completion,
+                sampler_logprobs=[-4.0] * len(completion),
+                advantage=[1.0, -1.0, 0.5, 0.0][i % 4],
+                weight_version=0,
+                group_index=i // 4,
+            )
+        )
+    return samples
+
+
+def _config(**overrides) -> LearnerConfig:
+    base = {"lr": 1e-2, "micro_batch_tokens": 4096, "num_cpus": 2}
+    return LearnerConfig(**{**base, **overrides})
+
+
+def _snapshot(learner: Learner) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in learner.model.named_parameters()}
+
+
+def test_train_step_changes_every_trainable_parameter(tied_model):
+    learner = Learner(tied_model, _config(beta=0.05))
+    before = _snapshot(learner)
+    metrics = learner.train_step(_samples())
+    for name, param in learner.model.named_parameters():
+        assert not torch.equal(before[name], param.detach()), f"{name} did not change"
+    assert learner.weight_version == 1
+    for key in ("loss", "kl", "clip_frac", "grad_norm", "logprob_diff_mean", "entropy"):
+        assert torch.isfinite(torch.tensor(metrics[f"train/{key}"])), key
+    assert metrics["train/num_tokens"] == sum(len(s.completion_token_ids) for s in _samples())
+    assert metrics["train/clip_frac"] == 0.0  # mu = 1: ratio is exactly 1
+    assert metrics["train/kl"] == 0.0  # policy == reference before the first update
+
+
+def test_lora_step_changes_only_the_adapter(tied_model):
+    learner = Learner(tied_model, _config(lora=LoraConfig(enabled=True, rank=4), beta=0.05))
+    names = [n for n, p in learner.model.named_parameters() if p.requires_grad]
+    assert names and all("lora_" in n for n in names)
+    before = _snapshot(learner)
+    # lora_B starts at zero, so lora_A gets no gradient until B has moved: take two steps.
+    learner.train_step(_samples())
+    metrics = learner.train_step(_samples())
+    for name, param in learner.model.named_parameters():
+        changed = not torch.equal(before[name], param.detach())
+        assert changed == ("lora_" in name), name
+    assert metrics["train/kl"] > 0  # the adapter moved the policy away from the base
+
+
+@pytest.mark.parametrize(
+    "aggregation", ["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"]
+)
+def test_micro_batches_give_the_full_batch_gradient(tied_model, aggregation):
+    samples = _samples()
+    grads, losses = [], []
+    for budget in (4096, 16):  # one micro-batch vs one sample per micro-batch
+        config = _config(micro_batch_tokens=budget, beta=0.05, aggregation=aggregation)
+        learner = Learner(tied_model, config)
+        learner.perturb_weights_(0.02, seed=1)  # so the reference differs from the policy
+        assert (len(pack_micro_batches(samples, budget)) > 1) == (budget == 16)
+        metrics = learner.accumulate_gradients(samples)
+        losses.append(metrics["train/loss"])
+        grads.append({n: p.grad.clone() for n, p in learner.model.named_parameters()})
+    assert losses[0] == pytest.approx(losses[1], rel=1e-5)
+    for name, grad in grads[0].items():
+        torch.testing.assert_close(grads[1][name], grad, atol=1e-6, rtol=1e-4, msg=name)
+
+
+def test_gradient_checkpointing_gives_the_same_gradient(tied_model):
+    grads = []
+    for checkpointing in (False, True):
+        learner = Learner(tied_model, _config(gradient_checkpointing=checkpointing))
+        learner.accumulate_gradients(_samples())
+        grads.append({n: p.grad.clone() for n, p in learner.model.named_parameters()})
+    for name, grad in grads[0].items():
+        torch.testing.assert_close(grads[1][name], grad, atol=1e-6, rtol=1e-4, msg=name)
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_chunked_logprobs_match_full_logits(tied_model, lora):
+    learner = Learner(tied_model, _config(lora=LoraConfig(enabled=lora)))
+    learner.perturb_weights_(0.05, seed=2)
+    from learner.batching import collate
+
+    samples = _samples()
+    batch = collate(samples, list(range(len(samples))))
+    args = (learner.model, batch.input_ids, batch.attention_mask, batch.completion_mask, 0.7)
+    chunked, chunked_entropy = completion_logprobs(*args, chunk_tokens=5, return_entropy=True)
+    full, full_entropy = _full_logits_logprobs(*args, return_entropy=True)
+    torch.testing.assert_close(chunked, full, atol=1e-5, rtol=0)
+    torch.testing.assert_close(chunked_entropy, full_entropy, atol=1e-5, rtol=0)
+    assert (chunked[batch.completion_mask == 0] == 0).all()
+    # Independent check of the shift: the token at t is predicted from position t - 1.
+    with torch.no_grad():
+        logits = learner.model(input_ids=batch.input_ids[:1]).logits[0].float() / 0.7
+    p = len(samples[batch.indices[0]].prompt_token_ids)
+    token = batch.input_ids[0, p]
+    expected = torch.log_softmax(logits[p - 1], dim=-1)[token]
+    assert chunked[0, p].item() == pytest.approx(expected.item(), abs=1e-5)
+
+
+def test_logprob_diff_is_zero_when_sampler_agrees(tied_model):
+    learner = Learner(tied_model, _config())
+    samples = _samples()
+    logprobs = learner.compute_logprobs(samples)
+    assert [len(lp) for lp in logprobs] == [len(s.completion_token_ids) for s in samples]
+    for sample, lp in zip(samples, logprobs):
+        sample.sampler_logprobs = lp
+    metrics = learner.train_step(samples)
+    assert metrics["train/logprob_diff_mean"] < 1e-5
+    after = learner.compute_logprobs(samples)
+    assert after != logprobs  # the step changed the policy
+
+
+def _decoded(learner: Learner) -> tuple[int, dict[str, torch.Tensor]]:
+    update = learner.export_weights()
+    return update.version, dict(decode_update(update))
+
+
+def test_export_tied_sends_embedding_not_lm_head(tied_model):
+    learner = Learner(tied_model, _config())
+    learner.train_step(_samples())
+    version, tensors = _decoded(learner)
+    assert version == learner.weight_version == 1
+    expected = set(learner.model.state_dict()) - {"lm_head.weight"}
+    assert set(tensors) == expected
+    assert all(t.dtype == torch.bfloat16 for t in tensors.values())  # config.json's dtype
+    for name, param in learner.model.state_dict().items():
+        if name in tensors:
+            torch.testing.assert_close(tensors[name], param.to(torch.bfloat16), msg=name)
+
+
+def test_export_untied_sends_lm_head(untied_model):
+    learner = Learner(untied_model, _config())
+    _, tensors = _decoded(learner)
+    assert set(tensors) == set(learner.model.state_dict())
+    assert "lm_head.weight" in tensors
+
+
+def test_export_lora_equals_peft_merge_and_keeps_the_adapter(tied_model):
+    import copy
+
+    learner = Learner(tied_model, _config(lora=LoraConfig(enabled=True, rank=4)))
+    learner.perturb_weights_(0.1, seed=3)  # lora_B is zero at init; make the delta non-zero
+    learner.export_dtype = torch.float32  # compare without bf16 rounding
+    samples = _samples()
+    logprobs_before = learner.compute_logprobs(samples)
+    _, tensors = _decoded(learner)
+    merged = copy.deepcopy(learner.model).merge_and_unload().state_dict()
+    assert set(tensors) == set(merged) - {"lm_head.weight"}
+    for name, tensor in tensors.items():
+        torch.testing.assert_close(tensor, merged[name], atol=1e-6, rtol=1e-5, msg=name)
+    base_q = "model.layers.0.self_attn.q_proj.weight"
+    assert not torch.equal(
+        tensors[base_q],
+        learner.model.get_base_model().state_dict()[
+            "model.layers.0.self_attn.q_proj.base_layer.weight"
+        ],
+    )
+    assert learner.compute_logprobs(samples) == logprobs_before  # adapter still live, unmerged
+
+
+def test_perturb_changes_weights_and_version(tied_model):
+    learner = Learner(tied_model, _config())
+    before = learner.compute_logprobs(_samples())
+    learner.perturb_weights_(0.05, seed=0)
+    assert learner.weight_version == 1
+    assert learner.compute_logprobs(_samples()) != before
+
+
+def test_checkpoint_round_trip(tied_model, tmp_path):
+    learner = Learner(tied_model, _config())
+    learner.train_step(_samples())
+    learner.save_checkpoint(str(tmp_path / "ckpt"))
+    files = {p.name for p in (tmp_path / "ckpt").iterdir()}
+    assert {"config.json", "model.safetensors", "optimizer.pt", "learner_state.json"} <= files
+    state = json.loads((tmp_path / "ckpt" / "learner_state.json").read_text())
+    assert state == {"weight_version": 1, "step": 1}
+    resumed = Learner(str(tmp_path / "ckpt"), _config())
+    resumed.load_training_state(str(tmp_path / "ckpt"))
+    assert resumed.weight_version == 1
+    got, want = resumed.compute_logprobs(_samples()), learner.compute_logprobs(_samples())
+    for got_row, want_row in zip(got, want):
+        torch.testing.assert_close(torch.tensor(got_row), torch.tensor(want_row))
+
+
+def test_lora_checkpoint_saves_the_adapter(tied_model, tmp_path):
+    learner = Learner(tied_model, _config(lora=LoraConfig(enabled=True)))
+    learner.save_checkpoint(str(tmp_path))
+    assert (tmp_path / "adapter_model.safetensors").is_file()
+    assert not (tmp_path / "model.safetensors").exists()
+
+
+def test_packing_respects_the_token_budget():
+    samples = _samples(16, seed=1)
+    for group in pack_micro_batches(samples, 24):
+        lengths = [
+            len(samples[i].prompt_token_ids) + len(samples[i].completion_token_ids) for i in group
+        ]
+        assert len(group) == 1 or len(group) * max(lengths) <= 24
+    assert sorted(i for group in pack_micro_batches(samples, 24) for i in group) == list(range(16))
+
+
+def test_misaligned_sampler_logprobs_are_refused(tied_model):
+    learner = Learner(tied_model, _config())
+    bad = _samples(1)[0]
+    bad.sampler_logprobs = [*bad.sampler_logprobs, 0.0]
+    with pytest.raises(ValueError, match="aligned"):
+        learner.train_step([bad])
+
+
+def test_bfloat16_master_weights_train(tied_model):
+    learner = Learner(tied_model, _config(dtype="bfloat16"))
+    assert all(p.dtype == torch.bfloat16 for p in learner.model.parameters())
+    before = _snapshot(learner)
+    metrics = learner.train_step(_samples())
+    assert all(torch.isfinite(torch.tensor(v)) for v in metrics.values())
+    changed = [not torch.equal(before[n], p) for n, p in learner.model.named_parameters()]
+    assert all(changed)

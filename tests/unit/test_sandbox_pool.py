@@ -1,0 +1,370 @@
+"""Hostile and honest programs through one shared pool: each gets the right verdict."""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+import textwrap
+import time
+
+import psutil
+import pytest
+
+from common.config import SandboxConfig
+from common.types import ExecutionJob, Verdict
+from sandbox.pool import SandboxPool
+
+CONFIG = SandboxConfig(num_workers=2, timeout_s=3.0, test_timeout_s=1.0, memory_mb=256, cache=False)
+F_TESTS = ("assert f(1) == 2", "assert f(2) == 3")
+GOOD_F = "def f(x):\n    return x + 1\n"
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with SandboxPool(CONFIG) as shared:
+        yield shared
+
+
+def run(pool, code, tests=F_TESTS, setup="", stop=False):
+    job = ExecutionJob(textwrap.dedent(code), tuple(tests), setup)
+    return pool.run([job], stop_at_first_failure=stop)[0]
+
+
+def test_isolation_is_probed_and_reported(pool):
+    assert pool.isolation == "namespaces(user,net,pid,mount)+rlimits"
+    assert pool.stats()["sandbox/isolation_level"] == 2.0
+
+
+def test_honest_solution_passes(pool):
+    assert run(pool, GOOD_F).verdict is Verdict.PASSED
+
+
+def test_honest_prints_imports_and_scratch_files_pass(pool):
+    code = """
+        import collections, heapq, itertools, tempfile
+        print("debug output")
+        with open("notes.txt", "w") as fh:
+            fh.write("ok")
+        with tempfile.TemporaryFile() as tmp:
+            tmp.write(b"x")
+        def f(x):
+            return open("notes.txt").read() and x + 1
+    """
+    assert run(pool, code).verdict is Verdict.PASSED
+
+
+def test_slow_but_within_limit_passes(pool):
+    assert run(pool, "import time\ndef f(x):\n    time.sleep(0.3)\n    return x + 1\n").passed
+
+
+def test_wrong_answer_fails_with_partial_credit(pool):
+    result = run(pool, "def f(x):\n    return 2 if x == 1 else 0\n")
+    assert result.verdict is Verdict.FAILED and result.tests_passed == 1 and result.tests_total == 2
+
+
+def test_stop_at_first_failure_stops(pool):
+    result = run(pool, "def f(x):\n    return 0\n", stop=True)
+    assert result.verdict is Verdict.FAILED and result.test_verdicts == [Verdict.FAILED]
+
+
+def test_timeout_kills_infinite_loop(pool):
+    assert run(pool, "def f(x):\n    while True: pass\n").verdict is Verdict.TIMEOUT
+
+
+def test_timeout_kills_sleep(pool):
+    assert run(pool, "import time\ndef f(x):\n    time.sleep(100)\n").verdict is Verdict.TIMEOUT
+
+
+def test_timeout_cannot_be_swallowed(pool):
+    code = """
+        import signal
+        for s in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM, signal.SIGXCPU):
+            signal.signal(s, signal.SIG_IGN)
+        def f(x):
+            while True:
+                try:
+                    while True:
+                        pass
+                except BaseException:
+                    pass
+    """
+    assert run(pool, code).verdict is Verdict.TIMEOUT
+
+
+def test_sigstop_to_self_times_out_or_passes_and_pool_serves(pool):
+    code = "import os, signal\nos.kill(os.getpid(), signal.SIGSTOP)\n" + GOOD_F
+    assert run(pool, code).verdict in (Verdict.TIMEOUT, Verdict.PASSED)
+    assert run(pool, GOOD_F).passed
+
+
+def test_fork_storm_is_contained(pool):
+    code = """
+        import os
+        def f(x):
+            for _ in range(10000):
+                try:
+                    os.fork()
+                except OSError:
+                    pass
+            return x + 1
+    """
+    assert run(pool, code).verdict in (Verdict.TIMEOUT, Verdict.PASSED, Verdict.RUNTIME_ERROR)
+    assert run(pool, GOOD_F).passed
+
+
+def test_setsid_grandchild_is_killed(pool):
+    marker = f"sandbox-grandchild-{os.getpid()}-{time.time_ns()}"
+    code = (
+        f"""
+        import os, time
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                os.execv("/bin/sleep", ["{marker}", "300"]) if False else None
+                import sys
+                sys.argv[0] = "{marker}"
+                while True:
+                    time.sleep(1)
+            os._exit(0)
+        time.sleep(0.2)
+    """
+        + GOOD_F
+    )
+    run(pool, code)
+    time.sleep(0.2)
+    survivors = [
+        p
+        for p in psutil.process_iter(["cmdline", "ppid"])
+        if marker in " ".join(p.info["cmdline"] or [])
+    ]
+    assert survivors == []
+
+
+def test_huge_allocation_hits_memory_limit(pool):
+    assert (
+        run(pool, "def f(x):\n    return len(bytearray(10**10))\n").verdict is Verdict.MEMORY_LIMIT
+    )
+
+
+def test_print_flood_hits_output_limit(pool):
+    code = "def f(x):\n    while True:\n        print('x' * 10000)\n"
+    assert run(pool, code).verdict is Verdict.OUTPUT_LIMIT
+
+
+def test_closed_stdout_is_harmless(pool):
+    code = "import os, sys\nsys.stdout.close()\nos.close(1)\n" + GOOD_F
+    assert run(pool, code).verdict is Verdict.PASSED
+
+
+def test_reading_stdin_gets_eof(pool):
+    assert run(pool, "x = input()\n" + GOOD_F).verdict is Verdict.RUNTIME_ERROR
+
+
+def test_deep_recursion_is_runtime_error(pool):
+    assert run(pool, "def f(x):\n    return f(x + 1)\n").verdict is Verdict.RUNTIME_ERROR
+
+
+def test_unbounded_recursion_limit_is_contained(pool):
+    code = "import sys\nsys.setrecursionlimit(10**7)\ndef f(x):\n    return f(x + 1)\n"
+    verdict = run(pool, code).verdict
+    assert verdict in (Verdict.RUNTIME_ERROR, Verdict.MEMORY_LIMIT, Verdict.TIMEOUT)
+    assert run(pool, GOOD_F).passed
+
+
+def test_segfault_is_runtime_error(pool):
+    assert (
+        run(pool, "import ctypes\ndef f(x):\n    ctypes.string_at(0)\n").verdict
+        is Verdict.RUNTIME_ERROR
+    )
+
+
+@pytest.mark.parametrize("exit_call", ["sys.exit(0)", "os._exit(0)", "raise SystemExit(0)"])
+def test_exit_before_tests_is_runtime_error(pool, exit_call):
+    code = f"import os, sys\n{GOOD_F}{exit_call}\n"
+    assert run(pool, code).verdict is Verdict.RUNTIME_ERROR
+
+
+@pytest.mark.parametrize("exit_call", ["sys.exit(0)", "os._exit(0)"])
+def test_exit_during_tests_is_runtime_error(pool, exit_call):
+    code = f"import os, sys\ndef f(x):\n    {exit_call}\n"
+    result = run(pool, code)
+    assert result.verdict is Verdict.RUNTIME_ERROR and result.tests_passed == 0
+
+
+def test_atexit_and_printed_markers_do_not_pass(pool):
+    code = """
+        import atexit, os
+        atexit.register(lambda: print("ALL TESTS PASSED"))
+        print('{"t": "end"}', "PASSED", flush=True)
+        def f(x):
+            print("assert passed")
+            return 0
+        os.write(1, b"ok\\n")
+    """
+    assert run(pool, code).verdict is Verdict.FAILED
+
+
+def test_lying_eq_objects_fail(pool):
+    code = """
+        class Anything:
+            def __eq__(self, other):
+                return True
+            __hash__ = object.__hash__
+        class LiarInt(int):
+            def __eq__(self, other):
+                return True
+        def f(x):
+            return Anything() if x == 1 else LiarInt(0)
+    """
+    result = run(pool, code)
+    assert result.verdict is Verdict.FAILED and result.tests_passed == 0
+
+
+def test_lying_str_subclass_fails(pool):
+    code = "class S(str):\n    def __eq__(self, o):\n        return True\n"
+    code += "def f(x):\n    return S('no')\n"
+    assert run(pool, code, ("assert f(1) == 'yes'",)).verdict is Verdict.FAILED
+
+
+def test_counter_equals_dict_literal(pool):
+    code = "from collections import Counter\ndef f(s):\n    return Counter(s)\n"
+    assert run(pool, code, ("assert f('aab') == {'a': 2, 'b': 1}",)).passed
+
+
+def test_frame_walking_and_gc_find_no_expected_value(pool):
+    code = """
+        import gc, sys
+        def f(x):
+            prefix = "s3cr3t" + "-"
+            seen = []
+            frame = sys._getframe()
+            while frame is not None:
+                seen += list(frame.f_locals.values()) + list(frame.f_globals.values())
+                frame = frame.f_back
+            for obj in gc.get_objects() + seen:
+                items = list(obj.values()) if isinstance(obj, dict) else [obj]
+                for item in obj if isinstance(obj, (list, tuple)) else items:
+                    if isinstance(item, str) and item.startswith(prefix) and item != prefix:
+                        return item
+            return None
+    """
+    assert run(pool, code, ("assert f(1) == 's3cr3t-42'",)).verdict is Verdict.FAILED
+
+
+def test_patched_builtins_and_json_gain_nothing(pool):
+    code = """
+        import builtins, json
+        json.dumps = lambda *a, **k: '{"t": "test", "i": 0, "ok": true}'
+        builtins.len = lambda x: 3
+        builtins.isinstance = lambda *a: True
+        def f(x):
+            return [0]
+    """
+    result = run(pool, code, ("assert len(f(1)) == 3",))
+    assert result.verdict is not Verdict.PASSED
+
+
+def test_writing_outside_scratch_fails(pool):
+    path = f"/tmp/sandbox-escape-{os.getpid()}"
+    result = run(pool, f"open({path!r}, 'w').write('x')\n" + GOOD_F)
+    assert result.verdict is Verdict.RUNTIME_ERROR and not os.path.exists(path)
+
+
+def test_deleting_host_files_fails(pool):
+    with tempfile.NamedTemporaryFile(dir="/tmp", delete=False) as fh:
+        fh.write(b"precious")
+    try:
+        os.chmod(fh.name, 0o666)
+        result = run(pool, f"import os\nos.remove({fh.name!r})\n" + GOOD_F)
+        assert result.verdict is Verdict.RUNTIME_ERROR
+        with open(fh.name, "rb") as check:
+            assert check.read() == b"precious"
+    finally:
+        os.unlink(fh.name)
+
+
+def test_loopback_connection_never_arrives(pool):
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    server.settimeout(0.5)
+    port = server.getsockname()[1]
+    code = f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=0.5)\n" + GOOD_F
+    try:
+        assert run(pool, code).verdict is Verdict.RUNTIME_ERROR
+        with pytest.raises(OSError):
+            server.accept()
+    finally:
+        server.close()
+
+
+def test_killing_the_parent_does_not_break_the_pool(pool):
+    code = "import os\nos.kill(os.getppid(), 9)\nos.kill(1, 9)\n" + GOOD_F
+    assert run(pool, code).verdict is not Verdict.INFRA_ERROR
+    assert run(pool, GOOD_F).passed
+
+
+def test_environment_secrets_are_not_visible(pool, monkeypatch):
+    monkeypatch.setenv("SANDBOX_TEST_SECRET", "hunter2")
+    code = "import os\ndef f(x):\n"
+    code += "    return len(os.environ) + (os.getenv('SANDBOX_TEST_SECRET') is not None)\n"
+    assert run(pool, code, ("assert f(1) == 0",)).passed
+
+
+def test_spinning_threads_time_out(pool):
+    code = """
+        import threading
+        def spin():
+            while True:
+                pass
+        for _ in range(8):
+            threading.Thread(target=spin, daemon=True).start()
+        def f(x):
+            while True:
+                pass
+    """
+    assert run(pool, code).verdict is Verdict.TIMEOUT
+
+
+def test_huge_file_hits_output_limit(pool):
+    code = "def f(x):\n    with open('big', 'wb') as fh:\n"
+    code += "        while True:\n            fh.write(b'x' * 2**20)\n"
+    assert run(pool, code).verdict in (Verdict.OUTPUT_LIMIT, Verdict.RUNTIME_ERROR)
+
+
+def test_syntax_error(pool):
+    assert run(pool, "def f(x) return x").verdict is Verdict.SYNTAX_ERROR
+
+
+def test_nul_bytes_are_syntax_error(pool):
+    assert run(pool, "def f(x):\n    return x + 1\x00\n").verdict is Verdict.SYNTAX_ERROR
+
+
+def test_huge_source_is_rejected(pool):
+    assert run(pool, "x = 1\n" * 300_000 + GOOD_F).verdict is Verdict.SYNTAX_ERROR
+
+
+def test_results_keep_input_order_in_parallel(pool):
+    jobs = [ExecutionJob(f"def f(x):\n    return {i}\n", ("assert f(0) == 3",)) for i in range(10)]
+    results = pool.run(jobs)
+    assert [r.passed for r in results] == [i == 3 for i in range(10)]
+
+
+def test_cache_hits_are_counted():
+    with SandboxPool(SandboxConfig(num_workers=1)) as cached:
+        job = ExecutionJob(GOOD_F, F_TESTS)
+        first, second = cached.run([job, job])[0], cached.run([job])[0]
+        assert first.passed and second.passed
+        assert cached.stats()["sandbox/cache_hits"] == 1.0
+
+
+def test_close_leaves_no_processes_or_files():
+    temp_pool = SandboxPool(SandboxConfig(num_workers=2))
+    temp_pool.run([ExecutionJob("import os, time\nos.fork()\nos.setsid()", ())])
+    workers = [psutil.Process(w.proc.pid) for w in temp_pool._workers]
+    family = workers + [c for w in workers for c in w.children(recursive=True)]
+    temp_pool.close()
+    time.sleep(0.1)
+    assert not [p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not os.path.exists(temp_pool._dir)
