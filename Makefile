@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: setup
-	$(PY) -m launch.train --config configs/demo.toml
+	$(PY) -m launch.train --config configs/demo.toml --overwrite
 
 test: setup
 	$(PY) -m pytest -q -rs

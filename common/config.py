@@ -43,8 +43,44 @@ class ModelConfig(_Section):
 
 
 class DataConfig(_Section):
-    source: Literal["synthetic"] = "synthetic"
+    source: str = Field(
+        "synthetic",
+        description="'synthetic', a problems file (MBPP .jsonl/.json, HumanEval .jsonl[.gz], "
+        "generic .jsonl) or a Hugging Face dataset name[:config]",
+    )
+    format: Literal["auto", "mbpp", "humaneval", "generic"] = "auto"
+    split: str = Field(
+        "train", description="MBPP: train, test, validation, prompt; 'all': every row"
+    )
     max_problems: int = Field(0, ge=0, description="0: all")
+    prompt_template: Literal["auto", "chat", "plain"] = Field(
+        "auto", description="auto: the model's chat template if it has one; ignored for synthetic"
+    )
+    curriculum: Literal["uniform", "failure_focused", "easy_to_hard"] = "uniform"
+    curriculum_ema: float = Field(
+        0.3, gt=0, le=1, description="weight of the newest group in a problem's pass rate"
+    )
+    curriculum_ramp_steps: int = Field(
+        100, ge=1, description="easy_to_hard: steps until the pool is the whole set"
+    )
+
+
+class EvalConfig(_Section):
+    every: int = Field(0, ge=0, description="evaluate every N steps and at the end; 0: never")
+    source: str = Field("", description="problems to evaluate on; '': data.source")
+    split: str = "test"
+    max_problems: int = Field(0, ge=0, description="0: the whole split")
+    n: int = Field(1, ge=1, description="samples per problem")
+    k: list[int] = Field(default_factory=lambda: [1])
+
+    @model_validator(mode="after")
+    def _check_k(self) -> EvalConfig:
+        if not self.k or min(self.k) < 1 or max(self.k) > self.n:
+            raise ValueError(
+                f"k ({self.k}) must be between 1 and n ({self.n}): pass@k needs at least k "
+                "samples per problem"
+            )
+        return self
 
 
 class RolloutConfig(_Section):
@@ -59,6 +95,12 @@ class RolloutConfig(_Section):
     num_cpus: float = Field(1.0, ge=0)
     num_gpus: float = Field(0.0, ge=0)
     enforce_eager: bool = True
+    dynamic_sampling: bool = Field(
+        False, description="drop groups whose rewards are all equal and sample more prompts"
+    )
+    max_sampling_rounds: int = Field(
+        4, ge=1, description="rollout rounds per step, the ordinary one included"
+    )
 
     @model_validator(mode="after")
     def _check_group(self) -> RolloutConfig:
@@ -99,6 +141,9 @@ class LoraConfig(_Section):
     alpha: float = 16.0
     dropout: float = Field(0.0, ge=0, lt=1)
     target_modules: list[str] = ["q_proj", "k_proj", "v_proj", "o_proj"]
+    export: Literal["merged"] = Field(
+        "merged", description="how LoRA updates reach vLLM: merged into the base weights"
+    )
 
 
 class LearnerConfig(_Section):
@@ -117,6 +162,25 @@ class LearnerConfig(_Section):
     entropy_coef: float = Field(0.0, ge=0)
     max_len: int = Field(0, ge=0, description="Dr. GRPO length normaliser; 0: longest in batch")
     logprob_chunk_tokens: int = Field(1024, ge=1)
+    kl_in: Literal["loss", "reward"] = Field(
+        "loss", description="KL as a loss term, or -beta*KL per sequence in the reward"
+    )
+    ppo_epochs: int = Field(1, ge=1, description="mu: optimisation epochs over one rollout batch")
+    mini_batches: int = Field(1, ge=1, description="optimiser steps per epoch")
+    tis_cap: float = Field(
+        2.0, ge=0, description="truncated importance-sampling cap on pi_old/pi_sampler; 0: off"
+    )
+    reward_scale: float = Field(
+        1.0, gt=0, description="DGRO: multiplies advantages, decoupled from beta"
+    )
+    reference: Literal["frozen_copy", "precomputed"] = Field(
+        "frozen_copy",
+        description="full fine-tuning: a frozen copy on device, or the initial weights kept on "
+        "CPU and swapped in once per batch",
+    )
+    master_dtype: Literal["float32", "same"] = Field(
+        "float32", description="dtype=bfloat16: fp32 master weights + autocast, or pure bf16"
+    )
     micro_batch_tokens: int = Field(8192, ge=16, description="token budget of one micro-batch")
     dtype: Literal["float32", "bfloat16"] = "float32"
     gradient_checkpointing: bool = False
@@ -131,6 +195,11 @@ class WeightsConfig(_Section):
 
 class RayConfig(_Section):
     address: str = Field("", description="'' connects to a running cluster if any, else starts one")
+    placement: Literal["none", "pack", "spread", "strict_pack", "strict_spread"] = Field(
+        "none",
+        description="placement group for the learner and the initial rollout actors: 'pack' "
+        "keeps them on as few nodes as possible, 'spread' on as many",
+    )
     num_cpus: int = Field(0, ge=0, description="local cluster only; 0: Ray's default")
 
 
@@ -138,6 +207,7 @@ class Config(_Section):
     run: RunConfig = RunConfig()
     model: ModelConfig = ModelConfig()
     data: DataConfig = DataConfig()
+    eval: EvalConfig = EvalConfig()
     rollout: RolloutConfig = RolloutConfig()
     sandbox: SandboxConfig = SandboxConfig()
     learner: LearnerConfig = LearnerConfig()

@@ -1,7 +1,13 @@
 """Where training problems come from, and the order they are drawn in.
 
+``data.source`` is ``synthetic`` (the demo task, already in its final completion form, so the
+prompt template does not apply), a problems file or a Hugging Face dataset name
+(:mod:`common.datasets`); dataset prompts are rendered for the model with ``data.prompt_template``
+(:mod:`common.prompts`).
+
 The sampler is a pure function of (seed, position): a resumed run that restores the position
-sees exactly the prompts an uninterrupted run would have seen.
+sees exactly the prompts an uninterrupted run would have seen. Pass-rate-aware orders are in
+:mod:`common.curriculum`.
 """
 
 from __future__ import annotations
@@ -9,19 +15,40 @@ from __future__ import annotations
 import random
 
 from common.config import DataConfig
+from common.datasets import load_dataset
+from common.prompts import render_problems
 from common.tasks import synthetic_problems
 from common.types import Problem
 
 
-def load_problems(config: DataConfig) -> list[Problem]:
-    """The problems named by ``data.source``."""
+def load_problems(config: DataConfig, tokenizer=None) -> list[Problem]:
+    """The training problems named by ``data.source``, with prompts rendered for the model.
+
+    A dataset source needs the ``tokenizer`` (its chat template decides what ``auto`` means);
+    the synthetic task does not.
+    """
+    limit = config.max_problems
     if config.source == "synthetic":
         problems = synthetic_problems()
-    else:
-        raise ValueError(f"data.source {config.source!r} is not available yet; use 'synthetic'")
-    if config.max_problems:
-        problems = problems[: config.max_problems]
-    return problems
+        return problems[:limit] if limit else problems
+    return load_rendered(
+        config.source,
+        getattr(config, "split", "train"),
+        getattr(config, "format", "auto"),
+        getattr(config, "prompt_template", "auto"),
+        tokenizer,
+        limit,
+    )
+
+
+def load_rendered(
+    source: str, split: str | None, fmt: str, template: str, tokenizer, limit: int = 0
+) -> list[Problem]:
+    """Problems from a dataset source with prompts rendered by ``template`` for ``tokenizer``."""
+    if tokenizer is None:
+        raise ValueError(f"rendering prompts for {source!r} needs the model's tokenizer")
+    problems = load_dataset(source, split, fmt, limit)
+    return render_problems(problems, template, tokenizer)
 
 
 class PromptSampler:

@@ -17,12 +17,19 @@ from typing import TextIO
 class MetricsLog:
     """Appends step records to ``metrics.jsonl``, flushed each step so a crash loses nothing."""
 
-    def __init__(self, path: str | Path, total_steps: int, stream: TextIO = sys.stdout) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        total_steps: int,
+        stream: TextIO = sys.stdout,
+        first_step: int = 0,
+    ) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = self.path.open("a")
         self._stream = stream
         self._total = total_steps
+        self._first = first_step
         self._start = time.perf_counter()
 
     def write(self, record: dict[str, float]) -> None:
@@ -35,9 +42,11 @@ class MetricsLog:
     def _progress_line(self, record: dict) -> str:
         step = int(record.get("step", 0))
         elapsed = time.perf_counter() - self._start
-        remaining = elapsed / max(step, 1) * (self._total - step)
+        remaining = elapsed / max(step - self._first, 1) * (self._total - step)
+        filled = int(20 * step / max(self._total, 1))
+        bar = "#" * filled + "." * (20 - filled)
         return (
-            f"step {step:>4}/{self._total} | reward {record.get('reward/mean', 0.0):.3f}"
+            f"[{bar}] step {step:>4}/{self._total} | reward {record.get('reward/mean', 0.0):.3f}"
             f" | loss {record.get('train/loss', 0.0):+.4f} | kl {record.get('train/kl', 0.0):.4f}"
             f" | |dlogp| {record.get('train/logprob_diff_mean', 0.0):.4f}"
             f" | {record.get('time/step_s', 0.0):.2f}s/step | eta {remaining:4.0f}s"

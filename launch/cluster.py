@@ -2,7 +2,8 @@
 
 The actor classes are plain Python classes; this is the one place they become Ray actors, with
 resources taken from config (``ray.remote(**resources)(RolloutWorker)``), so the same classes run
-in unit tests without Ray and on a GPU cluster with ``num_gpus=1``.
+in unit tests without Ray and on a GPU cluster with ``num_gpus=1``. Actors get readable names
+(``learner-<run>``, ``rollout-<run>-<i>``, ``sandbox-<run>``) for the dashboard.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ logger = logging.getLogger(__name__)
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 ACTOR_ENV = {
-    "HF_HUB_OFFLINE": "1",
+    "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
     "TOKENIZERS_PARALLELISM": "false",
     "VLLM_CONFIGURE_LOGGING": "0",
 }
@@ -51,46 +52,105 @@ def connect(config: RayConfig) -> None:
     logger.info("started a local Ray cluster")
 
 
+def actor_options(
+    name: str, num_cpus: float, num_gpus: float = 0.0, placement: Placement | None = None
+) -> dict[str, Any]:
+    """Ray options for one of our actors: a readable name, resources, the actor environment,
+    and its bundle of the run's placement group when it has one."""
+    options: dict[str, Any] = {
+        "name": name,
+        "num_cpus": num_cpus,
+        "num_gpus": num_gpus,
+        "runtime_env": {"env_vars": ACTOR_ENV},
+    }
+    if placement is not None:
+        options["scheduling_strategy"] = placement.strategy_for(name)
+    return options
+
+
+def bundle(num_cpus: float, num_gpus: float) -> dict[str, float]:
+    """A placement-group bundle holding exactly an actor's resources."""
+    return {k: v for k, v in (("CPU", num_cpus), ("GPU", num_gpus)) if v > 0}
+
+
+@dataclass
+class Placement:
+    """The run's placement group: one bundle for the learner, one per initial rollout actor.
+
+    Actors with no resources (a CPU-less sandbox front) and rollout actors added later by a
+    resize are scheduled outside it; a restarted actor returns to its own bundle.
+    """
+
+    group: Any
+    bundle_of: dict[str, int]
+
+    @classmethod
+    def create(cls, config: Config, run_id: str) -> Placement | None:
+        import ray
+        from ray.util.placement_group import placement_group
+
+        if config.ray.placement == "none":
+            return None
+        learner, rollout = config.learner, config.rollout
+        members = {f"learner-{run_id}": bundle(learner.num_cpus, learner.num_gpus)}
+        for i in range(rollout.num_actors):
+            members[f"rollout-{run_id}-{i}"] = bundle(rollout.num_cpus, rollout.num_gpus)
+        members = {name: b for name, b in members.items() if b}
+        if not members:
+            return None
+        group = placement_group(list(members.values()), strategy=config.ray.placement.upper())
+        ray.get(group.ready(), timeout=600)
+        return cls(group, {name: i for i, name in enumerate(members)})
+
+    def strategy_for(self, name: str) -> Any:
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        if name not in self.bundle_of:
+            return "DEFAULT"
+        return PlacementGroupSchedulingStrategy(
+            placement_group=self.group, placement_group_bundle_index=self.bundle_of[name]
+        )
+
+
 @dataclass
 class Fleet:
     """Handles to every actor of a run."""
 
-    rollout: list[Any]
+    rollout: Any  # launch.rollout_fleet.RolloutFleet
     learner: Any
     sandbox: Any
+    placement: Placement | None = None
 
     def shutdown(self) -> None:
         import ray
+        from ray.util.placement_group import remove_placement_group
 
-        for handle in [*self.rollout, self.learner, self.sandbox]:
+        self.rollout.shutdown()
+        for handle in (self.learner, self.sandbox):
             ray.kill(handle, no_restart=True)
-
-
-def _remote(cls: type, name: str, num_cpus: float, num_gpus: float = 0.0) -> Any:
-    import ray
-
-    return ray.remote(cls).options(
-        name=name,
-        num_cpus=num_cpus,
-        num_gpus=num_gpus,
-        runtime_env={"env_vars": ACTOR_ENV},
-    )
+        if self.placement is not None:
+            remove_placement_group(self.placement.group)
 
 
 def start_fleet(config: Config, model_path: str, run_id: str) -> Fleet:
     """Start the rollout workers, the learner and the sandbox pool; wait until all are ready."""
     import ray
 
-    from actor.rollout_worker import RolloutWorker
+    from launch.rollout_fleet import RolloutFleet
     from learner.learner import Learner
     from sandbox.pool import SandboxPool
 
-    sandbox = _remote(SandboxPool, f"sandbox-{run_id}", config.sandbox.num_cpus).remote(
-        config.sandbox
+    placement = Placement.create(config, run_id)
+    sandbox_cls = ray.remote(SandboxPool).options(
+        **actor_options(f"sandbox-{run_id}", config.sandbox.num_cpus)
     )
-    learner = _remote(
-        Learner, f"learner-{run_id}", config.learner.num_cpus, config.learner.num_gpus
-    ).remote(
+    sandbox = sandbox_cls.remote(config.sandbox)
+    learner_cls = ray.remote(Learner).options(
+        **actor_options(
+            f"learner-{run_id}", config.learner.num_cpus, config.learner.num_gpus, placement
+        )
+    )
+    learner = learner_cls.remote(
         model_path,
         config.learner,
         temperature=config.rollout.temperature,
@@ -98,11 +158,7 @@ def start_fleet(config: Config, model_path: str, run_id: str) -> Fleet:
         transport=config.weights.transport,
         export_dtype=config.model.dtype,
     )
-    rollout = [
-        _remote(
-            RolloutWorker, f"rollout-{run_id}-{i}", config.rollout.num_cpus, config.rollout.num_gpus
-        ).remote(model_path, config.rollout, config.model, seed=config.run.seed, worker_index=i)
-        for i in range(config.rollout.num_actors)
-    ]
-    ray.get([handle.__ray_ready__.remote() for handle in [*rollout, learner, sandbox]])
-    return Fleet(rollout=rollout, learner=learner, sandbox=sandbox)
+    rollout = RolloutFleet(config, model_path, run_id, placement)
+    rollout.start(config.rollout.num_actors)
+    ray.get([handle.__ray_ready__.remote() for handle in (learner, sandbox)])
+    return Fleet(rollout=rollout, learner=learner, sandbox=sandbox, placement=placement)

@@ -15,18 +15,24 @@ One step, synchronous (every completion is on-policy for the weights the learner
 
 from __future__ import annotations
 
+import json
 import logging
-import random
+import signal
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from common.config import Config
-from common.data import PromptSampler
+from common.curriculum import make_curriculum
 from common.metrics import MetricsLog
-from common.prompts import build_program
-from common.types import Completion, ExecutionJob, Problem, RolloutRequest, TrainSample
+from common.prompts import encode_prompt
+from common.types import Completion, Problem, TrainSample, Verdict
+from launch.checkpoint import DriverState, save_checkpoint
 from launch.cluster import Fleet
+from launch.control import CONTROL_FILE, ControlFile
+from launch.groups import GroupCollector
 
 logger = logging.getLogger(__name__)
 
@@ -79,106 +85,209 @@ class StepTimer:
         self.marks[f"time/{name}_s"] = now - self._last
         self._last = now
 
+    def restart(self) -> None:
+        self._last = time.perf_counter()
+
 
 class Driver:
-    """Runs the GRPO loop over a started :class:`Fleet`."""
+    """Runs the GRPO loop over a started :class:`Fleet`; resumable from a :class:`DriverState`."""
 
     def __init__(
-        self, config: Config, fleet: Fleet, problems: list[Problem], tokenizer, run_dir: Path
+        self,
+        config: Config,
+        fleet: Fleet,
+        problems: list[Problem],
+        tokenizer,
+        run_dir: Path,
+        state: DriverState | None = None,
     ) -> None:
         self.config = config
         self.fleet = fleet
         self.problems = problems
-        self.prompt_ids = [tuple(tokenizer(p.prompt)["input_ids"]) for p in problems]
-        self.sampler = PromptSampler(len(problems), seed=config.run.seed)
+        self.tokenizer = tokenizer
+        prompt_ids = [tuple(encode_prompt(tokenizer, p.prompt)) for p in problems]
+        self.collector = GroupCollector(config, fleet, problems, prompt_ids)
         self.run_dir = run_dir
-        self.weight_version = 0
+        self.start_step = state.step if state else 0
+        self.weight_version = state.weight_version if state else 0
+        data = config.data
+        self.curriculum = make_curriculum(
+            data.curriculum,
+            problems,
+            config.run.seed,
+            ema=data.curriculum_ema,
+            ramp_draws=data.curriculum_ramp_steps,
+        )
+        if state is not None:
+            self.curriculum.load_state_dict(state.curriculum)
+        self.eval_problems = self._load_eval_problems() if config.eval.every else []
+        self.control = ControlFile(run_dir / CONTROL_FILE)
+        self._stop_signal: int | None = None
 
     def run(self) -> None:
+        """Train up to ``run.steps``; checkpoint every N steps, on SIGTERM and at the end."""
+        from launch.telemetry import Telemetry
+
         total = self.config.run.steps
-        log = MetricsLog(self.run_dir / "metrics.jsonl", total_steps=total)
+        log = MetricsLog(
+            self.run_dir / "metrics.jsonl", total_steps=total, first_step=self.start_step
+        )
+        telemetry = Telemetry(self.run_dir, self.config.run.name)
+        restore = _install_stop_handler(self._request_stop)
+        step = self.start_step
         try:
-            for step in range(1, total + 1):
+            for step in range(self.start_step + 1, total + 1):
+                self._apply_control()
                 record = self.step(step)
+                every_eval = self.config.eval.every
+                if every_eval and (step % every_eval == 0 or step == total):
+                    record.update(self.evaluate())
                 log.write(record)
+                telemetry.record(record)
                 every = self.config.run.checkpoint_every
-                if every and step % every == 0 and step < total:
-                    self.save_checkpoint()
+                if (every and step % every == 0) or self._stop_signal is not None or step == total:
+                    self.save_checkpoint(step)
+                if self._stop_signal is not None:
+                    logger.warning("stopped by signal %d after step %d", self._stop_signal, step)
+                    break
         finally:
+            restore()
             log.close()
-        self.save_checkpoint()
+            telemetry.close()
+
+    def _request_stop(self, signum: int) -> None:
+        self._stop_signal = signum
+
+    def _apply_control(self) -> None:
+        """Apply a resize asked for through the control file (see ``launch.scale``)."""
+        wanted = self.control.poll()
+        if wanted is not None and wanted != len(self.fleet.rollout.actors):
+            logger.info("control file: resizing the rollout fleet to %d", wanted)
+            self.fleet.rollout.resize(wanted)
 
     def step(self, step: int) -> dict[str, float]:
+        """One GRPO step (see the module docstring); returns the step's metric record."""
         import ray
 
-        from sandbox.reward import execution_reward
-
         timer = StepTimer()
-        rollout_cfg = self.config.rollout
-        indices = self.sampler.next_indices(rollout_cfg.prompts_per_step)
-        completions = self._generate(step, indices)
-        timer.lap("rollout")
-
-        problems = [
-            self.problems[indices[i // rollout_cfg.group_size]] for i in range(len(completions))
-        ]
-        jobs = [
-            ExecutionJob(build_program(p, c.text), p.tests, p.setup_code)
-            for p, c in zip(problems, completions, strict=True)
-        ]
-        binary = self.config.sandbox.reward == "binary"
-        results = ray.get(self.fleet.sandbox.run.remote(jobs, stop_at_first_failure=binary))
-        rewards = [execution_reward(r, self.config.sandbox.reward) for r in results]
+        groups, sampling_metrics = self.collector.collect(step, self.curriculum.next_indices)
+        timer.marks.update({f"time/{k}_s": v for k, v in self.collector.seconds.items()})
+        self._log_batch(step, [group.index for group in groups])
+        for group in groups:
+            self._observe(group)
+        completions = [c for group in groups for c in group.completions]
+        rewards = [r for group in groups for r in group.rewards]
         sandbox_stats = ray.get(self.fleet.sandbox.stats.remote())
-        timer.lap("reward")
 
+        timer.restart()
+        samples, kl_metrics = self._train_samples(completions, rewards)
+        train_metrics = ray.get(self.fleet.learner.train_step.remote(samples)) if samples else {}
+        timer.lap("train")
+
+        update = self.fleet.learner.export_weights.remote()
+        self.fleet.rollout.push(update)
+        self.weight_version = ray.get(update).version
+        timer.lap("weight_sync")
+
+        record = self._record(step, completions, rewards, train_metrics, sandbox_stats, timer)
+        record.update(sampling_metrics)
+        record.update(kl_metrics)
+        record.update(self.curriculum.stats())
+        return record
+
+    def _observe(self, group) -> None:
+        """Feed the curriculum the group's pass rate (sandbox failures say nothing)."""
+        judged = [r for r in group.results if r.verdict is not Verdict.INFRA_ERROR]
+        if judged:
+            self.curriculum.observe(group.index, sum(r.passed for r in judged) / len(judged))
+
+    def _train_samples(
+        self, completions: list[Completion], rewards: list[float | None]
+    ) -> tuple[list[TrainSample], dict[str, float]]:
+        """Advantages for every rewarded completion (KL folded into the reward if configured)."""
         learner_cfg = self.config.learner
+        metrics: dict[str, float] = {}
+        shaped = list(rewards)
+        if learner_cfg.beta > 0 and learner_cfg.kl_in == "reward":
+            shaped, metrics = self._kl_penalised(completions, rewards)
+        size = self.config.rollout.group_size
         advantages = group_advantages_masked(
-            rewards, rollout_cfg.group_size, learner_cfg.advantage_eps, learner_cfg.advantage_scale
+            shaped, size, learner_cfg.advantage_eps, learner_cfg.advantage_scale
         )
         samples = [
             TrainSample(
                 prompt_token_ids=c.prompt_token_ids,
                 completion_token_ids=c.token_ids,
                 sampler_logprobs=c.sampler_logprobs,
-                advantage=adv,
+                advantage=adv * learner_cfg.reward_scale,
                 weight_version=c.weight_version,
-                group_index=i // rollout_cfg.group_size,
+                group_index=i // size,
             )
             for i, (c, adv) in enumerate(zip(completions, advantages, strict=True))
             if adv is not None and c.token_ids
         ]
-        train_metrics = ray.get(self.fleet.learner.train_step.remote(samples))
-        timer.lap("train")
+        return samples, metrics
 
-        update = self.fleet.learner.export_weights.remote()
-        ray.get([worker.update_weights.remote(update) for worker in self.fleet.rollout])
-        self.weight_version = ray.get(update).version
-        timer.lap("weight_sync")
-
-        return self._record(step, completions, rewards, train_metrics, sandbox_stats, timer)
-
-    def _generate(self, step: int, indices: list[int]) -> list[Completion]:
-        """Split the step's prompts across the rollout workers and gather in prompt order."""
+    def _kl_penalised(
+        self, completions: list[Completion], rewards: list[float | None]
+    ) -> tuple[list[float | None], dict[str, float]]:
+        """r - beta * KL(sequence), with the KL from the learner's policy and reference."""
         import ray
+        import torch
 
-        rng = random.Random(f"{self.config.run.seed}/rollout/{step}")
-        group_size = self.config.rollout.group_size
-        requests = [
-            RolloutRequest(
-                request_id=f"{step}/{k}",
-                prompt_token_ids=self.prompt_ids[index],
-                seeds=tuple(rng.getrandbits(31) for _ in range(group_size)),
-            )
-            for k, index in enumerate(indices)
+        from learner.grpo import kl_penalised_rewards
+
+        kept = [i for i, r in enumerate(rewards) if r is not None and completions[i].token_ids]
+        probes = [
+            TrainSample(c.prompt_token_ids, c.token_ids, c.sampler_logprobs, 0.0, c.weight_version)
+            for c in (completions[i] for i in kept)
         ]
-        workers = self.fleet.rollout
-        shares = [requests[i :: len(workers)] for i in range(len(workers))]
-        futures = [
-            w.generate.remote(share) for w, share in zip(workers, shares, strict=True) if share
-        ]
-        by_id = {(c.request_id, c.sample_index): c for batch in ray.get(futures) for c in batch}
-        return [by_id[(r.request_id, g)] for r in requests for g in range(group_size)]
+        kl = ray.get(self.fleet.learner.sequence_kl.remote(probes)) if probes else []
+        penalised = kl_penalised_rewards(
+            torch.tensor([rewards[i] for i in kept], dtype=torch.float64),
+            torch.tensor(kl, dtype=torch.float64),
+            self.config.learner.beta,
+        )
+        shaped = list(rewards)
+        for i, value in zip(kept, penalised.tolist(), strict=True):
+            shaped[i] = value
+        return shaped, {"train/seq_kl_mean": sum(kl) / max(len(kl), 1)}
+
+    def _load_eval_problems(self) -> list[Problem]:
+        from common.data import load_rendered
+
+        data, ev = self.config.data, self.config.eval
+        return load_rendered(
+            ev.source or data.source,
+            ev.split,
+            data.format,
+            data.prompt_template,
+            self.tokenizer,
+            ev.max_problems,
+        )
+
+    def evaluate(self) -> dict[str, float]:
+        """pass@k on the held-out problems with the current weights (``eval/pass@k``)."""
+        from launch.evaluate import evaluate, ray_execute_fn
+
+        start = time.perf_counter()
+        metrics = evaluate(
+            self.eval_problems,
+            self.tokenizer,
+            self.fleet.rollout.generate,
+            ray_execute_fn(self.fleet.sandbox),
+            n=self.config.eval.n,
+            ks=self.config.eval.k,
+            seed=self.config.run.seed,
+        )
+        metrics["time/eval_s"] = time.perf_counter() - start
+        return metrics
+
+    def _log_batch(self, step: int, indices: list[int]) -> None:
+        """Which problems each step trained on (what resume must reproduce)."""
+        ids = [self.problems[i].problem_id for i in indices]
+        with (self.run_dir / "batches.jsonl").open("a") as handle:
+            handle.write(json.dumps({"step": step, "problem_ids": ids}) + "\n")
 
     def _record(
         self, step, completions, rewards, train_metrics, sandbox_stats, timer: StepTimer
@@ -204,12 +313,42 @@ class Driver:
         }
         record.update(train_metrics)
         record.update(sandbox_stats)
+        record.update(self.fleet.rollout.counters)
+        record["rollout/num_actors"] = len(self.fleet.rollout.actors)
         record.update(timer.marks)
         return record
 
-    def save_checkpoint(self) -> None:
-        import ray
+    def save_checkpoint(self, step: int) -> None:
+        state = DriverState(
+            step=step,
+            weight_version=self.weight_version,
+            seed=self.config.run.seed,
+            curriculum=self.curriculum.state_dict(),
+        )
+        path = save_checkpoint(self.run_dir, self.fleet.learner, state)
+        logger.info("step %d: checkpoint saved to %s", step, path)
 
-        path = self.run_dir / "checkpoint"
-        ray.get(self.fleet.learner.save_checkpoint.remote(str(path)))
-        logger.info("checkpoint saved to %s", path)
+
+def _install_stop_handler(callback) -> Callable[[], None]:
+    """SIGTERM/SIGINT finish the current step, checkpoint, and stop; returns the undo function.
+
+    Signal handlers can only be installed from the main thread; elsewhere (a test running the
+    driver in a thread) this is a no-op.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+    def handler(signum, _frame):
+        if signum == signal.SIGINT and previous[signal.SIGINT] is not None:
+            logger.warning("interrupt: finishing the current step, then checkpointing")
+        callback(signum)
+
+    for sig in previous:
+        signal.signal(sig, handler)
+
+    def restore() -> None:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+    return restore

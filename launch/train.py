@@ -8,6 +8,7 @@ validated before any actor starts; the resolved configuration is saved in the ru
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -25,6 +26,14 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         epilog="Any --section.key VALUE pair overrides the config file, e.g. --run.steps 50",
     )
     parser.add_argument("--config", help="TOML config file (defaults when omitted)")
+    parser.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        help="continue the run in RUN_DIR from its last checkpoint (its config.toml is the base)",
+    )
+    parser.add_argument(
+        "--overwrite", action="store_true", help="start again in a run directory that exists"
+    )
     return parser.parse_known_args(argv)
 
 
@@ -37,55 +46,99 @@ def resolve_model(config: Config) -> str:
     return config.model.path
 
 
-def prepare_run_dir(config: Config) -> Path:
+def prepare_run_dir(config: Config, overwrite: bool) -> Path:
+    """A fresh run directory with the resolved config; never silently clobbers a finished run."""
     run_dir = config.run_dir
-    if (run_dir / "metrics.jsonl").exists():
-        (run_dir / "metrics.jsonl").unlink()
+    if (run_dir / "metrics.jsonl").exists() and not overwrite:
+        raise ConfigError(
+            f"{run_dir} already holds a run: continue it with --resume {run_dir}, "
+            "or start again with --overwrite"
+        )
+    for stale in ("metrics.jsonl", "batches.jsonl", "control.json"):
+        (run_dir / stale).unlink(missing_ok=True)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.toml").write_text(config.to_toml())
     return run_dir
 
 
-def train(config: Config) -> Path:
-    """Run a whole training job; returns the run directory."""
+def _truncate_jsonl(path: Path, last_step: int) -> None:
+    """Drop records written after the checkpoint we resume from (they will be redone)."""
+    if not path.exists():
+        return
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    kept = [line for line in lines if json.loads(line)["step"] <= last_step]
+    path.write_text("".join(line + "\n" for line in kept))
+
+
+def train(config: Config, resume: bool = False, overwrite: bool = False) -> Path:
+    """Run a whole training job (or continue one); returns the run directory."""
     import ray
     from transformers import AutoTokenizer
 
     from common.data import load_problems
+    from launch.checkpoint import load_driver_state
     from launch.cluster import connect, start_fleet
     from launch.driver import Driver
     from launch.plot import plot_rewards
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    problems = load_problems(config.data)
-    run_dir = prepare_run_dir(config)
+    state = None
+    if resume:
+        run_dir = config.run_dir
+        state = load_driver_state(run_dir)
+        for name in ("metrics.jsonl", "batches.jsonl"):
+            _truncate_jsonl(run_dir / name, state.step)
+        (run_dir / "config.toml").write_text(config.to_toml())
+    else:
+        run_dir = prepare_run_dir(config, overwrite)
     model_path = resolve_model(config)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
+    problems = load_problems(config.data, tokenizer)
     connect(config.ray)
     logger.info(
-        "starting %d rollout worker(s), the learner and the sandbox pool", config.rollout.num_actors
+        "starting %d rollout worker(s), the learner and a sandbox pool of %d worker(s)",
+        config.rollout.num_actors,
+        config.sandbox.num_workers,
     )
     fleet = start_fleet(config, model_path, run_id=config.run.name)
     try:
-        Driver(config, fleet, problems, tokenizer, run_dir).run()
+        if state is not None:
+            checkpoint = run_dir / "checkpoint"
+            ray.get(fleet.learner.load_training_state.remote(str(checkpoint.resolve())))
+            fleet.rollout.push(fleet.learner.export_weights.remote())
+            logger.info("resumed %s at step %d", run_dir, state.step)
+        Driver(config, fleet, problems, tokenizer, run_dir, state).run()
     finally:
         fleet.shutdown()
     if config.run.plot:
         plot_rewards(run_dir / "metrics.jsonl", run_dir / "reward_curve.png")
-    ray.shutdown()
     logger.info("run finished: %s", run_dir)
     return run_dir
+
+
+def load_run_config(args: argparse.Namespace, overrides: list[str]) -> Config:
+    """The config of a new run, or of the run being resumed (its saved config plus overrides)."""
+    if args.resume:
+        if args.config:
+            raise ConfigError("--resume uses the run's own config.toml; drop --config")
+        saved = Path(args.resume) / "config.toml"
+        if not saved.is_file():
+            raise ConfigError(f"{args.resume} is not a run directory ({saved} is missing)")
+        return load_config(saved, overrides)
+    return load_config(args.config, overrides)
 
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     args, overrides = parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        config = load_config(args.config, overrides)
-    except ConfigError as exc:
+        config = load_run_config(args, overrides)
+        if args.resume and config.run_dir.resolve() != Path(args.resume).resolve():
+            raise ConfigError("--resume: run.name and run.output_dir cannot be overridden")
+        train(config, resume=bool(args.resume), overwrite=args.overwrite)
+    except (ConfigError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    train(config)
     return 0
 
 

@@ -26,6 +26,8 @@ class MicroBatch:
     completion_mask: Tensor  # (B, T) 1 on completion tokens
     sampler_logprobs: Tensor  # (B, T) vLLM's logprob of each completion token, 0 elsewhere
     advantages: Tensor  # (B,)
+    old_logprobs: Tensor | None = None  # (B, T) learner logprobs before the update, if given
+    ref_logprobs: Tensor | None = None  # (B, T) reference logprobs, if given
 
     @property
     def num_completion_tokens(self) -> int:
@@ -79,8 +81,15 @@ def collate(
     indices: list[int],
     pad_token_id: int = 0,
     device: torch.device | str = "cpu",
+    *,
+    old_logprobs: Sequence[Tensor] | None = None,
+    ref_logprobs: Sequence[Tensor] | None = None,
 ) -> MicroBatch:
-    """Right-pad the chosen samples into tensors on ``device``."""
+    """Right-pad the chosen samples into tensors on ``device``.
+
+    ``old_logprobs`` / ``ref_logprobs``: optional per-sample 1-D tensors (one value per
+    completion token, indexed like ``samples``), placed at the completion positions.
+    """
     rows = [samples[i] for i in indices]
     width = max(_length(s) for s in rows)
     shape = (len(rows), width)
@@ -102,4 +111,32 @@ def collate(
         completion_mask=completion_mask.to(device),
         sampler_logprobs=sampler_logprobs.to(device),
         advantages=advantages.to(device),
+        old_logprobs=_place(old_logprobs, samples, indices, shape, device),
+        ref_logprobs=_place(ref_logprobs, samples, indices, shape, device),
     )
+
+
+def _place(
+    values: Sequence[Tensor] | None,
+    samples: Sequence[TrainSample],
+    indices: list[int],
+    shape: tuple[int, int],
+    device: torch.device | str,
+) -> Tensor | None:
+    if values is None:
+        return None
+    out = torch.zeros(shape, dtype=torch.float32)
+    for row, i in enumerate(indices):
+        p, c = len(samples[i].prompt_token_ids), len(samples[i].completion_token_ids)
+        out[row, p : p + c] = values[i].float()
+    return out.to(device)
+
+
+def completion_rows(values: Tensor, samples: Sequence[TrainSample], indices: list[int]) -> list:
+    """Inverse of ``_place``: the completion span of each row of (B, T) ``values``, on CPU."""
+    values = values.detach().float().cpu()
+    rows = []
+    for row, i in enumerate(indices):
+        start = len(samples[i].prompt_token_ids)
+        rows.append(values[row, start : start + len(samples[i].completion_token_ids)].clone())
+    return rows

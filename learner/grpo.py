@@ -27,10 +27,17 @@ Where this departs from the paper, and why:
   token-level aggregation (DAPO), and Dr. GRPO's unscaled advantages plus a constant
   length normaliser, which remove GRPO's bias towards long wrong answers and short right ones.
   The defaults reproduce the paper.
-- mu = 1 (one gradient step per batch), so pi_old is pi_theta detached and rho = 1: the clip
-  never fires on-policy, but the machinery is kept so that reusing a batch stays correct.
-  The sampler's own logprobs are not used as pi_old (vLLM's numerics differ slightly from
-  the learner's); they are only monitored.
+- mu inner epochs (PPO-style reuse of one rollout batch, ``ppo_epochs``): pi_old is the
+  learner's own logprob of the batch before the first update (with mu = 1 and one mini-batch
+  that is pi_theta detached, so rho = 1 and the clip never fires). The sampler's logprobs are
+  not used as pi_old (vLLM's numerics, and possibly its weights, differ from the learner's);
+  instead the mismatch is corrected with truncated importance sampling (TIS, Yao et al. 2025,
+  "Your efficient RL framework secretly brings you off-policy RL training"): every token's
+  policy-gradient term is multiplied by w = min(pi_old / pi_sampler, C), detached.
+- KL either in the loss (above) or in the reward (InstructGPT style): r_i - beta * sum_t KL_t
+  before the advantages are normalised (``kl_penalised_rewards``); then the loss has no KL.
+- DGRO-style decoupled scaling: ``reward_scale`` multiplies the advantages independently of
+  beta, so the strength of the reward signal and of the KL pull are tuned separately.
 - Optional entropy bonus (off by default), subtracted per token.
 """
 
@@ -64,12 +71,15 @@ def group_advantages(
     group_size: int,
     eps: float = 1e-4,
     scale: AdvantageScale = "group_std",
+    reward_scale: float = 1.0,
 ) -> Tensor:  # (N,)
     """Rewards centred on their group's mean, optionally scaled (see the module docstring).
 
     ``scale``: "group_std" divides by the group's population std (GRPO), "batch_std" by the
     std of all rewards in the batch (more robust when groups are nearly uniform), "none" keeps
-    the centred rewards (Dr. GRPO). Zero-variance groups get advantage exactly 0.
+    the centred rewards (Dr. GRPO). ``reward_scale`` then multiplies every advantage (DGRO's
+    coefficient, decoupled from beta): A = (r - mean) * reward_scale / (std + eps).
+    Zero-variance groups get advantage exactly 0.
     """
     grouped = _grouped(rewards, group_size)  # (N/G, G)
     centred = grouped - grouped.mean(dim=1, keepdim=True)  # (N/G, G)
@@ -82,6 +92,7 @@ def group_advantages(
     else:
         raise ValueError(f"unknown advantage scale {scale!r}; use group_std, batch_std or none")
     uniform = grouped.amax(dim=1, keepdim=True) == grouped.amin(dim=1, keepdim=True)  # (N/G, 1)
+    advantages = advantages * reward_scale
     return torch.where(uniform, torch.zeros_like(advantages), advantages).view(-1)
 
 
@@ -108,6 +119,61 @@ def kl_divergence(logprobs: Tensor, ref_logprobs: Tensor, estimator: KLEstimator
     raise ValueError(f"unknown KL estimator {estimator!r}; use k1, k2 or k3")
 
 
+def sequence_kl(
+    logprobs: Tensor,  # (B, T) policy
+    ref_logprobs: Tensor,  # (B, T) reference
+    mask: Tensor,  # (B, T) 1 on completion tokens
+    estimator: KLEstimator = "k3",
+) -> Tensor:  # (B,)
+    """Per-sequence KL estimate: the per-token estimator summed over each completion's tokens.
+
+    A sum, not a mean: KL between sequence distributions is the sum of per-token KLs (chain
+    rule), and that is what a per-sequence reward penalty should charge.
+    """
+    keep = mask.bool()
+    per_token = kl_divergence(
+        logprobs.masked_fill(~keep, 0.0), ref_logprobs.masked_fill(~keep, 0.0), estimator
+    )
+    return (per_token * keep.to(per_token.dtype)).sum(dim=1)
+
+
+def kl_penalised_rewards(
+    rewards: Tensor,  # (N,)
+    kl: Tensor,  # (N,) per-sequence KL, e.g. from ``sequence_kl``
+    beta: float,
+) -> Tensor:  # (N,)
+    """r_i - beta * KL_i: the KL-in-reward variant, applied before advantage normalisation.
+
+    The penalty then competes with the task reward inside each group (a completion that drifted
+    further from the reference ranks lower), instead of being a separate loss term.
+    """
+    if rewards.shape != kl.shape:
+        raise ValueError(
+            f"rewards {tuple(rewards.shape)} and kl {tuple(kl.shape)} must have the same shape: "
+            "one KL per completion"
+        )
+    return rewards.float() - beta * kl.float()
+
+
+def tis_weights(
+    old_logprobs: Tensor,  # (B, T) learner's logprobs before the update
+    sampler_logprobs: Tensor,  # (B, T) the sampler's (vLLM's) logprobs of the same tokens
+    mask: Tensor,  # (B, T)
+    cap: float,
+) -> tuple[Tensor, Tensor]:  # (B, T) weights, (B, T) bool: where the cap was hit
+    """Truncated importance weights w = min(exp(old - sampler), cap), 1 off the mask, no grad.
+
+    The tokens were drawn from the sampler's distribution, not the learner's; w corrects the
+    expectation, and the cap bounds the variance a rare token with a tiny sampler probability
+    would add (the truncation bias is small because such tokens are rare).
+    """
+    keep = mask.bool()
+    log_w = (old_logprobs - sampler_logprobs).detach().masked_fill(~keep, 0.0)
+    raw = torch.exp(log_w)
+    capped = (raw > cap) & keep
+    return raw.clamp(max=cap).masked_fill(~keep, 1.0), capped
+
+
 def _aggregate(
     per_token: Tensor,  # (B, T)
     mask: Tensor,  # (B, T) float
@@ -129,6 +195,13 @@ def _aggregate(
     )
 
 
+def _zero_masked(mask: Tensor, *tensors: Tensor | None) -> list[Tensor | None]:
+    """Zero the inputs at masked positions (not just the outputs): padding may hold any value,
+    and exp() of a large one would give inf * 0 = NaN in the loss or its gradient."""
+    keep = mask.bool()
+    return [None if t is None else t.masked_fill(~keep, 0.0) for t in tensors]
+
+
 def grpo_loss(
     logprobs: Tensor,  # (B, T) current policy, with grad
     old_logprobs: Tensor,  # (B, T) policy that the ratio is taken against, no grad
@@ -146,6 +219,8 @@ def grpo_loss(
     max_len: int | None = None,
     batch_num_sequences: int | None = None,
     batch_num_tokens: float | None = None,
+    sampler_logprobs: Tensor | None = None,  # (B, T) for the TIS correction
+    tis_cap: float = 0.0,
 ) -> tuple[Tensor, dict[str, float]]:
     """The GRPO objective for one (micro-)batch and its metrics.
 
@@ -154,26 +229,30 @@ def grpo_loss(
     ``batch_num_sequences`` / ``batch_num_tokens`` are the whole batch's totals when this is one
     micro-batch of several: dividing by them instead of the micro-batch's own counts makes the
     micro-batch losses sum to exactly the full-batch loss, so accumulated gradients equal the
-    full-batch gradient. Metrics are means over this call's completion tokens.
+    full-batch gradient. ``tis_cap`` > 0 multiplies each token's policy-gradient term by the
+    detached truncated importance weight ``tis_weights(old, sampler, cap)``; 0 disables it.
+    Metrics are means over this call's completion tokens.
     """
     if beta > 0 and ref_logprobs is None:
         raise ValueError("beta > 0 needs ref_logprobs: the KL penalty is measured against them")
     if entropy_coef > 0 and entropy is None:
         raise ValueError("entropy_coef > 0 needs the per-token entropy")
-    # Zero the inputs at masked positions (not just the outputs): padding may hold any value,
-    # and exp() of a large one would give inf * 0 = NaN in the loss or its gradient.
-    keep = mask.bool()
-    logprobs = logprobs.masked_fill(~keep, 0.0)
-    old_logprobs = old_logprobs.masked_fill(~keep, 0.0)
-    if ref_logprobs is not None:
-        ref_logprobs = ref_logprobs.masked_fill(~keep, 0.0)
-    if entropy is not None:
-        entropy = entropy.masked_fill(~keep, 0.0)
+    logprobs, old_logprobs, ref_logprobs, entropy = _zero_masked(
+        mask, logprobs, old_logprobs, ref_logprobs, entropy
+    )
     mask = mask.to(logprobs.dtype)
     adv = advantages.to(logprobs.dtype).unsqueeze(1)  # (B, 1)
     ratio = torch.exp(logprobs - old_logprobs)  # (B, T)
     clipped_ratio = ratio.clamp(1.0 - clip_eps_low, 1.0 + clip_eps_high)
     per_token = -torch.minimum(ratio * adv, clipped_ratio * adv)  # (B, T)
+    tis = None
+    if tis_cap > 0:
+        if sampler_logprobs is None:
+            raise ValueError(
+                "tis_cap > 0 needs sampler_logprobs: the weight is pi_old / pi_sampler"
+            )
+        tis = tis_weights(old_logprobs, sampler_logprobs, mask, tis_cap)
+        per_token = per_token * tis[0]
     kl = None
     if beta > 0:
         kl = kl_divergence(logprobs, ref_logprobs, kl_estimator)  # (B, T)
@@ -190,6 +269,10 @@ def grpo_loss(
         norm_len=float(max_len or mask.sum(dim=1).max().clamp(min=1.0).item()),
     )
     metrics = _metrics(loss, ratio, adv, mask, kl, entropy, clip_eps_low, clip_eps_high)
+    if tis is not None:
+        denom = max(num_tokens, 1.0)
+        metrics["tis_weight_mean"] = (tis[0] * mask).sum().item() / denom
+        metrics["tis_clip_frac"] = tis[1].sum().item() / denom
     return loss, metrics
 
 

@@ -3,17 +3,19 @@
 A worker enters new user, network and mount namespaces once at start-up (the user
 namespace maps an unprivileged sandbox uid, so ``RLIMIT_NPROC`` really applies, even when
 the pool runs as root), makes the whole mount tree read-only and mounts a private,
-size-limited tmpfs as the scratch directory. Every execution then gets its own PID namespace:
-killing its init kills every process it started, ``setsid`` or not. Whatever the kernel
-refuses is reported as a weaker level; the pool refuses to run below namespaces unless the
-configuration allows it.
+size-limited tmpfs as the scratch directory. The worker then serves as PID 1 of its own PID
+namespace (``sandbox/worker.py``), so every process an execution starts, ``setsid`` or not,
+can be found and killed from there. Whatever the kernel refuses is reported as a weaker
+level; the pool refuses to run below namespaces unless the configuration allows it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import resource
+import shutil
 import signal
 import sys
 
@@ -202,24 +204,35 @@ def mount_scratch(scratch: str, owner: int) -> None:
     os.chown(scratch, owner, owner)
 
 
-def set_rlimits(memory_bytes: int, cpu_s: int, file_bytes: int) -> None:
-    """Limits for one execution; soft == hard so a child cannot raise them back."""
-    limits = {
-        resource.RLIMIT_AS: memory_bytes,
-        resource.RLIMIT_CPU: cpu_s,
-        resource.RLIMIT_NPROC: MAX_PROCESSES,
-        resource.RLIMIT_FSIZE: file_bytes,
-        resource.RLIMIT_NOFILE: MAX_OPEN_FILES,
-        resource.RLIMIT_CORE: 0,
-    }
-    for which, value in limits.items():
-        resource.setrlimit(which, (value, value))
+def single_malloc_arena() -> None:
+    """Make threads share glibc's main malloc arena (``mallopt(M_ARENA_MAX, 1)``).
+
+    Each extra arena reserves 64 MiB of address space, which RLIMIT_AS counts: without this a
+    child that starts a few threads fails with "can't start new thread" long before it uses
+    ``memory_mb`` of memory. Called in the worker, so every child inherits it.
+    """
+    with contextlib.suppress(AttributeError):
+        _libc.mallopt(ctypes.c_int(-8), ctypes.c_int(1))
 
 
-def drop_privileges(uid: int) -> None:
-    """No new privileges, the sandbox uid, and death with our parent (set after setuid,
-    which clears the parent-death signal)."""
-    prctl(PR_SET_NO_NEW_PRIVS, 1)
+def rlimits(memory_bytes: int, cpu_s: int, file_bytes: int) -> list[tuple[int, int]]:
+    """Limits for one execution, to be set with soft == hard so a child cannot raise them."""
+    return [
+        (resource.RLIMIT_AS, memory_bytes),
+        (resource.RLIMIT_CPU, cpu_s),
+        (resource.RLIMIT_NPROC, MAX_PROCESSES),
+        (resource.RLIMIT_FSIZE, file_bytes),
+        (resource.RLIMIT_NOFILE, MAX_OPEN_FILES),
+        (resource.RLIMIT_CORE, 0),
+    ]
+
+
+def drop_privileges(uid: int, set_no_new_privs: bool = True) -> None:
+    """No new privileges (the zygote's children inherit it from the worker, which set it
+    before forking the zygote, and skip the call), the sandbox uid, and death with our
+    parent (set after setuid, which clears the parent-death signal)."""
+    if set_no_new_privs:
+        prctl(PR_SET_NO_NEW_PRIVS, 1)
     if uid != os.geteuid():
         os.setgroups([])
         os.setresgid(uid, uid, uid)
@@ -227,12 +240,58 @@ def drop_privileges(uid: int) -> None:
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def kill_descendants(root: int) -> int:
-    """SIGKILL every process below ``root`` (found through /proc); returns how many.
+def virtual_size(pid: int | str = "self") -> int:
+    """A process's address space in bytes: a child it forks starts with this much mapped."""
+    with open(f"/proc/{pid}/status", "rb") as f:
+        for line in f:
+            if line.startswith(b"VmSize:"):
+                return int(line.split()[1]) * 1024
+    return 0
 
-    Used without a PID namespace: the worker is a subreaper, so ``setsid`` grandchildren
-    are re-parented to it instead of escaping to the host's init.
+
+def kill_namespace(main: int) -> int | None:
+    """As PID 1 of a PID namespace: SIGKILL every other process in it and reap them all.
+
+    ``kill(-1)`` from a namespace's init reaches every process of the namespace but itself,
+    and every orphan is re-parented to init, so "no child left" means "nothing left". A
+    process cannot fork once SIGKILL is pending, so the loop ends; it repeats the kill in case
+    a fork completed while the first one was being delivered. Returns ``main``'s wait status
+    (None if it was reaped before).
     """
+    main_status = None
+    while True:
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except OSError:  # ESRCH: nothing left to kill
+            return main_status
+        while True:
+            try:
+                pid, status = os.waitpid(-1, 0)
+            except ChildProcessError:
+                break
+            if pid == main:
+                main_status = status
+
+
+def kill_tree(main: int, root: int) -> int | None:
+    """Without a PID namespace: SIGKILL ``main`` and every descendant of ``root``.
+
+    The worker is then a child subreaper, so ``setsid`` grandchildren are re-parented to it
+    instead of escaping to the host's init and are found through ``/proc``. Returns
+    ``main``'s wait status.
+    """
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(main, signal.SIGKILL)
+    try:
+        _, status = os.waitpid(main, 0)
+    except ChildProcessError:
+        status = None
+    kill_descendants(root)
+    return status
+
+
+def kill_descendants(root: int) -> int:
+    """SIGKILL every process below ``root`` (found through /proc); returns how many."""
     killed = 0
     for _ in range(50):
         children: dict[int, list[int]] = {}
@@ -269,3 +328,26 @@ def _reap_all() -> None:
             return
         if pid == 0:
             return
+
+
+def clean_scratch(scratch: str, level: str, owner: int) -> None:
+    """Empty the scratch directory after an execution (only the worker runs by then).
+
+    An untouched directory (most executions) costs one ``listdir``; with a read-only view
+    the tmpfs is replaced (cheaper than walking it, and it resets its size accounting);
+    otherwise its entries are removed.
+    """
+    try:
+        if not os.listdir(scratch):
+            return
+    except OSError:
+        pass
+    if level == LEVEL_FULL:
+        mount_scratch(scratch, owner)
+        return
+    for entry in os.listdir(scratch):
+        path = os.path.join(scratch, entry)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            os.unlink(path)

@@ -15,12 +15,11 @@ import contextlib
 import dataclasses
 import logging
 import os
+import select
 import shutil
 import tempfile
 import time
 from collections import Counter, deque
-
-import zmq
 
 from common.config import SandboxConfig
 from common.types import ExecutionJob, ExecutionResult, Verdict
@@ -43,8 +42,8 @@ class SandboxIsolationError(RuntimeError):
 class _Task:
     index: int
     job: ExecutionJob
-    plans: list[testplan.TestPlan]
     stop_at_first_failure: bool
+    plans: list[testplan.TestPlan] | None = None  # made just before the first dispatch
     attempts: int = 0
     judgement: Judgement | None = None
 
@@ -56,7 +55,6 @@ class SandboxPool:
         self.config = config
         self._dir = tempfile.mkdtemp(prefix="sandbox-")
         os.chmod(self._dir, 0o711)  # children (another uid) must reach their scratch dir by path
-        self._context = zmq.Context()
         self._cache = ResultCache() if config.cache else None
         self._executions: Counter[str] = Counter()
         self._durations: list[float] = []
@@ -67,7 +65,7 @@ class SandboxPool:
         try:
             for index in range(config.num_workers):
                 self._workers.append(
-                    WorkerHandle(index, self._dir, self._context, config.memory_mb, isolation_mode)
+                    WorkerHandle(index, self._dir, config.memory_mb, isolation_mode)
                 )
             for worker in self._workers:
                 worker.wait_ready()
@@ -103,9 +101,7 @@ class SandboxPool:
             if early is not None:
                 results[index] = early
                 continue
-            shadowed = testplan.shadowed_names(job.code, job.tests)
-            plans = [testplan.plan_test(t, job.setup_code, shadowed) for t in job.tests]
-            queue.append(_Task(index, job, plans, stop_at_first_failure))
+            queue.append(_Task(index, job, stop_at_first_failure))
         self._drive(queue, results)
         for task_result, job in zip(results, jobs):
             if self._cache is not None and task_result.verdict is not Verdict.INFRA_ERROR:
@@ -118,6 +114,9 @@ class SandboxPool:
             cached = self._cache.get(job_key(job, stop))
             if cached is not None:
                 self._cache_hits += 1
+                # Verdict fractions describe every judged completion, cached or not; latency
+                # percentiles describe real executions only.
+                self._executions[cached.verdict.value] += 1
                 return cached
         if len(job.code.encode("utf-8", "surrogatepass")) > MAX_SOURCE_BYTES:
             detail = f"program larger than {MAX_SOURCE_BYTES} bytes"
@@ -125,26 +124,33 @@ class SandboxPool:
         return None
 
     def _drive(self, queue: deque[_Task], results: list) -> None:
-        """Dispatch tasks to idle workers and collect results until all are done."""
+        """Keep every worker's queue full and collect results until all tasks are done."""
         poller_timeout_ms = 50
-        while queue or any(w.task is not None for w in self._workers):
+        while queue or any(w.in_flight for w in self._workers):
             for worker in self._workers:
-                if worker.task is None and queue:
+                while worker.has_room() and queue:
                     task = queue.popleft()
                     task.attempts += 1
+                    if task.plans is None:  # planned here, while the workers already run
+                        task.plans = _plan(task.job)
                     task.judgement = Judgement(task.plans, task.stop_at_first_failure)
                     worker.dispatch(task, self._limits())
-            poller = zmq.Poller()
+            poller = select.poll()
             for worker in self._workers:
-                if worker.task is not None:
-                    poller.register(worker.sock, zmq.POLLIN)
+                if worker.in_flight:
+                    poller.register(worker, select.POLLIN | (select.POLLOUT * bool(worker.outbox)))
             events = dict(poller.poll(poller_timeout_ms))
             for worker in self._workers:
-                if worker.task is None:
+                if not worker.in_flight:
                     continue
-                if worker.sock in events:
+                event = events.get(worker.fileno(), 0)
+                if event & select.POLLOUT:
+                    worker.flush()
+                if event & ~select.POLLOUT:
                     self._on_messages(worker, results, queue)
-                elif not worker.alive() or time.monotonic() > worker.deadline:
+                if worker.in_flight and (
+                    worker.eof or not worker.alive() or time.monotonic() > worker.deadline
+                ):
                     self._replace(worker, queue, results)
 
     def _limits(self) -> dict:
@@ -157,37 +163,47 @@ class SandboxPool:
         }
 
     def _on_messages(self, worker: WorkerHandle, results: list, queue: deque) -> None:
-        while worker.task is not None and worker.sock.poll(0):
-            message = worker.sock.recv_json()
+        """Judge the records that came in; a ``done`` finishes the worker's running job."""
+        for message in worker.receive():
             task = worker.task
-            if message.get("id") != worker.job_id:
+            if task is None or message.get("id") != worker.job_id:
+                continue  # a late message for a job that was stopped or replaced
+            for record in message.get("recs") or []:
+                if task.judgement.on_record(record if isinstance(record, dict) else {}):
+                    if message.get("op") == "records":
+                        worker.stop()
+                    break
+            if message.get("op") != "done":
                 continue
-            if message.get("op") == "record":
-                if task.judgement.on_record(message.get("rec") or {}):
-                    worker.stop()
-            elif message.get("op") == "done":
-                worker.task = None
-                if message.get("status") == "infra":
-                    self._retry_or_fail(task, queue, results, "worker could not start a child")
-                    continue
-                result = task.judgement.finish(
-                    message.get("status", ""),
-                    int(message.get("signal") or 0),
-                    float(message.get("duration_ms") or 0.0),
-                )
-                self._record(result)
-                results[task.index] = result
+            worker.finished()
+            if message.get("status") == "infra":
+                self._retry_or_fail(task, queue, results, "worker could not start a child")
+                continue
+            result = task.judgement.finish(
+                message.get("status", ""),
+                int(message.get("signal") or 0),
+                float(message.get("duration_ms") or 0.0),
+            )
+            self._record(result)
+            results[task.index] = result
 
     def _replace(self, worker: WorkerHandle, queue: deque, results: list) -> None:
-        task = worker.task
-        worker.task = None
+        """A dead or hung worker: restart it, retry its running job, requeue the rest.
+
+        Jobs queued behind the running one never started, so they go back without using up
+        their one retry.
+        """
+        running, *waiting = worker.take_all()
         log.warning("sandbox: worker %d died or hung; replacing it", worker.index)
         self._restarts += 1
         try:
             worker.restart()
         except Exception as exc:  # the pool keeps serving with the workers it has
             log.error("sandbox: could not restart worker %d: %s", worker.index, exc)
-        self._retry_or_fail(task, queue, results, "sandbox worker died")
+        for task in reversed(waiting):
+            task.attempts -= 1
+            queue.appendleft(task)
+        self._retry_or_fail(running, queue, results, "sandbox worker died")
 
     def _retry_or_fail(self, task: _Task, queue: deque, results: list, why: str) -> None:
         if task.attempts < 2:
@@ -227,12 +243,16 @@ class SandboxPool:
         self._closed = True
         for worker in self._workers:
             worker.kill()
-        self._context.term()
         shutil.rmtree(self._dir, ignore_errors=True)
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
             self.close()
+
+
+def _plan(job: ExecutionJob) -> list[testplan.TestPlan]:
+    shadowed = testplan.shadowed_names(job.code, job.tests)
+    return [testplan.plan_test(test, job.setup_code, shadowed) for test in job.tests]
 
 
 def _percentile(values: list[float], q: float) -> float:

@@ -1,17 +1,29 @@
-"""The pool front's handle on one worker process: start, dispatch, stop, replace, kill."""
+"""The pool front's handle on one worker process: start, dispatch, stop, replace, kill.
+
+Up to ``DEPTH`` jobs are in flight per worker: the next job is already in the worker's queue
+when it finishes one, so it never sits idle while the pool judges the last result and sends
+it more work. Messages from the worker carry the job id; only the oldest job in flight runs.
+
+The pool talks to each worker over a Unix socketpair (no path a child could connect to)
+with length-prefixed JSON frames. The pool's end is non-blocking with an outbox, so the
+pool never blocks on a worker that is itself busy writing a large result.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import itertools
 import os
+import select
 import signal
+import socket
 import subprocess
 import sys
 import time
+from collections import deque
 from pathlib import Path
 
-import zmq
+from sandbox.frames import MESSAGE_CAP, Frames, encode
 
 ROOT = str(Path(__file__).resolve().parent.parent)
 # -I ignores PYTHONPATH and the working directory, so the package path is given explicitly.
@@ -19,6 +31,7 @@ BOOT = (
     f"import sys; sys.path.insert(0, {ROOT!r}); from sandbox.worker import main; main(sys.argv[1:])"
 )
 READY_TIMEOUT_S = 60.0
+DEPTH = 2  # jobs in flight per worker
 _ids = itertools.count()
 
 
@@ -27,32 +40,32 @@ class WorkerStartError(RuntimeError):
 
 
 class WorkerHandle:
-    """One worker: its process, its PAIR socket and the task it is running (if any)."""
+    """One worker: its process, its socket and its jobs in flight, oldest (running) first."""
 
-    def __init__(
-        self, index: int, root: str, context: zmq.Context, memory_mb: int, mode: str
-    ) -> None:
-        self.index, self.root, self.context = index, root, context
+    def __init__(self, index: int, root: str, memory_mb: int, mode: str) -> None:
+        self.index, self.root = index, root
         self.memory_mb, self.mode = memory_mb, mode
-        self.task = None
-        self.job_id = -1
+        self.in_flight: deque[tuple[int, object]] = deque()  # (job id, task)
+        self.backstop_s = 0.0
         self.deadline = 0.0
         self.isolation = ""
         self._start()
 
     def _start(self) -> None:
+        """A fresh scratch dir, socketpair and worker process (not yet ready)."""
         generation = next(_ids)
         self.scratch = os.path.join(self.root, f"scratch-{self.index}-{generation}")
         os.mkdir(self.scratch, 0o755)
-        endpoint = f"ipc://{self.root}/worker-{self.index}-{generation}.sock"
-        self.sock = self.context.socket(zmq.PAIR)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.bind(endpoint)
+        self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.setblocking(False)
+        self.outbox = bytearray()
+        self.frames = Frames(MESSAGE_CAP, None)
+        self.eof = False
         args = [
             "--index",
             str(self.index),
-            "--endpoint",
-            endpoint,
+            "--fd",
+            str(theirs.fileno()),
             "--scratch",
             self.scratch,
             "--memory-mb",
@@ -60,26 +73,71 @@ class WorkerHandle:
             "--isolation",
             self.mode,
         ]
-        self.proc = subprocess.Popen(
-            [sys.executable, "-I", "-c", BOOT, *args],
-            env={},
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-I", "-c", BOOT, *args],
+                env={},
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                start_new_session=True,
+                pass_fds=(theirs.fileno(),),
+            )
+        finally:
+            theirs.close()
         self._ready = False
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def send(self, message: dict) -> None:
+        self.outbox += encode(message)
+        self.flush()
+
+    def flush(self) -> None:
+        """Write what the socket takes now; the pool calls again when it is writable."""
+        while self.outbox:
+            try:
+                sent = self.sock.send(self.outbox, socket.MSG_NOSIGNAL)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:  # the worker is gone; the pool notices and replaces it
+                self.outbox.clear()
+                return
+            del self.outbox[:sent]
+
+    def receive(self) -> list[dict]:
+        """Every complete message available now (never blocks); sets ``eof`` at the end."""
+        messages: list[dict] = []
+        while not self.eof:
+            try:
+                data = self.sock.recv(1 << 20)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                data = b""
+            if not data:
+                self.eof = True
+                break
+            try:
+                messages += self.frames.feed(data)
+            except ValueError:
+                self.eof = True
+        return messages
 
     def wait_ready(self) -> None:
         """Block until the worker reports its isolation level."""
         deadline = time.monotonic() + READY_TIMEOUT_S
+        poller = select.poll()
+        poller.register(self.sock, select.POLLIN)
         while time.monotonic() < deadline:
-            if self.sock.poll(100):
-                message = self.sock.recv_json()
+            poller.poll(100)
+            for message in self.receive():
                 if message.get("op") == "ready":
                     self.isolation = message["isolation"]
                     self._ready = True
                     return
-            if self.proc.poll() is not None:
+            if self.eof or self.proc.poll() is not None:
+                self.proc.wait()
                 raise WorkerStartError(
                     f"sandbox worker {self.index} exited with {self.proc.returncode}"
                 )
@@ -87,28 +145,56 @@ class WorkerHandle:
             f"sandbox worker {self.index} did not start in {READY_TIMEOUT_S:.0f}s"
         )
 
+    @property
+    def task(self):
+        """The task the worker is running now (the oldest in flight), or None."""
+        return self.in_flight[0][1] if self.in_flight else None
+
+    @property
+    def job_id(self) -> int:
+        return self.in_flight[0][0] if self.in_flight else -1
+
+    def has_room(self) -> bool:
+        return len(self.in_flight) < DEPTH
+
     def dispatch(self, task, limits: dict) -> None:
+        """Queue a job on the worker; the deadline runs from when it becomes the running one."""
         if not self._ready:
             self.wait_ready()
-        self.task = task
-        self.job_id = next(_ids)
+        job_id = next(_ids)
+        if not self.in_flight:
+            self.deadline = time.monotonic() + limits["backstop_s"]
+        self.backstop_s = limits["backstop_s"]
+        self.in_flight.append((job_id, task))
         job = task.job
-        self.deadline = time.monotonic() + limits["backstop_s"]
-        self.sock.send_json(
+        self.send(
             {
                 "op": "run",
-                "id": self.job_id,
+                "id": job_id,
                 "code": job.code,
                 "setup_code": job.setup_code,
                 "parts": [plan.child for plan in task.plans],
+                "stream": task.stop_at_first_failure,
                 "timeout_s": limits["timeout_s"],
                 "test_timeout_s": limits["test_timeout_s"],
                 "max_output_bytes": limits["max_output_bytes"],
             }
         )
 
+    def finished(self):
+        """The running job is done: the next one in flight starts now, with a new deadline."""
+        _, task = self.in_flight.popleft()
+        self.deadline = time.monotonic() + self.backstop_s
+        return task
+
+    def take_all(self) -> list:
+        """Forget every job in flight (the worker is being replaced); oldest first."""
+        tasks = [task for _, task in self.in_flight]
+        self.in_flight.clear()
+        return tasks
+
     def stop(self) -> None:
-        self.sock.send_json({"op": "stop", "id": self.job_id})
+        self.send({"op": "stop", "id": self.job_id})
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -119,7 +205,8 @@ class WorkerHandle:
         self.wait_ready()
 
     def kill(self) -> None:
-        """SIGKILL the worker; its intermediates and children die by parent-death signal."""
+        """SIGKILL the worker's process group (its guard and server); the server's children die
+        with it, as its PID namespace ends (or by parent-death signal without one)."""
         if self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)

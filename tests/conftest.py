@@ -19,3 +19,8 @@ def tiny_model_path(tmp_path_factory) -> str:
     from common.tiny_model import build_tiny_model
 
     return str(build_tiny_model(tmp_path_factory.mktemp("models") / "tiny"))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests that start their own Ray head run last: ``ray stop`` ends every cluster."""
+    items.sort(key=lambda item: item.get_closest_marker("cluster") is not None)

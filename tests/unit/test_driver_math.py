@@ -64,3 +64,26 @@ def test_extract_code_returns_raw_text_without_fences():
 def test_completion_style_program_continues_the_header():
     problem = synthetic_problem(4)
     assert build_program(problem, "4\n") == problem.prompt + "4\n"
+
+
+def test_grafana_dashboard_queries_metrics_the_driver_exports():
+    import json
+    from pathlib import Path
+
+    from launch.telemetry import prometheus_name
+
+    dashboard = json.loads(
+        (Path(__file__).parents[2] / "launch/grafana_dashboard.json").read_text()
+    )
+    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    assert any(prometheus_name("reward/mean") in expr for expr in exprs)
+    assert prometheus_name("eval/pass@1") == "grpo_eval_pass_1"
+    assert all(expr.startswith("ray_grpo_") for expr in exprs)
+
+
+def test_placement_bundles_hold_exactly_the_actor_resources():
+    from launch.cluster import bundle
+
+    assert bundle(1.0, 0.0) == {"CPU": 1.0}
+    assert bundle(0.0, 1.0) == {"GPU": 1.0}
+    assert bundle(0.0, 0.0) == {}

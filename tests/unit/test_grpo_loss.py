@@ -7,7 +7,15 @@ import math
 import pytest
 import torch
 
-from learner.grpo import group_advantages, grpo_loss, kl_divergence, zero_std_fraction
+from learner.grpo import (
+    group_advantages,
+    grpo_loss,
+    kl_divergence,
+    kl_penalised_rewards,
+    sequence_kl,
+    tis_weights,
+    zero_std_fraction,
+)
 
 # Three groups of G=4: mixed, uniform (0.1 is not exact in binary), one outlier.
 REWARDS = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.1, 0.1, 0.1, 0.1, 0.0, 0.0, 0.0, 2.0])
@@ -191,6 +199,7 @@ def test_gradient_flows_only_through_completion_tokens():
     old = logprobs.detach() + 0.1 * torch.randn(2, 5)
     ref = torch.where(mask.bool(), -torch.rand(2, 5), torch.tensor(100.0))
     entropy = torch.rand(2, 5, requires_grad=True)
+    sampler = torch.where(mask.bool(), old - 0.3 * torch.rand(2, 5), torch.tensor(-500.0))
     loss, _ = grpo_loss(
         logprobs,
         old,
@@ -200,6 +209,8 @@ def test_gradient_flows_only_through_completion_tokens():
         beta=0.1,
         entropy=entropy,
         entropy_coef=0.01,
+        sampler_logprobs=sampler,
+        tis_cap=2.0,
     )
     loss.backward()
     assert torch.isfinite(loss)
@@ -207,3 +218,85 @@ def test_gradient_flows_only_through_completion_tokens():
         assert torch.isfinite(grad).all()
         assert (grad[~mask.bool()] == 0).all()
         assert (grad[mask.bool()] != 0).all()
+
+
+def test_reward_scale_multiplies_advantages():
+    # DGRO: A = (r - mean) * reward_scale / (std + eps); uniform groups stay exactly 0
+    adv = group_advantages(REWARDS, group_size=4, eps=0.0, scale="group_std", reward_scale=0.5)
+    base = group_advantages(REWARDS, group_size=4, eps=0.0, scale="group_std")
+    torch.testing.assert_close(adv, 0.5 * base)
+    assert adv[:4].tolist() == pytest.approx([0.5, -0.5, -0.5, 0.5])
+    assert (adv[4:8] == 0).all()
+
+
+def test_sequence_kl_sums_tokens_by_hand():
+    logp = torch.tensor([[-1.0, -2.0, 5.0], [-1.0, 0.0, 0.0]])
+    ref = torch.tensor([[-1.5, -1.0, -9.0], [-1.0, 0.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    # row 0: log r = (0.5, -1.0), masked third token ignored; row 1: log r = 0
+    torch.testing.assert_close(sequence_kl(logp, ref, mask, "k1"), torch.tensor([-0.5, 0.0]))
+    torch.testing.assert_close(sequence_kl(logp, ref, mask, "k2"), torch.tensor([0.625, 0.0]))
+    k3 = sequence_kl(logp, ref, mask, "k3")
+    torch.testing.assert_close(k3, torch.tensor([0.1065307 + 0.7182818, 0.0]))
+
+
+def test_kl_in_reward_arithmetic_by_hand():
+    rewards = torch.tensor([1.0, 0.0, 1.0, 1.0])
+    kl = torch.tensor([2.0, 0.0, 0.0, 4.0])
+    penalised = kl_penalised_rewards(rewards, kl, beta=0.1)
+    # 1 - .2, 0 - 0, 1 - 0, 1 - .4
+    torch.testing.assert_close(penalised, torch.tensor([0.8, 0.0, 1.0, 0.6]))
+    # Group 2 was uniform (1, 1) and gets a signal from the penalty alone: +-1 with group std.
+    adv = group_advantages(penalised, group_size=2, eps=0.0)
+    torch.testing.assert_close(adv, torch.tensor([1.0, -1.0, 1.0, -1.0]))
+    with pytest.raises(ValueError, match="same shape"):
+        kl_penalised_rewards(rewards, kl[:3], beta=0.1)
+
+
+def test_tis_weights_by_hand():
+    old = torch.tensor([[-1.0, -1.0, -1.0, 7.0]])
+    sampler = torch.tensor([[-1.0, -1.5, -3.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
+    weights, capped = tis_weights(old, sampler, mask, cap=2.0)
+    # exp(0) = 1, exp(.5) = 1.6487213, exp(2) = 7.389 -> capped at 2; padding -> 1
+    torch.testing.assert_close(weights, torch.tensor([[1.0, 1.6487213, 2.0, 1.0]]))
+    assert capped.tolist() == [[False, False, True, False]]
+
+
+def test_tis_multiplies_the_policy_gradient_term():
+    logprobs, old, adv, mask = _ratios_batch()  # ratios .5, 1, 1.5; old logprobs 0
+    # w = min(exp(0 - sampler), 2): row 0 (A = +1) 2, 1, 0.5; row 1 (A = -1) all 1
+    sampler = torch.tensor([[-5.0, 0.0, math.log(2.0)], [0.0, 0.0, 0.0]])
+    loss, metrics = grpo_loss(logprobs, old, adv, mask, sampler_logprobs=sampler, tis_cap=2.0)
+    # row 0 surrogate -.5, -1, -1.2 weighted -> -1, -1, -.6: mean -2.6/3; row 1 mean 1.1
+    assert loss.item() == pytest.approx((-2.6 / 3 + 1.1) / 2)
+    assert metrics["tis_weight_mean"] == pytest.approx((2 + 1 + 0.5 + 3) / 6)
+    assert metrics["tis_clip_frac"] == pytest.approx(1 / 6)
+    loss.backward()
+    # the weight is a constant (detached): gradient -A r w / 6, still 0 where clipped
+    expected = torch.tensor([[-0.5 * 2 / 6, -1 / 6, 0.0], [0.0, 1 / 6, 1.5 / 6]])
+    torch.testing.assert_close(logprobs.grad, expected)
+
+
+def test_tis_without_sampler_logprobs_is_refused():
+    logprobs, old, adv, mask = _ratios_batch()
+    with pytest.raises(ValueError, match="sampler_logprobs"):
+        grpo_loss(logprobs, old, adv, mask, tis_cap=2.0)
+
+
+def test_kl_estimators_in_the_loss_by_hand():
+    logprobs = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    ref = torch.tensor([[-1.5, -1.0]])  # log r = (.5, -1)
+    expected = {"k1": (0.5 - 1.0) / 2, "k2": (0.125 + 0.5) / 2, "k3": (0.1065307 + 0.7182818) / 2}
+    for estimator, kl in expected.items():
+        loss, metrics = grpo_loss(
+            logprobs,
+            logprobs.detach(),
+            torch.zeros(1),
+            torch.ones(1, 2),
+            ref,
+            beta=0.5,
+            kl_estimator=estimator,
+        )
+        assert loss.item() == pytest.approx(0.5 * kl, rel=1e-5), estimator
+        assert metrics["kl"] == pytest.approx(kl, rel=1e-5), estimator

@@ -68,9 +68,11 @@ def _samples(n: int = 8, seed: int = 0) -> list[TrainSample]:
     return samples
 
 
+_BASE = {"lr": 1e-2, "micro_batch_tokens": 4096, "num_cpus": 2}
+
+
 def _config(**overrides) -> LearnerConfig:
-    base = {"lr": 1e-2, "micro_batch_tokens": 4096, "num_cpus": 2}
-    return LearnerConfig(**{**base, **overrides})
+    return LearnerConfig(**{**_BASE, **overrides})
 
 
 def _snapshot(learner: Learner) -> dict[str, torch.Tensor]:
@@ -267,8 +269,11 @@ def test_misaligned_sampler_logprobs_are_refused(tied_model):
         learner.train_step([bad])
 
 
-def test_bfloat16_master_weights_train(tied_model):
-    learner = Learner(tied_model, _config(dtype="bfloat16"))
+def test_pure_bfloat16_weights_train(tied_model):
+    # master_dtype="same": bf16 parameters updated in place (see learner/policy.py); the
+    # default mixed-precision mode is tested in test_learner_options.py.
+    config = LearnerConfig(**{**_BASE, "dtype": "bfloat16", "master_dtype": "same"})
+    learner = Learner(tied_model, config)
     assert all(p.dtype == torch.bfloat16 for p in learner.model.parameters())
     before = _snapshot(learner)
     metrics = learner.train_step(_samples())

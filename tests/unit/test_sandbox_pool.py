@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import tempfile
 import textwrap
+import threading
 import time
 
 import psutil
@@ -368,3 +370,73 @@ def test_close_leaves_no_processes_or_files():
     time.sleep(0.1)
     assert not [p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     assert not os.path.exists(temp_pool._dir)
+
+
+def test_job_larger_than_a_pipe_buffer_reaches_the_child(pool):
+    padding = "# " + "x" * 200 + "\n"
+    code = padding * 2000 + GOOD_F  # ~400 KB, several pipe buffers
+    assert run(pool, code).verdict is Verdict.PASSED
+
+
+def test_zygote_is_namespace_init_and_keeps_no_processes(pool):
+    code = "import os\nif os.fork() == 0:\n    os.setsid()\n    os.fork()\n" + GOOD_F
+    run(pool, code)
+    for worker in pool._workers:
+        zygotes = psutil.Process(worker.proc.pid).children()
+        assert len(zygotes) == 1
+        with open(f"/proc/{zygotes[0].pid}/status") as fh:
+            status = fh.read()
+        nspids = status.split("NSpid:")[1].splitlines()[0].split()
+        assert nspids[-1] == "1"  # PID 1 of its own namespace
+        assert zygotes[0].children() == []
+
+
+def test_dead_worker_with_jobs_in_flight_is_replaced_and_nothing_is_lost():
+    config = SandboxConfig(num_workers=1, timeout_s=5.0, test_timeout_s=3.0, cache=False)
+    slow = "import time\ntime.sleep(1.0)\n" + GOOD_F
+    jobs = [ExecutionJob(slow, F_TESTS)] + [ExecutionJob(GOOD_F, F_TESTS)] * 3
+    with SandboxPool(config) as solo:
+        server = solo._workers[0].proc.pid
+        killer = threading.Timer(0.4, os.kill, (server, signal.SIGKILL))
+        killer.start()
+        results = solo.run(jobs)
+        killer.join()
+        assert [r.verdict for r in results] == [Verdict.PASSED] * 4
+        assert solo.stats()["sandbox/worker_restarts"] == 1.0
+        assert solo._workers[0].proc.pid != server
+
+
+def test_without_namespaces_setsid_grandchildren_are_still_killed():
+    config = SandboxConfig(
+        num_workers=1, timeout_s=3.0, test_timeout_s=1.0, cache=False, allow_unisolated=True
+    )
+    marker = f"sandbox-unisolated-{os.getpid()}-{time.time_ns()}"
+    code = (
+        "import os, sys, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+        f"        sys.argv[0] = {marker!r}\n        while True:\n            time.sleep(1)\n"
+        "    os._exit(0)\ntime.sleep(0.2)\n" + GOOD_F
+    )
+    with SandboxPool(config, isolation_mode="none") as bare:
+        assert bare.isolation == "rlimits-only"
+        assert run(bare, code).passed
+        assert run(bare, "def f(x):\n    while True: pass\n").verdict is Verdict.TIMEOUT
+    time.sleep(0.2)
+    survivors = [
+        p for p in psutil.process_iter(["cmdline"]) if marker in " ".join(p.info["cmdline"] or [])
+    ]
+    assert survivors == []
+
+
+def test_verdict_fractions_count_cached_results():
+    # The training metrics describe every judged completion: a cached result still counts.
+    with SandboxPool(SandboxConfig(num_workers=1)) as cached:
+        good, bad = (
+            ExecutionJob(GOOD_F, F_TESTS),
+            ExecutionJob("def f(x):\n    return 0\n", F_TESTS),
+        )
+        cached.run([good])
+        cached.run([bad])
+        cached.run([bad])
+        stats = cached.stats()
+        assert stats["sandbox/cache_hits"] == 1.0
+        assert stats["sandbox/verdict/failed"] == pytest.approx(2 / 3)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 from collections import Counter, OrderedDict, defaultdict, namedtuple
 
 import pytest
@@ -10,6 +11,7 @@ from common.types import ExecutionJob, ExecutionResult, Verdict
 from sandbox import testplan
 from sandbox.cache import ResultCache, job_key
 from sandbox.canonical import Unserialisable, canonicalise, rebuild
+from sandbox.frames import Frames, encode
 from sandbox.problems import humaneval_tests
 from sandbox.reward import execution_reward
 
@@ -156,3 +158,15 @@ def test_cache_key_depends_on_every_input_and_returns_copies():
     assert cache.get("a").test_verdicts == []
     cache.put("b", result(Verdict.PASSED))
     assert cache.get("a") is None
+
+
+def test_frames_reassemble_split_reads_and_enforce_caps():
+    stream = encode({"t": "loaded"}) + encode({"t": "end"})
+    frames = Frames()
+    assert frames.feed(stream[:3]) == []
+    assert frames.feed(stream[3:]) == [{"t": "loaded"}, {"t": "end"}]
+    assert Frames().feed(struct.pack(">I", 4) + b"[1]\n") == [{"t": "garbled"}]
+    with pytest.raises(ValueError):
+        Frames(frame_cap=10).feed(struct.pack(">I", 11))
+    with pytest.raises(ValueError):
+        Frames(total_cap=100).feed(b"\0" * 101)

@@ -1,0 +1,372 @@
+"""Problem sets from files or the Hugging Face hub: MBPP, HumanEval and a generic JSONL format.
+
+Every loader produces :class:`common.types.Problem` whose ``prompt`` is the *task text*: the
+MBPP-paper instruction with the test asserts for MBPP, the function header and docstring for
+HumanEval, the row's ``prompt`` for generic files. ``common.prompts.render_problems`` turns it
+into what the model sees (chat template or plain completion); keeping the two apart is what lets
+one dataset serve both a chat model and a base model.
+
+Formats (detected from the first row unless given; see docs/datasets.md):
+
+- MBPP full (``mbpp.jsonl``: ``task_id, text, code, test_list, test_setup_code``) and sanitized
+  (``sanitized-mbpp.json``, one JSON array: ``task_id, prompt, code, test_list, test_imports``),
+  with the official splits by task id: prompt (few-shot) 1-10, test 11-510, validation 511-600,
+  train 601-974. The sanitized file is a subset, so its splits are those ranges restricted to the
+  ids present (prompt 7, test 257, validation 43, train 120).
+- HumanEval (``task_id, prompt, canonical_solution, test, entry_point``; JSONL, plain or .gz):
+  completion-style, ``program_prefix`` is the prompt; one split, ``test``.
+- generic JSONL: ``{"id", "prompt", "tests": [...], "setup_code"?, "reference_solution"?,
+  "program_prefix"?, "split"?}``.
+
+A malformed row is a user error: :class:`DatasetError` names the file and line
+(``mbpp.jsonl:17: missing field(s) test_list``), and the command-line tools print it without a
+stack trace.
+"""
+
+from __future__ import annotations
+
+import ast
+import gzip
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from common.types import Problem
+
+MBPP_SPLITS: dict[str, range] = {
+    "prompt": range(1, 11),
+    "test": range(11, 511),
+    "validation": range(511, 601),
+    "train": range(601, 975),
+}
+_SPLIT_ALIASES = {"few-shot": "prompt", "fewshot": "prompt", "valid": "validation"}
+FORMATS = ("auto", "mbpp", "humaneval", "generic")
+
+MBPP_INSTRUCTION = (
+    "You are an expert Python programmer, and here is your task: {text} "
+    "Your code should pass these tests:\n\n{tests}"
+)
+
+
+class DatasetError(ValueError):
+    """A malformed or unavailable problem set; the message names the file and line (or row)."""
+
+
+def mbpp_instruction(text: str, tests: list[str] | tuple[str, ...]) -> str:
+    """The MBPP paper's prompt (Austin et al. 2021): the task, then the asserts to pass."""
+    return MBPP_INSTRUCTION.format(text=text.strip(), tests="\n".join(tests))
+
+
+# ---- reading rows ---------------------------------------------------------------------------
+
+
+def read_rows(path: str | Path) -> list[tuple[int, dict]]:
+    """Rows with their line numbers, from JSONL (plain or .gz) or from one JSON array.
+
+    For a JSON array the number is the line the element starts on, so an error points at the
+    row in an editor just as it does for JSONL.
+    """
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+        if path.suffix == ".gz":
+            raw = gzip.decompress(raw)
+        text = raw.decode("utf-8")
+    except (OSError, UnicodeDecodeError, EOFError, gzip.BadGzipFile) as exc:
+        raise DatasetError(f"{path}: cannot read: {exc}") from None
+    if text.lstrip().startswith("["):
+        numbered = _json_array_rows(text, path)
+    else:
+        numbered = _jsonl_rows(text, path)
+    for number, row in numbered:
+        if not isinstance(row, dict):
+            raise DatasetError(f"{path}:{number}: expected a JSON object")
+    return numbered
+
+
+def _jsonl_rows(text: str, path: Path) -> list[tuple[int, object]]:
+    numbered = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            numbered.append((number, json.loads(line)))
+        except json.JSONDecodeError as exc:
+            raise DatasetError(f"{path}:{number}: not valid JSON: {exc.msg}") from None
+    return numbered
+
+
+def _json_array_rows(text: str, path: Path) -> list[tuple[int, object]]:
+    decoder = json.JSONDecoder()
+    position = text.index("[") + 1
+    rows: list[tuple[int, object]] = []
+    while True:
+        position = _skip_space(text, position)
+        if position < len(text) and text[position] == "]":
+            return rows
+        try:
+            value, end = decoder.raw_decode(text, position)
+        except json.JSONDecodeError as exc:
+            raise DatasetError(f"{path}:{exc.lineno}: not valid JSON: {exc.msg}") from None
+        rows.append((text.count("\n", 0, position) + 1, value))
+        position = _skip_space(text, end)
+        if position < len(text) and text[position] == ",":
+            position += 1
+        elif position >= len(text) or text[position] != "]":
+            line = text.count("\n", 0, position) + 1
+            raise DatasetError(f"{path}:{line}: not valid JSON: expected ',' or ']'")
+
+
+def _skip_space(text: str, position: int) -> int:
+    while position < len(text) and text[position] in " \t\r\n":
+        position += 1
+    return position
+
+
+# ---- one row -> Problem ---------------------------------------------------------------------
+
+
+def detect_format(row: dict, where: str) -> str:
+    """The format a row is written in, from the fields only that format has."""
+    if "entry_point" in row:
+        return "humaneval"
+    if "test_list" in row:
+        return "mbpp"
+    if "tests" in row:
+        return "generic"
+    raise DatasetError(
+        f"{where}: cannot tell the format: expected MBPP (task_id, text, code, test_list), "
+        "HumanEval (task_id, prompt, canonical_solution, test, entry_point) or generic "
+        "(id, prompt, tests) fields"
+    )
+
+
+def _require(row: dict, fields: tuple[str, ...], where: str) -> None:
+    missing = [f for f in fields if f not in row]
+    if missing:
+        raise DatasetError(f"{where}: missing field(s) {', '.join(missing)}")
+
+
+def _string_list(row: dict, field: str, where: str) -> tuple[str, ...]:
+    value = row[field]
+    if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
+        raise DatasetError(f"{where}: {field} must be a list of strings")
+    return tuple(value)
+
+
+def _string(row: dict, field: str, where: str) -> str:
+    value = row.get(field)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise DatasetError(f"{where}: {field} must be a string")
+    return value
+
+
+def parse_mbpp_row(row: dict, where: str, need_prompt: bool = True) -> Problem:
+    """An MBPP row (full: ``text``; sanitized: ``prompt``) as a whole-program problem."""
+    _require(row, ("task_id", "code", "test_list"), where)
+    tests = _string_list(row, "test_list", where)
+    text = _string(row, "text", where) or _string(row, "prompt", where)
+    if need_prompt and not text.strip():
+        raise DatasetError(f"{where}: missing field(s) text (or prompt): the task description")
+    imports = row.get("test_imports") or []
+    if not isinstance(imports, list) or not all(isinstance(i, str) for i in imports):
+        raise DatasetError(f"{where}: test_imports must be a list of strings")
+    setup = "\n".join([*imports, _string(row, "test_setup_code", where)]).strip()
+    return Problem(
+        problem_id=str(row["task_id"]),
+        prompt=mbpp_instruction(text, tests) if text else "",
+        tests=tests,
+        setup_code=setup,
+        reference_solution=_string(row, "code", where),
+    )
+
+
+def parse_humaneval_row(row: dict, where: str) -> Problem:
+    """A HumanEval row: the model continues ``prompt``, which is also the program prefix."""
+    _require(row, ("task_id", "prompt", "canonical_solution", "test", "entry_point"), where)
+    prompt = _string(row, "prompt", where)
+    tests = humaneval_tests(_string(row, "test", where), _string(row, "entry_point", where), where)
+    return Problem(
+        problem_id=str(row["task_id"]),
+        prompt=prompt,
+        tests=tests,
+        program_prefix=prompt,
+        reference_solution=_string(row, "canonical_solution", where),
+    )
+
+
+def parse_generic_row(row: dict, where: str) -> Problem:
+    """A generic row: ``id``, ``prompt`` and ``tests`` are required (see docs/datasets.md)."""
+    _require(row, ("id", "prompt", "tests"), where)
+    tests = _string_list(row, "tests", where)
+    if not tests:
+        raise DatasetError(f"{where}: tests is empty: a problem without tests rewards anything")
+    return Problem(
+        problem_id=str(row["id"]),
+        prompt=_string(row, "prompt", where),
+        tests=tests,
+        setup_code=_string(row, "setup_code", where),
+        program_prefix=_string(row, "program_prefix", where),
+        reference_solution=_string(row, "reference_solution", where),
+    )
+
+
+def humaneval_tests(test_code: str, entry_point: str, where: str = "test") -> tuple[str, ...]:
+    """Rewrite HumanEval's ``check(candidate)`` into top-level tests on ``entry_point``.
+
+    Each assert becomes one test, so the sandbox can judge (and give partial credit for) each
+    one; statements before an assert (setup lines) are kept with it, which makes that test an
+    ``exec``-form test. Module-level imports are prepended to every multi-statement test.
+    """
+    try:
+        tree = ast.parse(test_code)
+    except SyntaxError as exc:
+        raise DatasetError(f"{where}: test code does not parse: {exc.msg}") from None
+    check = next(
+        (n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check"), None
+    )
+    if check is None or not check.args.args:
+        raise DatasetError(f"{where}: test code has no check(candidate) function")
+    parameter = check.args.args[0].arg
+    preamble = [ast.unparse(n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    tests, pending = [], []
+    for statement in check.body:
+        pending.append(_rename(statement, parameter, entry_point))
+        if isinstance(statement, ast.Assert):
+            tests.append("\n".join(pending if len(pending) == 1 else [*preamble, *pending]))
+            pending = []
+    if pending:
+        tests.append("\n".join([*preamble, *pending]))
+    return tuple(tests)
+
+
+def _rename(statement: ast.stmt, old: str, new: str) -> str:
+    class Renamer(ast.NodeTransformer):
+        def visit_Name(self, node: ast.Name) -> ast.Name:
+            return ast.Name(new, node.ctx) if node.id == old else node
+
+    return ast.unparse(Renamer().visit(statement))
+
+
+_PARSERS: dict[str, Callable[[dict, str], Problem]] = {
+    "mbpp": parse_mbpp_row,
+    "humaneval": parse_humaneval_row,
+    "generic": parse_generic_row,
+}
+
+
+# ---- whole sets and splits --------------------------------------------------------------------
+
+
+def parse_rows(
+    rows: list[tuple[int, dict]],
+    source: str,
+    split: str | None = None,
+    fmt: str = "auto",
+    need_prompt: bool = True,
+) -> list[Problem]:
+    """Problems of ``split`` (None: every row) from numbered rows, refusing duplicate ids."""
+    if fmt not in FORMATS:
+        raise DatasetError(f"format {fmt!r} is not one of {', '.join(FORMATS)}")
+    if not rows:
+        raise DatasetError(f"{source}: no problems in the file")
+    if fmt == "auto":
+        fmt = detect_format(rows[0][1], f"{source}:{rows[0][0]}")
+    keep = _split_filter(fmt, split, rows, source)
+    problems: list[Problem] = []
+    seen: dict[str, int] = {}
+    for number, row in rows:
+        where = f"{source}:{number}"
+        if fmt == "mbpp":
+            problem = parse_mbpp_row(row, where, need_prompt=need_prompt)
+        else:
+            problem = _PARSERS[fmt](row, where)
+        if problem.problem_id in seen:
+            raise DatasetError(
+                f"{where}: duplicate id {problem.problem_id!r} (first on line "
+                f"{seen[problem.problem_id]})"
+            )
+        seen[problem.problem_id] = number
+        if keep(row):
+            problems.append(problem)
+    return problems
+
+
+def _split_filter(
+    fmt: str, split: str | None, rows: list[tuple[int, dict]], source: str
+) -> Callable[[dict], bool]:
+    """Which rows belong to ``split``: MBPP by task-id range, generic by its ``split`` field."""
+    if split in (None, "", "all"):
+        return lambda row: True
+    split = _SPLIT_ALIASES.get(split, split)
+    if fmt == "mbpp":
+        if split not in MBPP_SPLITS:
+            names = ", ".join([*MBPP_SPLITS, "all"])
+            raise DatasetError(f"{source}: MBPP has no split {split!r}; choose one of {names}")
+        ids = MBPP_SPLITS[split]
+        return lambda row: _int_id(row) in ids
+    if fmt == "humaneval":
+        if split != "test":
+            raise DatasetError(f"{source}: HumanEval has one split, 'test' (or 'all')")
+        return lambda row: True
+    names = sorted({str(row["split"]) for _, row in rows if "split" in row})
+    if split not in names:
+        have = f"its splits are {', '.join(names)}" if names else "its rows have no 'split' field"
+        raise DatasetError(f"{source}: no split {split!r}: {have}")
+    return lambda row: str(row.get("split")) == split
+
+
+def _int_id(row: dict) -> int:
+    try:
+        return int(row.get("task_id"))
+    except (TypeError, ValueError):
+        return -1
+
+
+def load_dataset(
+    source: str | Path, split: str | None = None, fmt: str = "auto", limit: int = 0
+) -> list[Problem]:
+    """Problems from a local file, or from a Hugging Face dataset name (``name[:config]``).
+
+    ``split`` None (or ``"all"``) takes every row; ``limit`` > 0 keeps the first ``limit``
+    problems of the split, in file order.
+    """
+    path = Path(source)
+    if path.is_file():
+        problems = parse_rows(read_rows(path), str(path), split, fmt)
+    elif _looks_like_path(str(source)):
+        raise DatasetError(f"problems file {source} does not exist")
+    else:
+        problems = load_hub_dataset(str(source), split, fmt)
+    return problems[:limit] if limit else problems
+
+
+def _looks_like_path(source: str) -> bool:
+    return source.startswith((".", "/", "~")) or source.endswith(
+        (".json", ".jsonl", ".gz", ".jsonl.gz")
+    )
+
+
+def load_hub_dataset(name: str, split: str | None, fmt: str = "auto") -> list[Problem]:
+    """A dataset from the Hugging Face hub (needs the ``datasets`` package and network access).
+
+    ``name`` may carry a configuration after a colon, e.g. ``google-research-datasets/mbpp:full``.
+    The hub's own splits are used (MBPP's match the task-id ranges of the local files).
+    """
+    try:
+        import datasets
+    except ImportError:
+        raise DatasetError(
+            f"{name!r} is not a local file, and loading a Hugging Face dataset by name needs the "
+            "'datasets' package (pip install datasets) and network access; or download the "
+            "rows as JSONL and pass the file's path"
+        ) from None
+    repo, _, config = name.partition(":")
+    try:
+        table = datasets.load_dataset(repo, config or None, split=split or "test")
+    except Exception as exc:  # the hub raises many types; all mean "not available"
+        raise DatasetError(f"cannot load Hugging Face dataset {name!r}: {exc}") from None
+    rows = [(index, dict(row)) for index, row in enumerate(table)]
+    return parse_rows(rows, f"hf:{name}[{split or 'test'}]", None, fmt)

@@ -1,0 +1,104 @@
+"""Checkpoints and LoRA adapter export.
+
+A checkpoint directory is servable as is: the full model in HF format (full fine-tuning) or the
+peft adapter (LoRA), the tokenizer, plus ``optimizer.pt`` and ``learner_state.json``.
+
+Resuming: build the ``Learner`` on the *original* model path with the same config, then call
+``load_training_state(checkpoint)``; it loads the trained weights (full model or adapter), the
+optimiser state, the step and the weight version. Building on the original path keeps the
+reference (frozen copy, initial weights or LoRA base) equal to the run's initial policy; a
+learner built on the checkpoint directory itself also resumes, but its reference is then the
+checkpoint's weights.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from learner.export import base_model_of, tied_output_name
+
+STATE_FILE = "learner_state.json"
+OPTIMIZER_FILE = "optimizer.pt"
+
+
+def is_lora(model: nn.Module) -> bool:
+    return hasattr(model, "peft_config")
+
+
+def save_training_state(
+    out: Path, model: nn.Module, optimizer: torch.optim.Optimizer, tokenizer, state: dict
+) -> None:
+    """Weights (model or adapter) + tokenizer + optimiser + ``state`` into ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(out)
+    torch.save(optimizer.state_dict(), out / OPTIMIZER_FILE)
+    (out / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
+
+
+def load_training_state(
+    out: Path, model: nn.Module, optimizer: torch.optim.Optimizer, device: torch.device
+) -> dict:
+    """Load weights and optimiser state from ``out`` into ``model``/``optimizer``; return state."""
+    if is_lora(model):
+        _load_adapter(out, model)
+    else:
+        _load_full_weights(out, model)
+    optimizer.load_state_dict(torch.load(out / OPTIMIZER_FILE, map_location=device))
+    return json.loads((out / STATE_FILE).read_text())
+
+
+def _load_adapter(out: Path, model: nn.Module) -> None:
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    path = out / "adapter_model.safetensors"
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} is missing: a LoRA learner resumes from the adapter saved by save_checkpoint"
+        )
+    result = set_peft_model_state_dict(model, load_file(str(path)))
+    unexpected = list(getattr(result, "unexpected_keys", []))
+    if unexpected:
+        raise ValueError(
+            f"adapter in {out} does not fit this model (different rank or target modules?): "
+            f"unexpected keys {unexpected[:3]}"
+        )
+
+
+def _load_full_weights(out: Path, model: nn.Module) -> None:
+    from safetensors.torch import load_file
+
+    files = sorted(out.glob("model*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no model*.safetensors in {out}: not a full-model checkpoint")
+    state: dict[str, torch.Tensor] = {}
+    for file in files:
+        state.update(load_file(str(file)))
+    missing, unexpected = base_model_of(model).load_state_dict(state, strict=False)
+    tied = tied_output_name(model)
+    missing = [name for name in missing if name != tied]
+    if missing or unexpected:
+        raise ValueError(
+            f"checkpoint {out} does not fit this model: missing {missing[:3]}, "
+            f"unexpected {list(unexpected)[:3]}"
+        )
+
+
+def export_adapter(model: nn.Module, root: str | Path, weight_version: int) -> str:
+    """Save the LoRA adapter to ``root/v{weight_version:06d}`` and return that directory.
+
+    One directory per weight version, never overwritten by a later one, so a rollout engine
+    that is still loading version k is not handed half of version k + 1; the caller can use the
+    version as vLLM's ``lora_int_id`` (which must differ per adapter to avoid its cache).
+    """
+    if not is_lora(model):
+        raise ValueError("export_adapter needs lora.enabled: a full fine-tune has no adapter")
+    out = Path(root) / f"v{weight_version:06d}"
+    model.save_pretrained(out)
+    return str(out)

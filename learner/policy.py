@@ -1,0 +1,103 @@
+"""Building the policy module: dtype policy, gradient checkpointing, LoRA.
+
+Precision. ``learner.dtype = "bfloat16"`` has two meanings, chosen by ``learner.master_dtype``:
+
+- ``"float32"`` (default, mixed precision): parameters, gradients and AdamW state stay float32
+  and the forward pass runs under ``torch.autocast(bfloat16)``. Matmuls get bf16 speed (and
+  bf16 activations), while updates smaller than bf16's resolution still accumulate: with bf16
+  parameters an update below ~0.4% of a weight rounds away entirely, and at RL learning rates
+  (1e-6 .. 1e-5) that is most of them.
+- ``"same"`` (pure bf16): parameters are stored in bf16 and AdamW updates them in place. Half
+  the weight, gradient and optimiser memory, at the cost of that rounding; use it only when
+  fp32 master weights do not fit.
+
+``dtype = "float32"`` is plain float32 either way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from common.config import LearnerConfig
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def precision(config: LearnerConfig) -> tuple[torch.dtype, torch.dtype | None]:
+    """(parameter dtype, autocast dtype or None) for this config; see the module docstring."""
+    compute = DTYPES[config.dtype]
+    master = config.master_dtype
+    if master not in ("float32", "same"):
+        raise ValueError(f"unknown master_dtype {master!r}; use float32 or same")
+    if compute == torch.float32 or master == "same":
+        return compute, None
+    return torch.float32, compute
+
+
+def autocast(device: torch.device, dtype: torch.dtype | None):
+    """``torch.autocast`` for the forward pass, or a no-op when computing in the param dtype."""
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def load_causal_lm(model_path: str, dtype: torch.dtype) -> nn.Module:
+    """The HF causal LM at ``model_path`` in ``dtype``, with the KV cache off (training)."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
+    model.config.use_cache = False
+    return model
+
+
+def build_policy(model_path: str, config: LearnerConfig, param_dtype: torch.dtype) -> nn.Module:
+    """The trainable policy: the HF model, optionally checkpointed, optionally LoRA-wrapped."""
+    model = load_causal_lm(model_path, param_dtype)
+    if config.gradient_checkpointing:
+        # Non-reentrant checkpointing lets gradients reach LoRA weights even though the
+        # (frozen) embedding output does not require grad.
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if config.lora.enabled:
+        model = _wrap_lora(model, config)
+    return model
+
+
+def to_dtype(value: object) -> torch.dtype:
+    """A serving dtype from a config value (``"bfloat16"``, ``"torch.float16"``, a dtype)."""
+    if isinstance(value, torch.dtype):
+        return value
+    name = str(value).removeprefix("torch.")
+    if name not in DTYPES:
+        raise ValueError(
+            f"model config dtype {value!r} is not one vLLM serves here: {list(DTYPES)}"
+        )
+    return DTYPES[name]
+
+
+def _wrap_lora(model: nn.Module, config: LearnerConfig) -> nn.Module:
+    from peft import LoraConfig as PeftLoraConfig
+    from peft import get_peft_model
+
+    lora = config.lora
+    peft_config = PeftLoraConfig(
+        r=lora.rank,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=list(lora.target_modules),
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, peft_config)
+
+
+def load_tokenizer(model_path: str):
+    """The tokenizer saved beside the model, if any: checkpoints should be servable as-is."""
+    root = Path(model_path)
+    if not any((root / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
+        return None
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_path)

@@ -1,0 +1,89 @@
+"""The reference policy pi_ref of the KL term, in the form that costs least memory.
+
+Reference logprobs are computed once per batch, before any gradient step, and reused by every
+micro-batch and every inner epoch (the reference does not change, so recomputing them would
+only cost time). Where the reference weights live depends on the policy:
+
+- LoRA: the base model with the adapter switched off. No second copy exists at all.
+- Full fine-tuning, ``reference = "frozen_copy"``: a frozen deep copy on the learner's device.
+  Fastest; costs one extra copy of the weights in accelerator memory.
+- Full fine-tuning, ``reference = "precomputed"``: the *initial* trainable weights are kept on
+  CPU only. For the batch's reference pass they are copied into the policy's own parameters
+  (its current weights are parked on CPU meanwhile) and copied back afterwards. Accelerator
+  memory holds one copy of the weights at all times; the price is two host<->device copies of
+  the weights per step and 2x the weights in host memory. Parameters keep their identity, so
+  the optimiser and its state are unaffected.
+
+With beta = 0 no reference is built or run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Iterator
+from typing import Literal
+
+import torch
+from torch import nn
+
+ReferenceMode = Literal["frozen_copy", "precomputed"]
+
+
+class InitialWeights:
+    """A CPU copy of the policy's trainable parameters, swappable into the policy in place."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self._pairs = [
+            (param, param.detach().to("cpu", copy=True))
+            for param in model.parameters()
+            if param.requires_grad
+        ]
+
+    @contextlib.contextmanager
+    def swapped_in(self) -> Iterator[None]:
+        """Within the block the policy holds its initial weights; afterwards, its current ones."""
+        with torch.no_grad():
+            current = [param.detach().to("cpu", copy=True) for param, _ in self._pairs]
+            for param, initial in self._pairs:
+                param.copy_(initial)
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for (param, _), saved in zip(self._pairs, current, strict=True):
+                    param.copy_(saved)
+
+
+class Reference:
+    """Context manager factory: ``with reference.active() as model`` runs pi_ref."""
+
+    def __init__(self, policy: nn.Module, mode: ReferenceMode, lora: bool) -> None:
+        if mode not in ("frozen_copy", "precomputed"):
+            raise ValueError(f"unknown reference {mode!r}; use frozen_copy or precomputed")
+        self.policy = policy
+        self.mode: str = "lora_base" if lora else mode
+        self._frozen: nn.Module | None = None
+        self._initial: InitialWeights | None = None
+        if self.mode == "frozen_copy":
+            self._frozen = copy.deepcopy(policy).eval().requires_grad_(False)
+        elif self.mode == "precomputed":
+            self._initial = InitialWeights(policy)
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[nn.Module]:
+        """Yield a module whose forward pass is the reference policy (eval mode, no grad)."""
+        if self._frozen is not None:
+            yield self._frozen
+            return
+        was_training = self.policy.training
+        self.policy.eval()
+        try:
+            if self._initial is not None:
+                with self._initial.swapped_in():
+                    yield self.policy
+            else:
+                with self.policy.disable_adapter():
+                    yield self.policy
+        finally:
+            self.policy.train(was_training)

@@ -1,0 +1,119 @@
+"""The zygote: the one process of a worker that forks, one child per execution.
+
+It is PID 1 of the worker's PID namespace, so it can kill every process an execution left
+behind, ``setsid()`` or double-forked, with ``kill(-1, SIGKILL)`` and reap them all (orphans
+are re-parented to it). It is forked from the worker's server once, after every module is
+imported and warmed up, and then does as little as possible, because every page a process
+writes after a fork is a copy-on-write fault (~3 us each on a small VM): the server, which
+never forks, does the JSON, the polling and the talking to the pool.
+
+Protocol on a SOCK_SEQPACKET socketpair with the server:
+
+- ``R`` + three descriptors (job pipe read end, value pipe and output pipe write ends):
+  fork a child, which reads its job (JSON: code, setup code, test parts, rlimits) from the
+  job pipe and then runs it. Replies ``F`` only if the fork failed.
+- ``K`` + grace byte: kill the execution's processes; reply ``S`` + (has status, wait status
+  of the child, whether we killed it). With grace, a child that already closed its value
+  pipe gets up to 100 ms to die on its own first, so the signal that really ended it is seen.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import struct
+import time
+from resource import setrlimit
+
+from sandbox import child, isolation
+
+STATUS = struct.Struct("<iii")
+
+
+def serve(ctl: socket.socket, scratch: str, uid: int) -> None:
+    """The zygote's loop; never returns (exits when the server's end closes)."""
+    code = 0
+    try:
+        isolation.prctl(isolation.PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getpid() != 1:  # no PID namespace: orphans come to us, found through /proc
+            isolation.prctl(isolation.PR_SET_CHILD_SUBREAPER, 1)
+        main = -1
+        while True:
+            message, fds, _, _ = socket.recv_fds(ctl, 16, 3)
+            if not message:
+                break
+            if message[:1] == b"R" and len(fds) == 3:
+                main = _start(fds, scratch, uid)
+                if main < 0:
+                    ctl.send(b"F")
+            else:
+                for fd in fds:
+                    os.close(fd)
+                status, ours = _sweep(main, message[1:2] == b"1") if main > 0 else (None, True)
+                main = -1
+                ctl.send(b"S" + STATUS.pack(status is not None, status or 0, ours))
+    except BaseException:
+        code = 1
+    finally:
+        os._exit(code)
+
+
+def _start(fds: list[int], scratch: str, uid: int) -> int:
+    """Fork the execution's child; the pipe ends are the child's alone afterwards."""
+    try:
+        pid = os.fork()
+    except OSError:
+        pid = -1
+    if pid == 0:
+        _child(fds, scratch, uid)
+    for fd in fds:
+        os.close(fd)
+    return pid
+
+
+def _sweep(main: int, grace: bool) -> tuple[int | None, bool]:
+    """Kill every process of the execution; returns (the child's wait status, killed by us)."""
+    in_namespace = os.getpid() == 1
+    if grace:
+        for _ in range(100):
+            pid, status = os.waitpid(main, os.WNOHANG)
+            if pid:
+                if in_namespace:
+                    isolation.kill_namespace(main)
+                else:
+                    isolation.kill_descendants(os.getpid())
+                return status, False
+            time.sleep(0.001)
+    if in_namespace:
+        return isolation.kill_namespace(main), True
+    return isolation.kill_tree(main, os.getpid()), True
+
+
+def _child(fds: list[int], scratch: str, uid: int) -> None:
+    """Runs in the child: read the job, then descriptors, limits, privileges, the harness.
+
+    The environment is already empty, the umask and no-new-privileges already set (in the
+    worker, inherited): every Python line here costs page faults in every child.
+    """
+    job_r, val_w, out_w = fds
+    try:
+        chunks = []
+        while chunk := os.read(job_r, 1 << 20):
+            chunks.append(chunk)
+        job = json.loads(b"".join(chunks))
+        os.setsid()
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(out_w, 1)
+        os.dup2(out_w, 2)
+        os.dup2(val_w, 3)
+        os.closerange(4, 1 << 16)
+        os.chdir(scratch)
+        for which, value in job["limits"]:
+            setrlimit(which, (value, value))
+        isolation.drop_privileges(uid, set_no_new_privs=False)  # inherited, see worker
+    except BaseException:
+        os._exit(98)
+    child.run(job["code"], job["setup_code"], job["parts"])

@@ -1,0 +1,54 @@
+"""Running short training jobs from tests, and acting on them while they run."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from common.config import Config, load_config
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def short_config(out: Path, name: str, model_path: str, steps: int, *extra: str) -> Config:
+    """The demo config, shrunk: few steps, a small batch, fractional CPUs so actors fit 2 cores."""
+    overrides = [
+        "--run.output_dir", str(out),
+        "--run.name", name,
+        "--run.steps", str(steps),
+        "--run.plot", "false",
+        "--model.path", model_path,
+        "--rollout.batch_size", "32",
+        "--rollout.num_cpus", "0.5",
+        "--rollout.kv_cache_gib", "0.1",
+        *extra,
+    ]  # fmt: skip
+    return load_config(REPO / "configs" / "demo.toml", overrides)
+
+
+def steps_written(run_dir: Path) -> int:
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return 0
+    return sum(1 for line in path.read_text().splitlines() if line.strip())
+
+
+def when_step_reached(run_dir: Path, step: int, action: Callable[[], None]) -> threading.Thread:
+    """Run ``action`` in a thread once the run has written ``step`` metric records."""
+
+    def watch() -> None:
+        deadline = time.monotonic() + 600
+        while steps_written(run_dir) < step and time.monotonic() < deadline:
+            time.sleep(0.2)
+        action()
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

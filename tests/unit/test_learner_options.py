@@ -1,0 +1,142 @@
+"""Learner options beyond plain GRPO: mu epochs, TIS, references, KL in reward, bf16, resume."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from common.config import LearnerConfig, LoraConfig
+from learner.learner import Learner
+from tests.unit.test_learner_step import _BASE, _samples, _save_tiny_qwen2, _snapshot
+
+
+@pytest.fixture(scope="module")
+def tied_model(tmp_path_factory) -> str:
+    return _save_tiny_qwen2(tmp_path_factory.mktemp("tied"), tie_word_embeddings=True)
+
+
+def _config(**overrides) -> LearnerConfig:
+    return LearnerConfig(**{**_BASE, **overrides})
+
+
+def _lora(**overrides) -> LoraConfig:
+    return LoraConfig(enabled=True, rank=4, **overrides)
+
+
+def test_two_epochs_take_the_ratio_off_one(tied_model):
+    learner = Learner(tied_model, _config(ppo_epochs=2, clip_eps_low=0.02, clip_eps_high=0.02))
+    before = _snapshot(learner)
+    metrics = learner.train_step(_samples())
+    assert metrics["train/optimizer_steps"] == 2
+    # epoch 1 is on pi_old (ratio 1); epoch 2 sees the policy that epoch 1 produced
+    assert abs(metrics["train/ratio_mean_last_epoch"] - 1.0) > 1e-4
+    assert metrics["train/clip_frac_last_epoch"] > 0
+    assert learner.weight_version == 1  # one version per train_step, however many steps
+    for name, param in learner.model.named_parameters():
+        assert not torch.equal(before[name], param.detach()), name
+
+
+def test_mini_batches_take_one_optimizer_step_each(tied_model):
+    learner = Learner(tied_model, _config(mini_batches=3))
+    metrics = learner.train_step(_samples())
+    assert metrics["train/optimizer_steps"] == 3
+    assert metrics["train/num_samples"] == 8
+
+
+def test_tis_metrics(tied_model):
+    samples = _samples()  # sampler logprob -4 on every token; the tiny model gives about -4.9
+    metrics = Learner(tied_model, _config()).train_step(samples)
+    assert 0 < metrics["train/tis_weight_mean"] < 1
+    assert metrics["train/tis_clip_frac"] == 0
+    off = Learner(tied_model, _config(tis_cap=0.0)).train_step(samples)
+    assert "train/tis_weight_mean" not in off
+
+
+def test_precomputed_reference_equals_frozen_copy(tied_model):
+    samples = _samples()
+    results = []
+    for mode in ("frozen_copy", "precomputed"):
+        learner = Learner(tied_model, _config(beta=0.05, reference=mode))
+        learner.perturb_weights_(0.02, seed=1)
+        policy_before = learner.compute_logprobs(samples)
+        ref = learner.reference_logprobs(samples)
+        assert learner.compute_logprobs(samples) == policy_before  # weights swapped back
+        metrics = learner.train_step(samples)
+        results.append((ref, metrics["train/kl"], _snapshot(learner)))
+    (ref_a, kl_a, params_a), (ref_b, kl_b, params_b) = results
+    assert kl_a > 0 and kl_a == pytest.approx(kl_b, rel=1e-5)
+    for a, b in zip(ref_a, ref_b):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
+    for name, param in params_a.items():
+        torch.testing.assert_close(params_b[name], param, msg=name)
+
+
+def test_kl_in_reward(tied_model):
+    from learner.grpo import kl_divergence
+
+    samples = _samples()
+    learner = Learner(tied_model, _config(beta=0.05, kl_in="reward", kl_estimator="k1"))
+    assert learner.sequence_kl(samples) == [0.0] * len(samples)  # policy == reference
+    learner.perturb_weights_(0.02, seed=1)
+    kl = learner.sequence_kl(samples)
+    policy, ref = learner.policy_logprobs(samples), learner.reference_logprobs(samples)
+    for got, p, r in zip(kl, policy, ref):
+        assert got == pytest.approx(kl_divergence(p, r, "k1").sum().item(), abs=1e-5)
+    assert any(abs(k) > 1e-4 for k in kl)
+    assert learner.train_step(samples)["train/kl"] == 0.0  # no KL term in the loss
+    no_ref = Learner(tied_model, _config(kl_in="reward"))
+    assert no_ref.reference is None and no_ref.sequence_kl(samples) == [0.0] * len(samples)
+
+
+def test_bfloat16_mixed_precision_keeps_float32_master_weights(tied_model):
+    learner = Learner(tied_model, _config(dtype="bfloat16", lr=1e-5))
+    assert all(p.dtype == torch.float32 for p in learner.model.parameters())
+    assert learner.autocast_dtype == torch.bfloat16
+    before = _snapshot(learner)
+    metrics = learner.train_step(_samples())
+    assert all(torch.isfinite(torch.tensor(v)) for v in metrics.values())
+    # at lr 1e-5 most updates are below bf16 resolution; fp32 master weights keep them all
+    for name, param in learner.model.named_parameters():
+        assert not torch.equal(before[name], param.detach()), name
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_resume_round_trip(tied_model, tmp_path, lora):
+    config = _config(lora=_lora() if lora else LoraConfig())
+    samples = _samples()
+    learner = Learner(tied_model, config)
+    learner.train_step(samples)
+    learner.train_step(samples)  # lora_B starts at 0: two steps so every adapter weight moves
+    learner.save_checkpoint(str(tmp_path / "ckpt"))
+    resumed = Learner(tied_model, config)  # the original path: the reference stays initial
+    resumed.load_training_state(str(tmp_path / "ckpt"))
+    assert (resumed.weight_version, resumed.step) == (2, 2)
+    want, got = _snapshot(learner), _snapshot(resumed)
+    for name, param in want.items():
+        torch.testing.assert_close(got[name], param, msg=name)
+    # the optimiser state came back too: one more step lands on the same weights
+    learner.train_step(samples)
+    resumed.train_step(samples)
+    want, got = _snapshot(learner), _snapshot(resumed)
+    for name, param in want.items():
+        torch.testing.assert_close(got[name], param, msg=name)
+
+
+def test_export_adapter_writes_one_directory_per_version(tied_model, tmp_path):
+    from safetensors.torch import load_file
+
+    learner = Learner(tied_model, _config(lora=_lora()))
+    first = learner.export_adapter(str(tmp_path))
+    learner.train_step(_samples())
+    second = learner.export_adapter(str(tmp_path))
+    assert first.endswith("v000000") and second.endswith("v000001")
+    for path in (first, second):
+        assert {"adapter_config.json", "adapter_model.safetensors"} <= {
+            p.name for p in (tmp_path / path).iterdir()
+        }
+    a = load_file(f"{first}/adapter_model.safetensors")
+    b = load_file(f"{second}/adapter_model.safetensors")
+    assert set(a) == set(b) and all("lora_" in name for name in a)
+    assert any(not torch.equal(a[name], b[name]) for name in a)
+    with pytest.raises(ValueError, match=r"lora\.enabled"):
+        Learner(tied_model, _config()).export_adapter(str(tmp_path / "full"))
