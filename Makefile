@@ -7,6 +7,8 @@ EXTRA  ?= cpu
 # Where pip finds torch 2.13.0; on a CPU host without a local wheel use
 #   make setup TORCH_INDEX="--index-url https://download.pytorch.org/whl/cpu"
 TORCH_INDEX ?=
+# The run `make demo` trains (any config works: make demo CONFIG=configs/demo_scorer.toml).
+CONFIG ?= configs/demo.toml
 STAMP  := $(VENV)/.installed-$(EXTRA)
 
 .PHONY: setup demo test test-unit lint format clean
@@ -23,7 +25,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: setup
-	$(PY) -m launch.train --config configs/demo.toml --overwrite
+	$(PY) -m launch.train --config $(CONFIG) --overwrite
 
 test: setup
 	$(PY) -m pytest -q -rs

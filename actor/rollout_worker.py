@@ -24,6 +24,7 @@ import time
 
 from common.config import ModelConfig, RolloutConfig
 from common.types import Completion, RolloutRequest, WeightUpdate
+from common.weight_transport import LORA_ADAPTER
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +41,7 @@ class RolloutWorker:
         model: ModelConfig,
         seed: int = 0,
         worker_index: int = 0,
+        lora_rank: int = 0,
     ) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
@@ -48,6 +50,10 @@ class RolloutWorker:
         self.config = rollout
         self.worker_index = worker_index
         self.weight_version = 0
+        self.lora_request = None  # the current LoRA adapter, when updates arrive as adapters
+        lora = (
+            {"enable_lora": True, "max_lora_rank": lora_rank, "max_loras": 1} if lora_rank else {}
+        )
         start = time.perf_counter()
         self.llm = LLM(
             model=model_path,
@@ -59,6 +65,7 @@ class RolloutWorker:
             logprobs_mode="processed_logprobs",
             worker_extension_cls="actor.weight_receiver.WeightReceiverExtension",
             enable_prefix_caching=True,
+            **lora,
         )
         self.tokenizer = self.llm.get_tokenizer()
         logger.info(
@@ -90,18 +97,30 @@ class RolloutWorker:
                     )
                 )
                 keys.append((request, index))
-        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        outputs = self.llm.generate(prompts, params, use_tqdm=False, lora_request=self.lora_request)
         return [
             _to_completion(request, index, output, self.weight_version)
             for (request, index), output in zip(keys, outputs, strict=True)
         ]
 
     def update_weights(self, update: WeightUpdate) -> dict[str, float]:
-        """Load new weights into the live engine and forget cached prefixes."""
+        """Load new weights into the live engine and forget cached prefixes.
+
+        A LoRA adapter update only switches the adapter used for the next requests: a new
+        adapter id per version, so vLLM never serves a cached copy of an older one.
+        """
         start = time.perf_counter()
-        self.llm.collective_rpc(
-            "receive_weights", args=(update.transport, update.payload, update.version)
-        )
+        if update.transport == LORA_ADAPTER:
+            from vllm.lora.request import LoRARequest
+
+            # vLLM adapter ids must be positive; one per weight version.
+            self.lora_request = LoRARequest(
+                f"v{update.version}", update.version + 1, update.payload
+            )
+        else:
+            self.llm.collective_rpc(
+                "receive_weights", args=(update.transport, update.payload, update.version)
+            )
         self.llm.reset_prefix_cache()
         self.weight_version = update.version
         return {"seconds": time.perf_counter() - start, "version": float(update.version)}
@@ -115,7 +134,9 @@ class RolloutWorker:
 
         tokens = list(prompt_token_ids) + list(completion_token_ids)
         params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0)
-        output = self.llm.generate([{"prompt_token_ids": tokens}], params, use_tqdm=False)[0]
+        output = self.llm.generate(
+            [{"prompt_token_ids": tokens}], params, use_tqdm=False, lora_request=self.lora_request
+        )[0]
         positions = range(len(prompt_token_ids), len(tokens))
         return [output.prompt_logprobs[pos][tokens[pos]].logprob for pos in positions]
 

@@ -15,6 +15,8 @@ from typing import Any, Literal
 import tomllib
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from common.rewards.config import RewardConfig
+
 
 class ConfigError(ValueError):
     """A user mistake in the configuration; the message names the field and the reason."""
@@ -141,12 +143,23 @@ class LoraConfig(_Section):
     alpha: float = 16.0
     dropout: float = Field(0.0, ge=0, lt=1)
     target_modules: list[str] = ["q_proj", "k_proj", "v_proj", "o_proj"]
-    export: Literal["merged"] = Field(
-        "merged", description="how LoRA updates reach vLLM: merged into the base weights"
+    export: Literal["merged", "adapter"] = Field(
+        "merged",
+        description="how LoRA updates reach vLLM: merged into the base weights, or as a LoRA "
+        "adapter with a new adapter id per weight version",
     )
 
 
 class LearnerConfig(_Section):
+    @model_validator(mode="after")
+    def _check_lora_export(self) -> LearnerConfig:
+        if self.lora.export == "adapter" and not self.lora.enabled:
+            raise ValueError(
+                "lora.export = 'adapter' needs lora.enabled = true: without LoRA there is no "
+                "adapter to send"
+            )
+        return self
+
     lr: float = Field(1e-5, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     max_grad_norm: float = Field(1.0, gt=0)
@@ -194,7 +207,10 @@ class WeightsConfig(_Section):
 
 
 class RayConfig(_Section):
-    address: str = Field("", description="'' connects to a running cluster if any, else starts one")
+    address: str = Field(
+        "",
+        description="'': RAY_ADDRESS, else the cluster of the last `ray start`, else a local one",
+    )
     placement: Literal["none", "pack", "spread", "strict_pack", "strict_spread"] = Field(
         "none",
         description="placement group for the learner and the initial rollout actors: 'pack' "
@@ -210,6 +226,7 @@ class Config(_Section):
     eval: EvalConfig = EvalConfig()
     rollout: RolloutConfig = RolloutConfig()
     sandbox: SandboxConfig = SandboxConfig()
+    reward: RewardConfig = RewardConfig()
     learner: LearnerConfig = LearnerConfig()
     weights: WeightsConfig = WeightsConfig()
     ray: RayConfig = RayConfig()

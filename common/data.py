@@ -27,24 +27,26 @@ def load_problems(config: DataConfig, tokenizer=None) -> list[Problem]:
     A dataset source needs the ``tokenizer`` (its chat template decides what ``auto`` means);
     the synthetic task does not.
     """
-    limit = config.max_problems
-    if config.source == "synthetic":
-        problems = synthetic_problems()
-        return problems[:limit] if limit else problems
     return load_rendered(
         config.source,
-        getattr(config, "split", "train"),
-        getattr(config, "format", "auto"),
-        getattr(config, "prompt_template", "auto"),
+        config.split,
+        config.format,
+        config.prompt_template,
         tokenizer,
-        limit,
+        config.max_problems,
     )
 
 
 def load_rendered(
     source: str, split: str | None, fmt: str, template: str, tokenizer, limit: int = 0
 ) -> list[Problem]:
-    """Problems from a dataset source with prompts rendered by ``template`` for ``tokenizer``."""
+    """Problems from ``source`` with prompts rendered by ``template`` for ``tokenizer``.
+
+    The synthetic task has no splits and is already in its final completion form.
+    """
+    if source == "synthetic":
+        problems = synthetic_problems()
+        return problems[:limit] if limit else problems
     if tokenizer is None:
         raise ValueError(f"rendering prompts for {source!r} needs the model's tokenizer")
     problems = load_dataset(source, split, fmt, limit)

@@ -12,8 +12,10 @@ Transports, by placement:
   object, so it works across nodes; inside the engine the bytes are fed to vLLM's layerwise
   reload. Tensors cannot be passed through vLLM's ``collective_rpc`` in multiprocess mode, bytes
   can.
-- GPU transports (NCCL between separate GPUs, CUDA IPC when colocated) go through vLLM 0.32's
-  native weight-transfer API and register here under their own names.
+- ``lora_adapter``: with ``learner.lora.export = "adapter"`` only the adapter travels, as a
+  directory on a file system the engines can read (a few MB instead of the whole model).
+- GPU transports (NCCL between separate GPUs, CUDA IPC when colocated) through vLLM 0.32's
+  native weight-transfer API are not implemented yet.
 """
 
 from __future__ import annotations
@@ -48,6 +50,10 @@ class CpuSafetensorsSender:
 
 
 _SENDERS = {CpuSafetensorsSender.name: CpuSafetensorsSender}
+
+#: A LoRA adapter saved by the learner (``payload`` is its directory): the engines load it as a
+#: vLLM LoRA adapter with a new adapter id, instead of receiving merged full weights.
+LORA_ADAPTER = "lora_adapter"
 
 
 def make_sender(name: str) -> WeightSender:

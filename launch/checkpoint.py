@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 DRIVER_STATE = "driver_state.json"
@@ -26,6 +26,7 @@ class DriverState:
     weight_version: int
     seed: int
     curriculum: dict  # the prompt sampler's state: position and pass-rate history
+    baseline: dict = field(default_factory=dict)  # the running per-problem reward baseline
 
 
 def save_checkpoint(run_dir: Path, learner, state: DriverState) -> Path:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,22 +27,23 @@ ACTOR_ENV = {
 
 
 def connect(config: RayConfig) -> None:
-    """Join the cluster at ``ray.address``, else a running one, else start a local one."""
+    """Join ``ray.address``, else the cluster of ``RAY_ADDRESS`` or of the last ``ray start`` on
+    this machine, else start a local cluster in this process.
+
+    Deliberately not ``ray.init(address="auto")``: its legacy fallback joins *any* Ray process
+    found on the machine, such as another local run's in-process cluster, and this run would
+    then die when that one finishes.
+    """
     import ray
+    from ray._private.services import get_ray_address_from_environment
 
     if ray.is_initialized():
         return
-    address = config.address or os.environ.get("RAY_ADDRESS", "")
+    address = config.address or get_ray_address_from_environment(None, None)
     if address:
         ray.init(address=address, logging_level=logging.WARNING)
-        logger.info("connected to Ray cluster at %s", address)
+        logger.info("connected to the Ray cluster at %s", address)
         return
-    try:
-        ray.init(address="auto", logging_level=logging.WARNING)
-        logger.info("connected to the running Ray cluster")
-        return
-    except ConnectionError:
-        pass
     ray.init(
         num_cpus=config.num_cpus or None,
         include_dashboard=False,
@@ -120,13 +121,14 @@ class Fleet:
     learner: Any
     sandbox: Any
     placement: Placement | None = None
+    scorers: dict[str, Any] = field(default_factory=dict)  # learned reward terms' actors
 
     def shutdown(self) -> None:
         import ray
         from ray.util.placement_group import remove_placement_group
 
         self.rollout.shutdown()
-        for handle in (self.learner, self.sandbox):
+        for handle in (self.learner, self.sandbox, *self.scorers.values()):
             ray.kill(handle, no_restart=True)
         if self.placement is not None:
             remove_placement_group(self.placement.group)
@@ -136,6 +138,7 @@ def start_fleet(config: Config, model_path: str, run_id: str) -> Fleet:
     """Start the rollout workers, the learner and the sandbox pool; wait until all are ready."""
     import ray
 
+    from launch.groups import start_scorer
     from launch.rollout_fleet import RolloutFleet
     from learner.learner import Learner
     from sandbox.pool import SandboxPool
@@ -157,8 +160,10 @@ def start_fleet(config: Config, model_path: str, run_id: str) -> Fleet:
         seed=config.run.seed,
         transport=config.weights.transport,
         export_dtype=config.model.dtype,
+        adapter_dir=str((config.run_dir / "adapters").resolve()),
     )
     rollout = RolloutFleet(config, model_path, run_id, placement)
     rollout.start(config.rollout.num_actors)
-    ray.get([handle.__ray_ready__.remote() for handle in (learner, sandbox)])
-    return Fleet(rollout=rollout, learner=learner, sandbox=sandbox, placement=placement)
+    scorers = start_scorer(config, run_id)
+    ray.get([handle.__ray_ready__.remote() for handle in (learner, sandbox, *scorers.values())])
+    return Fleet(rollout, learner, sandbox, placement=placement, scorers=scorers)

@@ -28,6 +28,7 @@ from common.config import Config
 from common.curriculum import make_curriculum
 from common.metrics import MetricsLog
 from common.prompts import encode_prompt
+from common.rewards import KalmanBaseline
 from common.types import Completion, Problem, TrainSample, Verdict
 from launch.checkpoint import DriverState, save_checkpoint
 from launch.cluster import Fleet
@@ -120,6 +121,10 @@ class Driver:
         )
         if state is not None:
             self.curriculum.load_state_dict(state.curriculum)
+        baseline = config.reward.baseline
+        self.baseline = KalmanBaseline(baseline) if baseline.kind == "kalman" else None
+        if state is not None and self.baseline is not None:
+            self.baseline.load_state_dict(state.baseline)
         self.eval_problems = self._load_eval_problems() if config.eval.every else []
         self.control = ControlFile(run_dir / CONTROL_FILE)
         self._stop_signal: int | None = None
@@ -180,7 +185,8 @@ class Driver:
         sandbox_stats = ray.get(self.fleet.sandbox.stats.remote())
 
         timer.restart()
-        samples, kl_metrics = self._train_samples(completions, rewards)
+        keys = [group.index for group in groups]
+        samples, kl_metrics = self._train_samples(completions, rewards, keys, step)
         train_metrics = ray.get(self.fleet.learner.train_step.remote(samples)) if samples else {}
         timer.lap("train")
 
@@ -193,6 +199,9 @@ class Driver:
         record.update(sampling_metrics)
         record.update(kl_metrics)
         record.update(self.curriculum.stats())
+        record.update(self.collector.term_means)
+        if self.baseline is not None:
+            record.update(self.baseline.stats())
         return record
 
     def _observe(self, group) -> None:
@@ -202,7 +211,11 @@ class Driver:
             self.curriculum.observe(group.index, sum(r.passed for r in judged) / len(judged))
 
     def _train_samples(
-        self, completions: list[Completion], rewards: list[float | None]
+        self,
+        completions: list[Completion],
+        rewards: list[float | None],
+        keys: list[int],
+        step: int,
     ) -> tuple[list[TrainSample], dict[str, float]]:
         """Advantages for every rewarded completion (KL folded into the reward if configured)."""
         learner_cfg = self.config.learner
@@ -211,9 +224,12 @@ class Driver:
         if learner_cfg.beta > 0 and learner_cfg.kl_in == "reward":
             shaped, metrics = self._kl_penalised(completions, rewards)
         size = self.config.rollout.group_size
-        advantages = group_advantages_masked(
-            shaped, size, learner_cfg.advantage_eps, learner_cfg.advantage_scale
-        )
+        if self.baseline is not None:
+            advantages = self.baseline.advantages(shaped, size, keys, step)
+        else:
+            advantages = group_advantages_masked(
+                shaped, size, learner_cfg.advantage_eps, learner_cfg.advantage_scale
+            )
         samples = [
             TrainSample(
                 prompt_token_ids=c.prompt_token_ids,
@@ -324,6 +340,7 @@ class Driver:
             weight_version=self.weight_version,
             seed=self.config.run.seed,
             curriculum=self.curriculum.state_dict(),
+            baseline=self.baseline.state_dict() if self.baseline is not None else {},
         )
         path = save_checkpoint(self.run_dir, self.fleet.learner, state)
         logger.info("step %d: checkpoint saved to %s", step, path)

@@ -14,6 +14,7 @@ checkpoint's weights.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import torch
@@ -102,3 +103,13 @@ def export_adapter(model: nn.Module, root: str | Path, weight_version: int) -> s
     out = Path(root) / f"v{weight_version:06d}"
     model.save_pretrained(out)
     return str(out)
+
+
+def prune_adapters(root: str | Path, keep: int = 2) -> None:
+    """Delete all but the newest ``keep`` adapter versions under ``root``.
+
+    Two are kept: an engine may still be reading the previous one when the next is written.
+    """
+    versions = sorted(p for p in Path(root).glob("v*") if p.is_dir())
+    for old in versions[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)

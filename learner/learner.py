@@ -19,6 +19,7 @@ Options not yet in ``LearnerConfig`` (``kl_in``, ``ppo_epochs``, ``mini_batches`
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,7 +29,7 @@ from torch import Tensor
 
 from common.config import LearnerConfig
 from common.types import TrainSample, WeightUpdate
-from common.weight_transport import make_sender
+from common.weight_transport import LORA_ADAPTER, make_sender
 from learner import checkpoint
 from learner.batching import (
     MicroBatch,
@@ -63,6 +64,7 @@ class Learner:
         transport: str = "cpu_safetensors",
         *,
         export_dtype: str | None = None,
+        adapter_dir: str | None = None,
     ) -> None:
         from transformers import AutoConfig
 
@@ -72,6 +74,9 @@ class Learner:
         self.config = config
         self.seed = seed
         self.temperature = temperature
+        # Where LoRA adapters are exported for the engines (lora.export = "adapter"): a file
+        # system every rollout node can read.
+        self.adapter_dir = adapter_dir or tempfile.mkdtemp(prefix="grpo-adapters-")
         self.aggregation: Aggregation = config.aggregation
         self.entropy_coef = config.entropy_coef
         self.max_len = config.max_len or None
@@ -321,7 +326,13 @@ class Learner:
         return [row.tolist() for row in self.policy_logprobs(samples)]
 
     def export_weights(self) -> WeightUpdate:
-        """Send the full (LoRA-merged) HF-named policy in its serving dtype via the transport."""
+        """The policy for the engines: the LoRA adapter alone (``lora.export = "adapter"``), or
+        the full (LoRA-merged) HF-named weights in their serving dtype via the transport."""
+        if self.config.lora.enabled and self.config.lora.export == "adapter":
+            path = self.export_adapter(self.adapter_dir)
+            checkpoint.prune_adapters(self.adapter_dir, keep=2)
+            size = sum(f.stat().st_size for f in Path(path).iterdir())
+            return WeightUpdate(self._weight_version, LORA_ADAPTER, path, num_bytes=size)
         tensors = export_state_dict(self.model, self.export_dtype)
         return self.sender.send(tensors, self._weight_version)
 

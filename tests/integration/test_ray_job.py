@@ -61,7 +61,15 @@ def test_job_submit_succeeds_and_exports_grpo_metrics(head, tmp_path):
         "--rollout.batch_size", "32", "--rollout.num_cpus", "0.5",
         "--rollout.kv_cache_gib", "0.1", "--ray.placement", "pack",
     ]  # fmt: skip
-    subprocess.run(submit, cwd=REPO, env=env, check=True, timeout=180)
+    # The head's job agent can come up a while after `ray start` returns on a busy machine
+    # ("No available agent to submit job"): retry the submission until a deadline.
+    deadline = time.monotonic() + 180
+    while True:
+        proc = subprocess.run(submit, cwd=REPO, env=env, capture_output=True, text=True)
+        if proc.returncode == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(3)
+    assert proc.returncode == 0, f"ray job submit failed:\n{proc.stdout}\n{proc.stderr}"
 
     metrics_url = f"http://127.0.0.1:{head['metrics']}/metrics"
     status_cmd = [ray_cli(), "job", "status", "--address", address, "grpo-test-job"]

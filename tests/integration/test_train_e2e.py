@@ -54,6 +54,13 @@ def short_run(tmp_path_factory, tiny_model_path):
             "3e-3",
             "--rollout.max_new_tokens",
             "2",
+            # Periodic held-out evaluation through the same rollout fleet and sandbox.
+            "--eval.every",
+            "20",
+            "--eval.n",
+            "4",
+            "--eval.k",
+            "[1, 4]",
         ],
     )
     return config, train(config)
@@ -83,6 +90,16 @@ def test_rewards_rise_and_sampler_matches_learner(short_run):
     last = statistics.fmean(r["reward/mean"] for r in records[-10:])
     assert last > first + 0.2, (first, last)
     assert max(r["train/logprob_diff_mean"] for r in records) < 0.05
+
+
+def test_periodic_evaluation_reports_pass_at_k(short_run):
+    _, run_dir = short_run
+    records = read_metrics(run_dir / "metrics.jsonl")
+    evaluated = [r for r in records if "eval/pass@1" in r]
+    assert [r["step"] for r in evaluated] == [20, 40]
+    for record in evaluated:
+        assert 0.0 <= record["eval/pass@1"] <= record["eval/pass@4"] <= 1.0
+        assert record["eval/num_problems"] == 10  # the synthetic task's ten problems
 
 
 def test_checkpoint_loads_in_transformers(short_run):

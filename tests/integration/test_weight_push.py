@@ -70,3 +70,33 @@ def test_sampled_logprobs_are_tagged_and_match_the_learner(engine_and_learner):
     learner_logprobs = learner.compute_logprobs(samples)
     for completion, mine in zip(completions, learner_logprobs, strict=True):
         assert _mean_abs_diff(completion.sampler_logprobs, mine) < BF16_TOLERANCE
+
+
+def test_lora_adapter_push_reaches_the_engine(tiny_model_path, tmp_path):
+    """lora.export = "adapter": only the adapter travels; vLLM serves it under a new id."""
+    from actor.rollout_worker import RolloutWorker
+    from common.config import LoraConfig
+    from learner.learner import Learner
+
+    lora = LoraConfig(enabled=True, rank=8, export="adapter")
+    learner = Learner(
+        tiny_model_path, LearnerConfig(num_cpus=1, lora=lora), adapter_dir=str(tmp_path)
+    )
+    rollout = RolloutConfig(batch_size=8, group_size=8, max_new_tokens=8, kv_cache_gib=0.1)
+    worker = RolloutWorker(
+        tiny_model_path, rollout, ModelConfig(max_model_len=128), lora_rank=lora.rank
+    )
+    prompt = worker.tokenizer("# Return the number 6.\ndef answer():\n    return ")["input_ids"]
+    completion = worker.tokenizer("6 + 1\nprint(answer())")["input_ids"]
+    sample = TrainSample(prompt, completion, [0.0] * len(completion), 0.0, 0)
+
+    learner.perturb_weights_(0.05, seed=3)  # moves lora_A and lora_B off their init
+    changed = learner.compute_logprobs([sample])[0]
+    assert _mean_abs_diff(worker.score(prompt, completion), changed) > 10 * BF16_TOLERANCE
+
+    update = learner.export_weights()
+    assert update.transport == "lora_adapter" and update.num_bytes > 0
+    worker.update_weights(update)
+    assert worker.weight_version == update.version
+    assert _mean_abs_diff(worker.score(prompt, completion), changed) < BF16_TOLERANCE
+    del worker

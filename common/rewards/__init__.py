@@ -1,0 +1,57 @@
+"""Composable rewards: the term contract, built-in and user-defined terms, their weighted sum,
+and baselines beyond the group mean. See docs/rewards.md."""
+
+from common.rewards.baseline import BaselineState, KalmanBaseline, kalman_advantages, kalman_update
+from common.rewards.config import (
+    BaselineConfig,
+    LengthOptions,
+    RewardConfig,
+    RewardTermConfig,
+    ScorerOptions,
+)
+from common.rewards.scorer import ScorerTerm, build_tiny_scorer, resolve_scorer_path
+from common.rewards.steps import aggregate_steps, split_steps, step_prefixes
+from common.rewards.terms import (
+    ComposedReward,
+    RewardInput,
+    RewardTerm,
+    RewardTermError,
+    ScoredBatch,
+    WeightedTerm,
+    build_reward,
+    execution_reward,
+    format_term,
+    length_penalty,
+    load_user_term,
+    term_metrics,
+)
+
+__all__ = [
+    "BaselineConfig",
+    "BaselineState",
+    "ComposedReward",
+    "KalmanBaseline",
+    "LengthOptions",
+    "RewardConfig",
+    "RewardInput",
+    "RewardTerm",
+    "RewardTermConfig",
+    "RewardTermError",
+    "ScoredBatch",
+    "ScorerOptions",
+    "ScorerTerm",
+    "WeightedTerm",
+    "aggregate_steps",
+    "build_reward",
+    "build_tiny_scorer",
+    "execution_reward",
+    "format_term",
+    "kalman_advantages",
+    "kalman_update",
+    "length_penalty",
+    "load_user_term",
+    "resolve_scorer_path",
+    "split_steps",
+    "step_prefixes",
+    "term_metrics",
+]
