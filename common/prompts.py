@@ -109,7 +109,7 @@ def extract_code(text: str, entry_point: str | None = None) -> str:
     closing = _BARE_FENCE.search(text)
     if closing and (first is None or closing.start() <= first.start()):
         before = text[: closing.start()]
-        if _is_code(before):
+        if is_code(before):
             return before  # the prompt opened the fence and the model closed it
     blocks = _FENCE.findall(text)
     if blocks:
@@ -143,7 +143,7 @@ def _code_span(text: str) -> str:
             if budget < 0:
                 return text
             snippet = textwrap.dedent("".join(lines[start:end]))
-            if _is_code(snippet):
+            if is_code(snippet):
                 return snippet
     return text
 
@@ -166,7 +166,7 @@ def _parses(code: str) -> bool:
     return True
 
 
-def _is_code(code: str) -> bool:
+def is_code(code: str) -> bool:
     """Parses and is more than a bare name or constant (a word of prose parses too)."""
     if not code.strip():
         return False

@@ -15,7 +15,6 @@ is visible.
 
 from __future__ import annotations
 
-import ast
 import functools
 import importlib
 import inspect
@@ -25,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from common.prompts import continues_prefix, entry_point_from_tests, extract_code
+from common.prompts import continues_prefix, entry_point_from_tests, extract_code, is_code
 from common.rewards.config import LengthOptions, RewardConfig, builtin_kind, term_options
 from common.types import ExecutionResult, Problem, Verdict
 
@@ -79,16 +78,6 @@ class ExecutionTerm:
         return [execution_reward(item.result, self.mode) for item in batch]
 
 
-def _is_code(code: str) -> bool:
-    """Parses and is more than a bare name or constant (a word of prose parses too)."""
-    try:
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError):
-        return False
-    trivial = (ast.Name, ast.Constant)
-    return any(not (isinstance(n, ast.Expr) and isinstance(n.value, trivial)) for n in tree.body)
-
-
 def has_code(item: RewardInput) -> bool:
     """Whether the completion holds code the project can run, whatever it computes.
 
@@ -99,8 +88,8 @@ def has_code(item: RewardInput) -> bool:
     if not item.completion.strip():
         return False
     if continues_prefix(item.problem):
-        return _is_code(item.program)
-    return _is_code(extract_code(item.completion, entry_point_from_tests(item.problem.tests)))
+        return is_code(item.program)
+    return is_code(extract_code(item.completion, entry_point_from_tests(item.problem.tests)))
 
 
 def format_term(batch: list[RewardInput]) -> list[float | None]:
