@@ -91,6 +91,8 @@ class RolloutWorker:
                         temperature=self.config.temperature,
                         top_p=self.config.top_p,
                         max_tokens=self.config.max_new_tokens,
+                        min_tokens=self.config.min_new_tokens,
+                        ignore_eos=self.config.ignore_eos,
                         logprobs=0,
                         stop=list(self.config.stop) or None,
                         include_stop_str_in_output=True,

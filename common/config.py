@@ -90,6 +90,8 @@ class RolloutConfig(_Section):
     batch_size: int = Field(64, ge=2, description="completions per step (prompts x group_size)")
     group_size: int = Field(8, description="G: completions sampled per prompt")
     max_new_tokens: int = Field(64, ge=1)
+    min_new_tokens: int = Field(0, ge=0, description="no stop (EOS or stop string) before this")
+    ignore_eos: bool = Field(False, description="keep sampling past EOS (fixed-length benchmarks)")
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
     stop: list[str] = Field(default_factory=list, description="stop strings (kept in the output)")
@@ -110,6 +112,11 @@ class RolloutConfig(_Section):
             raise ValueError(
                 f"group_size ({self.group_size}) must be at least 2: advantages are rewards "
                 "normalised within a group, and a group of one has no baseline"
+            )
+        if self.min_new_tokens > self.max_new_tokens:
+            raise ValueError(
+                f"min_new_tokens ({self.min_new_tokens}) must not exceed max_new_tokens "
+                f"({self.max_new_tokens})"
             )
         if self.batch_size % self.group_size:
             raise ValueError(

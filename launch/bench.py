@@ -1,0 +1,452 @@
+"""Step-time benchmark: ``python -m launch.bench --config FILE [--steps K] [--vs-trl]``.
+
+Runs K training steps of a config through the real system (the same config loading, fleet and
+:class:`launch.driver.Driver` as ``launch.train``), excludes the first ``warmup`` steps, and
+prints
+
+- the step-time breakdown (``time/rollout_s``, ``time/reward_s``, ``time/train_s``,
+  ``time/weight_sync_s``, ``time/step_s``; medians over the measured steps) and, per role, its
+  busy and idle time (idle = step time minus the role's busy time);
+- throughput: completion tokens/s and samples/s over the measured steps (wall clock);
+- the timeline model's sync vs one-step-off-policy async prediction for N rollout engines on
+  their own devices (:mod:`launch.timeline`), from the measured phase times;
+- with ``--vs-trl``: the same work through TRL's ``GRPOTrainer`` (:mod:`launch.bench_trl`) and
+  the ratio of samples/s, ours / TRL's.
+
+A JSON summary goes to ``<run_dir>/bench.json`` (or ``--out``).
+
+The config file may carry a ``[bench]`` section (not part of the training config): the shape of
+the random benchmark model (built into ``<output_dir>/_models/<name>`` and used as
+``model.path``), ``steps``, ``warmup``, ``fixed_length`` and TRL's micro-batching. Overrides
+``--bench.key value`` work like ``--section.key value``.
+
+Fixed-length completions: ``bench.fixed_length`` sets ``rollout.min_new_tokens`` to
+``rollout.max_new_tokens`` and ``rollout.ignore_eos``, so both systems generate exactly
+``max_new_tokens`` per completion (a random model would otherwise stop at random lengths).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+from common.config import Config, ConfigError, apply_overrides
+from launch import timeline
+
+logger = logging.getLogger("launch.bench")
+
+BENCH_DEFAULTS: dict[str, Any] = {
+    "steps": 4,  # including the warm-up steps
+    "warmup": 1,
+    "fixed_length": True,
+    "engines": [1, 2, 4, 8],  # timeline predictions
+    "overlap_reward": False,  # timeline: rewards streamed during generation
+    "trl_grad_accum": 4,
+    "trl_threads": 2,
+    "trl_niceness": 15,  # Ray's default worker niceness (RAY_worker_niceness)
+    "model": {
+        "name": "bench-20m",
+        "hidden_size": 512,
+        "num_layers": 8,
+        "num_heads": 8,
+        "num_kv_heads": 4,
+        "head_dim": 64,
+        "intermediate_size": 1408,
+        "vocab_size": 128,
+        "tie_word_embeddings": True,
+        "seed": 0,
+    },
+}
+
+
+# ---- configuration ---------------------------------------------------------------------------
+
+
+def load_bench_config(path: str | None, overrides: list[str]) -> tuple[Config, dict[str, Any]]:
+    """The training config and the ``[bench]`` section (defaults filled in), both validated."""
+    data: dict = {}
+    if path is not None:
+        if not Path(path).is_file():
+            raise ConfigError(f"config file {path} does not exist")
+        data = tomllib.loads(Path(path).read_text())
+    data = apply_overrides(data, overrides)
+    bench = _merge(BENCH_DEFAULTS, data.pop("bench", {}))
+    if bench["warmup"] >= bench["steps"]:
+        raise ConfigError(
+            f"bench: steps ({bench['steps']}) must exceed warmup ({bench['warmup']}): "
+            "the warm-up steps are not measured"
+        )
+    from pydantic import ValidationError
+
+    from common.config import _format_error
+
+    try:
+        config = Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_format_error(exc)) from None
+    return config, bench
+
+
+def _merge(defaults: dict, given: dict) -> dict:
+    out = dict(defaults)
+    for key, value in given.items():
+        if key not in defaults:
+            raise ConfigError(f"bench.{key}: unknown key (one of {', '.join(defaults)})")
+        out[key] = _merge(defaults[key], value) if isinstance(defaults[key], dict) else value
+    return out
+
+
+# ---- the benchmark model ---------------------------------------------------------------------
+
+
+def model_parameters(spec: dict[str, Any]) -> int:
+    """Parameter count of the Qwen2 model ``spec`` describes (biases on q/k/v, RMSNorm gains)."""
+    h, layers, inter = spec["hidden_size"], spec["num_layers"], spec["intermediate_size"]
+    q = spec["num_heads"] * spec["head_dim"]
+    kv = spec["num_kv_heads"] * spec["head_dim"]
+    attention = h * q + q + 2 * (h * kv + kv) + q * h
+    per_layer = attention + 3 * h * inter + 2 * h
+    embed = spec["vocab_size"] * h * (1 if spec["tie_word_embeddings"] else 2)
+    return layers * per_layer + embed + h
+
+
+def build_bench_model(root: str | Path, spec: dict[str, Any]) -> Path:
+    """A random Qwen2 model with ``spec``'s shape and the tiny tokenizer, built once."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from common.tiny_model import build_tokenizer
+
+    path = Path(root) / "_models" / spec["name"]
+    marker = path / "bench_model.json"
+    if marker.is_file() and json.loads(marker.read_text()) == spec:
+        return path.resolve()
+    tokenizer = build_tokenizer(spec["vocab_size"])
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=spec["hidden_size"],
+        intermediate_size=spec["intermediate_size"],
+        num_hidden_layers=spec["num_layers"],
+        num_attention_heads=spec["num_heads"],
+        num_key_value_heads=spec["num_kv_heads"],
+        head_dim=spec["head_dim"],
+        max_position_embeddings=2048,
+        tie_word_embeddings=spec["tie_word_embeddings"],
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        torch_dtype="bfloat16",
+    )
+    torch.manual_seed(spec["seed"])
+    model = Qwen2ForCausalLM(config).to(torch.bfloat16)
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    marker.write_text(json.dumps(spec))
+    logger.info("built %s: %.1fM parameters", path, model.num_parameters() / 1e6)
+    return path.resolve()
+
+
+# ---- our system ------------------------------------------------------------------------------
+
+
+def connect_own(config: Config) -> None:
+    """A Ray cluster of our own unless an address is given.
+
+    ``launch.cluster.connect`` joins any cluster already running on the machine; on a shared
+    machine that would put the benchmark's actors on someone else's cluster (and its load on
+    ours), so without ``ray.address`` / ``RAY_ADDRESS`` the benchmark starts a private one.
+    """
+    import ray
+
+    from launch.cluster import ACTOR_ENV, PROJECT_ROOT, connect
+
+    if config.ray.address or os.environ.get("RAY_ADDRESS"):
+        connect(config.ray)
+        return
+    for attempt in range(3):  # a loaded machine sometimes times a raylet's start-up out
+        try:
+            ray.init(
+                address="local",
+                num_cpus=config.ray.num_cpus or None,
+                include_dashboard=False,
+                logging_level=logging.WARNING,
+                runtime_env={"env_vars": {"PYTHONPATH": str(PROJECT_ROOT), **ACTOR_ENV}},
+            )
+            return
+        except Exception as exc:
+            if attempt == 2:
+                raise
+            logger.warning("starting a local Ray cluster failed (%s); retrying", exc)
+            ray.shutdown()
+
+
+def run_ours(
+    config: Config, model_path: str, steps: int
+) -> tuple[list[dict[str, float]], list[int]]:
+    """K driver steps through a real fleet; each step's metric record (plus its wall time) and
+    the problem indices drawn, in order (the prompts TRL gets)."""
+    import ray
+    from transformers import AutoTokenizer
+
+    from common.data import load_problems
+    from launch.cluster import start_fleet
+    from launch.driver import Driver
+    from launch.train import prepare_run_dir
+
+    run_dir = prepare_run_dir(config, overwrite=True)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    problems = load_problems(config.data, tokenizer)
+    connect_own(config)
+    fleet = start_fleet(config, model_path, run_id=config.run.name)
+    records, drawn = [], []
+    try:
+        driver = Driver(config, fleet, problems, tokenizer, run_dir)
+        draw = driver.curriculum.next_indices
+
+        def recording_draw(count: int) -> list[int]:
+            indices = draw(count)
+            drawn.extend(indices)
+            return indices
+
+        driver.curriculum.next_indices = recording_draw
+        with (run_dir / "metrics.jsonl").open("w") as log:
+            for step in range(1, steps + 1):
+                start = time.perf_counter()
+                record = driver.step(step)
+                record["time/wall_s"] = time.perf_counter() - start
+                records.append(record)
+                log.write(json.dumps(record) + "\n")
+                logger.info(
+                    "step %d: %.2fs (rollout %.2f, reward %.2f, train %.2f, sync %.3f)",
+                    step,
+                    record["time/wall_s"],
+                    record["time/rollout_s"],
+                    record["time/reward_s"],
+                    record["time/train_s"],
+                    record["time/weight_sync_s"],
+                )
+    finally:
+        fleet.shutdown()
+        ray.shutdown()
+    return records, drawn
+
+
+PHASES = ("rollout", "reward", "train", "weight_sync")
+# what each role is busy with during a step (the weight push involves learner and engines)
+ROLES = {
+    "rollout": ("rollout", "weight_sync"),
+    "sandbox": ("reward",),
+    "learner": ("train", "weight_sync"),
+}
+
+
+def summarize_ours(records: list[dict[str, float]], warmup: int) -> dict[str, Any]:
+    """Medians of the phase times over the measured steps, role idle times, throughput."""
+    measured = records[warmup:]
+    med = {p: statistics.median(r[f"time/{p}_s"] for r in measured) for p in PHASES}
+    step_s = statistics.median(r["time/step_s"] for r in measured)
+    wall_s = statistics.median(r["time/wall_s"] for r in measured)
+    total_wall = sum(r["time/wall_s"] for r in measured)
+    samples = sum(r["train/num_samples"] for r in measured)
+    tokens = sum(r["train/num_tokens"] for r in measured)
+    roles = {}
+    for role, phases in ROLES.items():
+        busy = statistics.median(sum(r[f"time/{p}_s"] for p in phases) for r in measured)
+        roles[role] = {"busy_s": busy, "idle_s": step_s - busy, "idle_frac": 1 - busy / step_s}
+    return {
+        "steps_measured": len(measured),
+        "step_s": step_s,
+        "wall_s": wall_s,
+        **{f"{p}_s": v for p, v in med.items()},
+        "sync_share": statistics.median(
+            r["time/weight_sync_s"] / r["time/step_s"] for r in measured
+        ),
+        "roles": roles,
+        "samples_per_s": samples / total_wall,
+        "tokens_per_s": tokens / total_wall,
+        "rollout_tokens_per_s": statistics.median(r["rollout/tokens_per_s"] for r in measured),
+        "response_len_mean": statistics.fmean(r["rollout/response_len_mean"] for r in measured),
+        "reward_mean": statistics.fmean(r["reward/mean"] for r in measured),
+    }
+
+
+# ---- output ----------------------------------------------------------------------------------
+
+
+def format_ours(summary: dict[str, Any]) -> str:
+    step = summary["step_s"]
+    lines = [
+        f"ours: median over {summary['steps_measured']} measured steps",
+        f"{'phase':<12} {'seconds':>9} {'share':>7}",
+    ]
+    for phase in PHASES:
+        value = summary[f"{phase}_s"]
+        lines.append(f"{phase:<12} {value:>9.3f} {value / step:>6.1%}")
+    lines.append(f"{'step':<12} {step:>9.3f} {1:>6.0%}   (wall {summary['wall_s']:.3f}s)")
+    lines.append(f"{'role':<12} {'busy s':>9} {'idle s':>9} {'idle':>6}")
+    for role, value in summary["roles"].items():
+        lines.append(
+            f"{role:<12} {value['busy_s']:>9.3f} {value['idle_s']:>9.3f} {value['idle_frac']:>6.1%}"
+        )
+    lines.append(
+        f"throughput: {summary['samples_per_s']:.2f} samples/s, "
+        f"{summary['tokens_per_s']:.0f} completion tokens/s "
+        f"(mean completion {summary['response_len_mean']:.1f} tokens; "
+        f"weight sync {summary['sync_share']:.1%} of the step)"
+    )
+    return "\n".join(lines)
+
+
+def format_trl(summary: dict[str, float]) -> str:
+    return "\n".join(
+        [
+            f"TRL: median over {summary['steps_measured']} measured steps",
+            f"{'phase':<12} {'seconds':>9}",
+            f"{'generate':<12} {summary['rollout_s']:>9.3f}",
+            f"{'reward':<12} {summary['reward_s']:>9.3f}",
+            f"{'train':<12} {summary['train_s']:>9.3f}",
+            f"{'step':<12} {summary['step_s']:>9.3f}",
+            f"throughput: {summary['samples_per_s']:.2f} samples/s, "
+            f"{summary['tokens_per_s']:.0f} completion tokens/s "
+            f"(mean completion {summary['response_len_mean']:.1f} tokens)",
+        ]
+    )
+
+
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    parser = argparse.ArgumentParser(
+        prog="python -m launch.bench",
+        description="Step-time breakdown and throughput of K training steps (optionally vs TRL).",
+        epilog="--section.key VALUE overrides the config (and --bench.key VALUE its [bench])",
+    )
+    parser.add_argument("--config", default="configs/bench.toml")
+    parser.add_argument("--steps", type=int, help="steps to run, warm-up included")
+    parser.add_argument("--vs-trl", action="store_true", help="also run TRL's GRPOTrainer")
+    parser.add_argument("--out", help="JSON summary path (default: <run_dir>/bench.json)")
+    return parser.parse_known_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    args, overrides = parse_args(sys.argv[1:] if argv is None else argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        config, bench = load_bench_config(args.config, overrides)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.steps is not None:
+        if args.steps <= bench["warmup"]:
+            print(f"error: --steps must exceed bench.warmup ({bench['warmup']})", file=sys.stderr)
+            return 2
+        bench["steps"] = args.steps
+    if args.vs_trl:
+        from launch.bench_trl import import_trl
+
+        try:
+            import_trl()  # fail before starting anything
+        except RuntimeError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    spec = bench["model"]
+    model_path = str(build_bench_model(config.run.output_dir, spec))
+    config.model.path = model_path
+    steps, warmup = bench["steps"], bench["warmup"]
+
+    if bench["fixed_length"]:
+        config.rollout.min_new_tokens = config.rollout.max_new_tokens
+        config.rollout.ignore_eos = True
+    records, drawn = run_ours(config, model_path, steps)
+    ours = summarize_ours(records, warmup)
+    phases = timeline.PhaseTimes(
+        rollout=ours["rollout_s"],
+        reward=ours["reward_s"],
+        train=ours["train_s"],
+        sync=ours["weight_sync_s"],
+    )
+    groups = config.rollout.prompts_per_step
+    overlap = bool(bench["overlap_reward"])
+    predictions = timeline.predict_table(phases, tuple(bench["engines"]), overlap, groups)
+    result: dict[str, Any] = {
+        "config": args.config,
+        "overrides": overrides,
+        "steps": steps,
+        "warmup": warmup,
+        "model": {**spec, "parameters": model_parameters(spec), "path": model_path},
+        "batch_size": config.rollout.batch_size,
+        "group_size": config.rollout.group_size,
+        "max_new_tokens": config.rollout.max_new_tokens,
+        "fixed_length": bench["fixed_length"],
+        "load_avg_before": os.getloadavg(),
+        "ours": ours,
+        "ours_steps": [
+            {k: r[k] for k in ("time/wall_s", "time/step_s", *(f"time/{p}_s" for p in PHASES))}
+            for r in records
+        ],
+        "timeline": {"overlap_reward": overlap, "predictions": [p.as_dict() for p in predictions]},
+    }
+    print()
+    print(
+        f"model {spec['name']}: {model_parameters(spec) / 1e6:.1f}M parameters; "
+        f"{config.rollout.batch_size} samples/step ({groups} prompts x G="
+        f"{config.rollout.group_size}), max {config.rollout.max_new_tokens} new tokens"
+    )
+    print(format_ours(ours))
+    print()
+    print(
+        "timeline model (separate devices: N engines + 1 learner; measured phases; "
+        f"reward overlap {'on' if overlap else 'off'}):"
+    )
+    print(timeline.format_predictions(predictions, config.rollout.batch_size))
+
+    if args.vs_trl:
+        from common.data import load_problems
+        from launch.bench_trl import run_trl, summarize_trl
+
+        problems = load_problems(config.data)
+        trl_dir = config.run_dir / "trl"
+        # Ray runs its workers (our rollout, learner and sandbox actors) at niceness 15; give
+        # TRL the same priority, or on a shared machine it would out-compete other jobs that
+        # our actors yield to.
+        result["trl_niceness"] = os.nice(max(0, bench["trl_niceness"] - os.nice(0)))
+        trl_run = run_trl(
+            config,
+            model_path,
+            problems,
+            drawn,
+            steps,
+            str(trl_dir),
+            fixed_length=bench["fixed_length"],
+            grad_accum=bench["trl_grad_accum"],
+            threads=bench["trl_threads"],
+        )
+        trl = summarize_trl(trl_run, warmup)
+        trl["version"] = trl_run.trl_version
+        ratio = ours["samples_per_s"] / trl["samples_per_s"]
+        result["trl"] = trl
+        result["trl_steps"] = [dataclasses.asdict(s) for s in trl_run.steps]
+        result["ratio_samples_per_s"] = ratio
+        print()
+        print(format_trl(trl))
+        print(f"\nsamples/s ours / TRL {trl_run.trl_version}: {ratio:.2f}x")
+    result["load_avg_after"] = os.getloadavg()
+    out = Path(args.out) if args.out else config.run_dir / "bench.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    print(f"summary written to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

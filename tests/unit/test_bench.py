@@ -1,0 +1,65 @@
+"""launch/bench.py: configuration, parameter count and the summary math (no engines)."""
+
+import pytest
+
+from common.config import ConfigError
+from launch.bench import BENCH_DEFAULTS, load_bench_config, model_parameters, summarize_ours
+
+
+def test_bench_config_loads(tmp_path):
+    config, bench = load_bench_config("configs/bench.toml", ["--bench.steps", "3"])
+    assert config.rollout.batch_size == 128 and config.rollout.group_size == 8
+    assert config.rollout.max_new_tokens == 256
+    assert bench["steps"] == 3 and bench["model"]["head_dim"] in (32, 64, 80, 96, 112, 128)
+
+
+def test_bench_config_refuses_unknown_keys_and_no_measured_step():
+    with pytest.raises(ConfigError, match=r"bench\.nope"):
+        load_bench_config(None, ["--bench.nope", "1"])
+    with pytest.raises(ConfigError, match="must exceed warmup"):
+        load_bench_config(None, ["--bench.steps", "1"])
+    with pytest.raises(ConfigError, match="unknown key"):
+        load_bench_config(None, ["--rollout.nope", "1"])
+
+
+def test_parameter_count_by_hand():
+    spec = dict(BENCH_DEFAULTS["model"])
+    # attention: q 512x512+512, k/v 2x(512x256+256), o 512x512; mlp 3x512x1408; 2 norms
+    per_layer = (262144 + 512) + 2 * (131072 + 256) + 262144 + 3 * 720896 + 1024
+    assert model_parameters(spec) == 8 * per_layer + 128 * 512 + 512
+    assert model_parameters(spec) == 23_675_392
+
+
+def _record(rollout, reward, train, sync, wall, samples=128, tokens=128 * 256):
+    step = rollout + reward + train + sync
+    return {
+        "time/rollout_s": rollout,
+        "time/reward_s": reward,
+        "time/train_s": train,
+        "time/weight_sync_s": sync,
+        "time/step_s": step,
+        "time/wall_s": wall,
+        "train/num_samples": samples,
+        "train/num_tokens": tokens,
+        "rollout/tokens_per_s": tokens / rollout,
+        "rollout/response_len_mean": tokens / samples,
+        "reward/mean": 0.0,
+    }
+
+
+def test_summary_skips_warmup_and_computes_idle():
+    records = [
+        _record(100.0, 9.0, 90.0, 1.0, 200.0),  # warm-up: ignored
+        _record(6.0, 1.0, 2.5, 0.5, 10.0),  # step 10
+        _record(8.0, 1.0, 2.5, 0.5, 12.0),  # step 12
+        _record(7.0, 1.0, 2.5, 0.5, 11.0),  # step 11
+    ]
+    s = summarize_ours(records, warmup=1)
+    assert s["steps_measured"] == 3
+    assert s["step_s"] == pytest.approx(11.0) and s["rollout_s"] == pytest.approx(7.0)
+    assert s["roles"]["rollout"]["busy_s"] == pytest.approx(7.5)
+    assert s["roles"]["learner"]["idle_s"] == pytest.approx(11.0 - 3.0)
+    assert s["roles"]["sandbox"]["idle_frac"] == pytest.approx(1 - 1 / 11)
+    assert s["samples_per_s"] == pytest.approx(3 * 128 / 33.0)
+    assert s["tokens_per_s"] == pytest.approx(3 * 128 * 256 / 33.0)
+    assert s["sync_share"] == pytest.approx(0.5 / 11.0)
