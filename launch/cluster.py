@@ -128,6 +128,10 @@ class Fleet:
         from ray.util.placement_group import remove_placement_group
 
         self.rollout.shutdown()
+        try:  # let the pool kill its workers and remove its temp directory before the kill
+            ray.get(self.sandbox.close.remote(), timeout=30)
+        except (ray.exceptions.RayError, TimeoutError) as exc:
+            logger.warning("sandbox pool did not close cleanly: %s", exc)
         for handle in (self.learner, self.sandbox, *self.scorers.values()):
             ray.kill(handle, no_restart=True)
         if self.placement is not None:

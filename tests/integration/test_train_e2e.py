@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import glob
+import os
 import statistics
+import tempfile
 
 import pytest
 
@@ -63,11 +66,14 @@ def short_run(tmp_path_factory, tiny_model_path):
             "[1, 4]",
         ],
     )
-    return config, train(config)
+    before = set(glob.glob(os.path.join(tempfile.gettempdir(), "sandbox-*")))
+    run_dir = train(config)
+    leaked = set(glob.glob(os.path.join(tempfile.gettempdir(), "sandbox-*"))) - before
+    return config, run_dir, leaked
 
 
 def test_every_step_writes_the_metrics_interface(short_run):
-    config, run_dir = short_run
+    config, run_dir, _ = short_run
     records = read_metrics(run_dir / "metrics.jsonl")
     assert [r["step"] for r in records] == list(range(1, config.run.steps + 1))
     for record in records:
@@ -76,7 +82,7 @@ def test_every_step_writes_the_metrics_interface(short_run):
 
 
 def test_run_directory_has_config_checkpoint_and_curve(short_run):
-    _, run_dir = short_run
+    _, run_dir, _ = short_run
     assert (run_dir / "config.toml").is_file()
     assert (run_dir / "reward_curve.png").stat().st_size > 0
     assert (run_dir / "checkpoint" / "model.safetensors").is_file()
@@ -84,7 +90,7 @@ def test_run_directory_has_config_checkpoint_and_curve(short_run):
 
 
 def test_rewards_rise_and_sampler_matches_learner(short_run):
-    _, run_dir = short_run
+    _, run_dir, _ = short_run
     records = read_metrics(run_dir / "metrics.jsonl")
     first = statistics.fmean(r["reward/mean"] for r in records[:10])
     last = statistics.fmean(r["reward/mean"] for r in records[-10:])
@@ -93,7 +99,7 @@ def test_rewards_rise_and_sampler_matches_learner(short_run):
 
 
 def test_periodic_evaluation_reports_pass_at_k(short_run):
-    _, run_dir = short_run
+    _, run_dir, _ = short_run
     records = read_metrics(run_dir / "metrics.jsonl")
     evaluated = [r for r in records if "eval/pass@1" in r]
     assert [r["step"] for r in evaluated] == [20, 40]
@@ -105,7 +111,12 @@ def test_periodic_evaluation_reports_pass_at_k(short_run):
 def test_checkpoint_loads_in_transformers(short_run):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    _, run_dir = short_run
+    _, run_dir, _ = short_run
     model = AutoModelForCausalLM.from_pretrained(run_dir / "checkpoint")
     tokenizer = AutoTokenizer.from_pretrained(run_dir / "checkpoint")
     assert model.config.vocab_size == len(tokenizer)
+
+
+def test_shutdown_leaves_no_sandbox_directory(short_run):
+    *_, leaked = short_run
+    assert not leaked, f"sandbox temp directories left behind: {sorted(leaked)}"
