@@ -70,10 +70,12 @@ def group_advantages_masked(
 
 
 def zero_std_fraction(rewards: list[float | None], group_size: int) -> float:
-    """Fraction of groups whose rewarded samples all scored the same (no learning signal)."""
+    """Fraction of groups whose rewarded samples all scored the same (no learning signal);
+    the same rule dynamic sampling uses to drop a group."""
+    from learner.sampling import is_informative
+
     groups = [rewards[i : i + group_size] for i in range(0, len(rewards), group_size)]
-    flat = [len({r for r in group if r is not None}) <= 1 for group in groups]
-    return sum(flat) / max(len(flat), 1)
+    return sum(not is_informative(group) for group in groups) / max(len(groups), 1)
 
 
 @dataclass
