@@ -10,8 +10,8 @@ judging that training does. pass@k is the unbiased estimator of Chen et al. 2021
 verdict) and ``summary.json`` into ``--out``; progress goes to stderr, the scores to stdout.
 
 The training driver calls :func:`evaluate` with callables instead of objects, so the same code
-serves an in-process worker (``worker.generate``) and Ray actor handles
-(:func:`ray_generate_fn`, :func:`ray_execute_fn`).
+serves an in-process worker (``worker.generate``) and the training fleet (the rollout fleet's
+fault-tolerant ``generate`` and :func:`ray_execute_fn` over the sandbox actor).
 """
 
 from __future__ import annotations
@@ -149,19 +149,6 @@ def evaluate(
         raise EvalError(f"pass@{max(ks)} needs at least {max(ks)} samples per problem; n is {n}")
     records = sample_and_score(problems, tokenizer, generate, execute, n, seed)
     return summarize(records, ks)
-
-
-def ray_generate_fn(workers: Sequence) -> GenerateFn:
-    """A ``generate`` callable over Ray rollout actor handles, splitting requests across them."""
-
-    def generate(requests: list[RolloutRequest]) -> list[Completion]:
-        import ray
-
-        shares = [requests[i :: len(workers)] for i in range(len(workers))]
-        futures = [w.generate.remote(s) for w, s in zip(workers, shares, strict=True) if s]
-        return [c for batch in ray.get(futures) for c in batch]
-
-    return generate
 
 
 def ray_execute_fn(sandbox) -> ExecuteFn:
