@@ -3,7 +3,9 @@
 vLLM loads a checkpoint by HF parameter names, so whatever wraps the policy during training
 (peft's ``base_model.model.`` prefix and ``.base_layer`` indirection) is stripped here. With
 LoRA the merged weight W + scaling * B @ A is computed into a new tensor, leaving the adapter
-and the base weights untouched so training continues from exactly the same state.
+and the base weights untouched so training continues from exactly the same state. Modules in
+``lora.modules_to_save`` are held by peft twice (``X.original_module.*``, frozen, and
+``X.modules_to_save.<adapter>.*``, trained): the trained copy is sent as ``X.*``.
 
 Tied embeddings: only the input embedding is sent. safetensors refuses two names for one
 storage, and the receiving engine re-ties its LM head to the refreshed embedding.
@@ -52,15 +54,45 @@ def _merged_lora_weights(base: nn.Module) -> dict[str, Tensor]:
     return merged
 
 
+def _modules_to_save(base: nn.Module) -> dict[str, str]:
+    """``{wrapper name: "modules_to_save.<adapter>."}`` for every peft ModulesToSaveWrapper in
+    ``base``: the submodule its forward pass runs (``"original_module."`` with no active
+    adapter, as peft's forward does)."""
+    try:
+        from peft.utils import ModulesToSaveWrapper
+    except ImportError:  # peft is optional: without it nothing is wrapped
+        return {}
+    wrappers = {}
+    for name, module in base.named_modules():
+        if isinstance(module, ModulesToSaveWrapper):
+            active = module.active_adapters
+            live = bool(active) and not getattr(module, "disable_adapters", False)
+            wrappers[name] = f"modules_to_save.{active[0]}." if live else "original_module."
+    return wrappers
+
+
+def _unwrap_saved_name(name: str, wrappers: dict[str, str]) -> str | None:
+    """The HF name of the copy a ModulesToSaveWrapper runs; None for its other copies."""
+    for prefix, live in wrappers.items():
+        if name.startswith(prefix + "."):
+            rest = name[len(prefix) + 1 :]
+            return f"{prefix}.{rest[len(live) :]}" if rest.startswith(live) else None
+    return name
+
+
 @torch.no_grad()
 def export_state_dict(model: nn.Module, dtype: torch.dtype) -> dict[str, Tensor]:
     """Full HF-named state dict of the (merged) policy, in ``dtype``, on CPU."""
     base = base_model_of(model)
     merged = _merged_lora_weights(base) if base is not model else {}
     skip = tied_output_name(model)
+    wrappers = _modules_to_save(base) if base is not model else {}
     tensors: dict[str, Tensor] = {}
     for name, tensor in base.state_dict().items():
         if ".lora_" in name:
+            continue
+        name = _unwrap_saved_name(name, wrappers)
+        if name is None:
             continue
         name = name.replace(".base_layer.", ".")
         if name == skip:

@@ -88,9 +88,27 @@ def _wrap_lora(model: nn.Module, config: LearnerConfig) -> nn.Module:
         lora_alpha=lora.alpha,
         lora_dropout=lora.dropout,
         target_modules=list(lora.target_modules),
+        # Trained in full beside the adapter: peft wraps each in a ModulesToSaveWrapper (frozen
+        # original + trainable copy); export.py sends the copy under the HF name. Weight tying
+        # keeps a trained copy of a tied embedding tied to the LM head, as the engines re-tie it
+        # (without it peft trains the input embedding alone and the served head would differ).
+        modules_to_save=list(lora.modules_to_save) or None,
+        ensure_weight_tying=_saves_tied_embedding(model, lora.modules_to_save),
         task_type="CAUSAL_LM",
     )
     return get_peft_model(model, peft_config)
+
+
+def _saves_tied_embedding(model: nn.Module, modules_to_save: list[str]) -> bool:
+    """Whether ``modules_to_save`` names (peft: a suffix of the module name) a tied embedding."""
+    if not modules_to_save or not getattr(model.config, "tie_word_embeddings", False):
+        return False
+    embeddings = (model.get_input_embeddings(), model.get_output_embeddings())
+    return any(
+        module in embeddings and name.endswith(target)
+        for name, module in model.named_modules()
+        for target in modules_to_save
+    )
 
 
 def load_tokenizer(model_path: str):

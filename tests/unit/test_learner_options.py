@@ -100,9 +100,15 @@ def test_bfloat16_mixed_precision_keeps_float32_master_weights(tied_model):
         assert not torch.equal(before[name], param.detach()), name
 
 
-@pytest.mark.parametrize("lora", [False, True])
+@pytest.mark.parametrize("lora", ["off", "adapter", "adapter+norm", "adapter+embedding"])
 def test_resume_round_trip(tied_model, tmp_path, lora):
-    config = _config(lora=_lora() if lora else LoraConfig())
+    kinds = {
+        "off": LoraConfig(),
+        "adapter": _lora(),
+        "adapter+norm": _lora(modules_to_save=["model.norm"]),
+        "adapter+embedding": _lora(modules_to_save=["embed_tokens"]),  # tied to the LM head
+    }
+    config = _config(lora=kinds[lora])
     samples = _samples()
     learner = Learner(tied_model, config)
     learner.train_step(samples)

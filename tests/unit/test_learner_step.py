@@ -93,17 +93,22 @@ def test_train_step_changes_every_trainable_parameter(tied_model):
     assert metrics["train/kl"] == 0.0  # policy == reference before the first update
 
 
-def test_lora_step_changes_only_the_adapter(tied_model):
-    learner = Learner(tied_model, _config(lora=LoraConfig(enabled=True, rank=4), beta=0.05))
+@pytest.mark.parametrize("modules_to_save", [[], ["model.norm"]])
+def test_lora_step_changes_only_the_adapter(tied_model, modules_to_save):
+    lora = LoraConfig(enabled=True, rank=4, modules_to_save=modules_to_save)
+    learner = Learner(tied_model, _config(lora=lora, beta=0.05))
     names = [n for n, p in learner.model.named_parameters() if p.requires_grad]
-    assert names and all("lora_" in n for n in names)
+    saved = [n for n in names if "lora_" not in n]
+    # "model.norm" is the final RMSNorm alone, not the per-layer *_layernorm
+    norm = "base_model.model.model.norm.modules_to_save.default.weight"
+    assert names and saved == ([norm] if modules_to_save else [])
     before = _snapshot(learner)
     # lora_B starts at zero, so lora_A gets no gradient until B has moved: take two steps.
     learner.train_step(_samples())
     metrics = learner.train_step(_samples())
     for name, param in learner.model.named_parameters():
         changed = not torch.equal(before[name], param.detach())
-        assert changed == ("lora_" in name), name
+        assert changed == (name in names), name  # the base, norm's original included, is frozen
     assert metrics["train/kl"] > 0  # the adapter moved the policy away from the base
 
 
@@ -218,6 +223,61 @@ def test_export_lora_equals_peft_merge_and_keeps_the_adapter(tied_model):
         ],
     )
     assert learner.compute_logprobs(samples) == logprobs_before  # adapter still live, unmerged
+
+
+@pytest.mark.parametrize("modules_to_save", [["model.norm"], ["norm"]])
+def test_export_lora_sends_the_trained_modules_to_save(tied_model, modules_to_save):
+    import copy
+
+    from transformers import AutoModelForCausalLM
+
+    lora = LoraConfig(enabled=True, rank=4, modules_to_save=modules_to_save)
+    learner = Learner(tied_model, _config(lora=lora))
+    learner.train_step(_samples())
+    learner.export_dtype = torch.float32  # compare without bf16 rounding
+    _, tensors = _decoded(learner)
+    hf_names = set(AutoModelForCausalLM.from_pretrained(tied_model).state_dict())
+    assert set(tensors) == hf_names - {"lm_head.weight"}
+    wrapped = {
+        name: module
+        for name, module in learner.model.get_base_model().named_modules()
+        if hasattr(module, "original_module")
+    }
+    # "model.norm": the final norm; "norm": every name ending in it, *_layernorm included
+    assert len(wrapped) == (1 if modules_to_save == ["model.norm"] else 5)
+    for name, module in wrapped.items():
+        trained = module.modules_to_save["default"].weight.detach()
+        assert not torch.equal(trained, module.original_module.weight), name
+        torch.testing.assert_close(tensors[f"{name}.weight"], trained, atol=0, rtol=0)
+    merged = copy.deepcopy(learner.model).merge_and_unload().state_dict()
+    for name, tensor in tensors.items():
+        torch.testing.assert_close(tensor, merged[name], atol=1e-6, rtol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("modules_to_save", [["model.norm"], ["embed_tokens"]])
+def test_exported_lora_policy_serves_the_learners_logits(tied_model, modules_to_save):
+    """A plain HF model loaded with the export (LM head re-tied, as the engines do) computes
+    the learner's logits: a trained tied embedding must reach the head, not only the input."""
+    from transformers import AutoModelForCausalLM
+
+    lora = LoraConfig(enabled=True, rank=4, modules_to_save=modules_to_save)
+    learner = Learner(tied_model, _config(lora=lora))
+    learner.train_step(_samples())
+    learner.train_step(_samples())
+    learner.export_dtype = torch.float32
+    _, tensors = _decoded(learner)
+    served = AutoModelForCausalLM.from_pretrained(tied_model, dtype=torch.float32)
+    missing, unexpected = served.load_state_dict(tensors, strict=False)
+    assert (missing, unexpected) == (["lm_head.weight"], [])
+    assert served.lm_head.weight.data_ptr() == served.model.embed_tokens.weight.data_ptr()
+    input_ids = torch.tensor([[3, 17, 42, 99, 5, 64]])
+    with torch.no_grad():
+        want = learner.model(input_ids=input_ids).logits
+        got = served(input_ids=input_ids).logits
+        with learner.model.disable_adapter():
+            initial = learner.model(input_ids=input_ids).logits
+    assert not torch.allclose(want, initial, atol=1e-3)  # training moved the policy
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
 def test_perturb_changes_weights_and_version(tied_model):
