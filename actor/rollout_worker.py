@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Iterator
 
 from common.config import ModelConfig, RolloutConfig
 from common.types import Completion, RolloutRequest, WeightUpdate
@@ -51,6 +52,7 @@ class RolloutWorker:
         self.worker_index = worker_index
         self.weight_version = 0
         self.lora_request = None  # the current LoRA adapter, when updates arrive as adapters
+        self._calls = 0  # makes engine request ids unique across calls
         lora = (
             {"enable_lora": True, "max_lora_rank": lora_rank, "max_loras": 1} if lora_rank else {}
         )
@@ -78,32 +80,64 @@ class RolloutWorker:
 
     def generate(self, requests: list[RolloutRequest]) -> list[Completion]:
         """Sample one completion per seed of every request, in request then seed order."""
-        from vllm import SamplingParams
+        order = {request.request_id: i for i, request in enumerate(requests)}
+        groups = [group for finished in self.generate_stream(requests) for group in finished]
+        groups.sort(key=lambda group: order[group[0].request_id])
+        return [c for group in groups for c in group]
 
-        prompts, params, keys = [], [], []
+    def generate_stream(self, requests: list[RolloutRequest]) -> Iterator[list[list[Completion]]]:
+        """Yield requests' groups (their G completions) as soon as all of a group has finished.
+
+        All requests are queued in the engine at once (one batch, as ``LLM.generate`` would),
+        and the engine is stepped here so finished groups can leave early: the fleet streams
+        them to the sandbox while the rest are still generating. One yield per engine step
+        that finished at least one group (groups finishing together travel together: a yield
+        costs a Ray object); each group is in seed order.
+        """
+        engine = self.llm.llm_engine
+        self._calls += 1
+        by_id = {}
         for request in requests:
+            prompt = {"prompt_token_ids": list(request.prompt_token_ids)}
             for index, seed in enumerate(request.seeds):
-                prompts.append({"prompt_token_ids": list(request.prompt_token_ids)})
-                params.append(
-                    SamplingParams(
-                        n=1,
-                        seed=seed,
-                        temperature=self.config.temperature,
-                        top_p=self.config.top_p,
-                        max_tokens=self.config.max_new_tokens,
-                        min_tokens=self.config.min_new_tokens,
-                        ignore_eos=self.config.ignore_eos,
-                        logprobs=0,
-                        stop=list(self.config.stop) or None,
-                        include_stop_str_in_output=True,
-                    )
+                engine_id = f"{self._calls}:{request.request_id}:{index}"
+                engine.add_request(
+                    engine_id, prompt, self._sampling_params(seed), lora_request=self.lora_request
                 )
-                keys.append((request, index))
-        outputs = self.llm.generate(prompts, params, use_tqdm=False, lora_request=self.lora_request)
-        return [
-            _to_completion(request, index, output, self.weight_version)
-            for (request, index), output in zip(keys, outputs, strict=True)
-        ]
+                by_id[engine_id] = (request, index)
+        pending = {request.request_id: len(request.seeds) for request in requests}
+        done: dict[str, list[Completion]] = {}
+        while engine.has_unfinished_requests():
+            finished = []
+            for output in engine.step():
+                if not output.finished:
+                    continue
+                request, index = by_id[output.request_id]
+                completion = _to_completion(request, index, output, self.weight_version)
+                group = done.setdefault(request.request_id, [])
+                group.append(completion)
+                if len(group) == pending[request.request_id]:
+                    finished.append(sorted(done.pop(request.request_id), key=_sample_index))
+            if finished:
+                yield finished
+
+    def _sampling_params(self, seed: int):
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        return SamplingParams(
+            output_kind=RequestOutputKind.FINAL_ONLY,  # one output per request, when finished
+            n=1,
+            seed=seed,
+            temperature=self.config.temperature,
+            top_p=self.config.top_p,
+            max_tokens=self.config.max_new_tokens,
+            min_tokens=self.config.min_new_tokens,
+            ignore_eos=self.config.ignore_eos,
+            logprobs=0,
+            stop=list(self.config.stop) or None,
+            include_stop_str_in_output=True,
+        )
 
     def update_weights(self, update: WeightUpdate) -> dict[str, float]:
         """Load new weights into the live engine and forget cached prefixes.
@@ -144,6 +178,10 @@ class RolloutWorker:
 
     def weight_checksum(self) -> float:
         return float(self.llm.collective_rpc("weight_checksum")[0])
+
+
+def _sample_index(completion: Completion) -> int:
+    return completion.sample_index
 
 
 def _to_completion(request: RolloutRequest, index: int, output, weight_version: int) -> Completion:

@@ -150,6 +150,13 @@ class LoraConfig(_Section):
     alpha: float = 16.0
     dropout: float = Field(0.0, ge=0, lt=1)
     target_modules: list[str] = ["q_proj", "k_proj", "v_proj", "o_proj"]
+    modules_to_save: list[str] = Field(
+        default_factory=list,
+        description="modules trained in full beside the adapter (peft modules_to_save; a name "
+        "matches every module whose dotted name ends with it: 'model.norm' is the final RMSNorm "
+        "alone, 'norm' every norm; a tied 'embed_tokens' stays tied to the LM head); needs "
+        "export = 'merged'",
+    )
     export: Literal["merged", "adapter"] = Field(
         "merged",
         description="how LoRA updates reach vLLM: merged into the base weights, or as a LoRA "
@@ -164,6 +171,12 @@ class LearnerConfig(_Section):
             raise ValueError(
                 "lora.export = 'adapter' needs lora.enabled = true: without LoRA there is no "
                 "adapter to send"
+            )
+        if self.lora.export == "adapter" and self.lora.modules_to_save:
+            raise ValueError(
+                f"lora.modules_to_save ({self.lora.modules_to_save}) needs lora.export = "
+                "'merged': a vLLM LoRA adapter carries only low-rank deltas, so fully trained "
+                "modules (a norm, an embedding) would never reach the engines"
             )
         return self
 
@@ -209,6 +222,16 @@ class LearnerConfig(_Section):
     num_gpus: float = Field(0.0, ge=0)
 
 
+class AsyncConfig(_Section):
+    max_staleness: int = Field(
+        0,
+        ge=0,
+        description="0: synchronous, every sample on-policy; K >= 1: rollouts and rewards run "
+        "up to K steps ahead of the learner (one-step-off-policy at 1), and samples more than K "
+        "weight versions behind the learner are dropped (async/dropped_samples)",
+    )
+
+
 class WeightsConfig(_Section):
     transport: Literal["cpu_safetensors"] = "cpu_safetensors"
 
@@ -227,6 +250,8 @@ class RayConfig(_Section):
 
 
 class Config(_Section):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
+
     run: RunConfig = RunConfig()
     model: ModelConfig = ModelConfig()
     data: DataConfig = DataConfig()
@@ -235,6 +260,9 @@ class Config(_Section):
     sandbox: SandboxConfig = SandboxConfig()
     reward: RewardConfig = RewardConfig()
     learner: LearnerConfig = LearnerConfig()
+    # ``async`` is a Python keyword: the attribute is ``async_``, the key in files and on the
+    # command line is ``async`` (``--async.max_staleness 1``).
+    async_: AsyncConfig = Field(AsyncConfig(), alias="async")
     weights: WeightsConfig = WeightsConfig()
     ray: RayConfig = RayConfig()
 
@@ -244,7 +272,7 @@ class Config(_Section):
 
     def to_toml(self) -> str:
         """The resolved configuration, saved beside every run so it can be reproduced."""
-        return _dump_toml(self.model_dump())
+        return _dump_toml(self.model_dump(by_alias=True))
 
 
 def _parse_value(raw: str) -> Any:

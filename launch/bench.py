@@ -7,7 +7,8 @@ prints
 - the step-time breakdown (``time/rollout_s``, ``time/reward_s``, ``time/train_s``,
   ``time/weight_sync_s``, ``time/step_s``; medians over the measured steps) and, per role, its
   busy and idle time (idle = step time minus the role's busy time);
-- throughput: completion tokens/s and samples/s over the measured steps (wall clock);
+- throughput: completion tokens/s and samples/s of the median measured step (wall clock between
+  step records; in async mode this is the steady-state period of the pipeline);
 - the timeline model's sync vs one-step-off-policy async prediction for N rollout engines on
   their own devices (:mod:`launch.timeline`), from the measured phase times;
 - with ``--vs-trl``: the same work through TRL's ``GRPOTrainer`` (:mod:`launch.bench_trl`) and
@@ -35,6 +36,7 @@ import os
 import statistics
 import sys
 import time
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -220,11 +222,12 @@ def run_ours(
             return indices
 
         driver.curriculum.next_indices = recording_draw
-        with (run_dir / "metrics.jsonl").open("w") as log:
-            for step in range(1, steps + 1):
-                start = time.perf_counter()
-                record = driver.step(step)
+        with (run_dir / "metrics.jsonl").open("w") as log, closing(driver.records(1, steps)) as run:
+            start = time.perf_counter()
+            for record in run:
+                step = int(record["step"])
                 record["time/wall_s"] = time.perf_counter() - start
+                start = time.perf_counter()
                 records.append(record)
                 log.write(json.dumps(record) + "\n")
                 logger.info(
@@ -257,9 +260,10 @@ def summarize_ours(records: list[dict[str, float]], warmup: int) -> dict[str, An
     med = {p: statistics.median(r[f"time/{p}_s"] for r in measured) for p in PHASES}
     step_s = statistics.median(r["time/step_s"] for r in measured)
     wall_s = statistics.median(r["time/wall_s"] for r in measured)
-    total_wall = sum(r["time/wall_s"] for r in measured)
-    samples = sum(r["train/num_samples"] for r in measured)
-    tokens = sum(r["train/num_tokens"] for r in measured)
+    # Per median step, not total / total: in async mode the last step has no next batch to
+    # collect and would flatter the total.
+    samples = statistics.median(r["train/num_samples"] for r in measured)
+    tokens = statistics.median(r["train/num_tokens"] for r in measured)
     roles = {}
     for role, phases in ROLES.items():
         busy = statistics.median(sum(r[f"time/{p}_s"] for p in phases) for r in measured)
@@ -273,8 +277,8 @@ def summarize_ours(records: list[dict[str, float]], warmup: int) -> dict[str, An
             r["time/weight_sync_s"] / r["time/step_s"] for r in measured
         ),
         "roles": roles,
-        "samples_per_s": samples / total_wall,
-        "tokens_per_s": tokens / total_wall,
+        "samples_per_s": samples / wall_s,
+        "tokens_per_s": tokens / wall_s,
         "rollout_tokens_per_s": statistics.median(r["rollout/tokens_per_s"] for r in measured),
         "response_len_mean": statistics.fmean(r["rollout/response_len_mean"] for r in measured),
         "reward_mean": statistics.fmean(r["reward/mean"] for r in measured),

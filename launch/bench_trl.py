@@ -11,9 +11,11 @@ come from code execution through TRL's own pipeline.
 One optimiser step consumes ``batch_size`` completions: TRL generates the whole batch at once
 (``generation_batch_size = batch_size``) and accumulates gradients over ``grad_accum``
 micro-batches of ``batch_size / grad_accum`` completions. TRL generates with Hugging Face
-``generate`` on CPU (``use_vllm=False``) in float32 and trains in float32 (our learner trains
-in float32; our vLLM engine serves in ``model.dtype``, bfloat16). KL weight ``beta`` and the
-GRPO loss aggregation follow our learner config.
+``generate`` on CPU (``use_vllm=False``). Precision follows our learner: with
+``learner.dtype = "bfloat16"`` TRL gets ``bf16=True`` (float32 weights, bf16 autocast through
+accelerate, which covers its generation too), the same mixed precision our learner uses;
+otherwise float32 throughout. KL weight ``beta`` and the GRPO loss aggregation follow our
+learner config.
 
 TRL is imported lazily; install it with ``pip install '.[bench]'``.
 """
@@ -120,7 +122,7 @@ def run_trl(
         scale_rewards="group" if learner.advantage_scale == "group_std" else "none",
         use_vllm=False,
         use_cpu=True,
-        bf16=False,
+        bf16=learner.dtype == "bfloat16",
         fp16=False,
         shuffle_dataset=False,
         seed=config.run.seed,

@@ -11,16 +11,21 @@ One step, synchronous (every completion is on-policy for the weights the learner
    samples are left out of the loss, never scored 0;
 5. the learner takes one GRPO step and exports the new weights once; every rollout worker loads
    the same object from Ray's object store before the next step.
+
+With ``async.max_staleness >= 1`` steps 1-3 of the next step run while the learner does 4-5
+(see ``pipeline.py``): the batch's groups are checked against the learner's weight version,
+stale ones dropped and counted, and the rest trained on with the TIS correction.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,6 +39,13 @@ from launch.checkpoint import DriverState, save_checkpoint
 from launch.cluster import Fleet
 from launch.control import CONTROL_FILE, ControlFile
 from launch.groups import GroupCollector
+from launch.pipeline import (
+    Batch,
+    OnDemandBatches,
+    PipelinedBatches,
+    split_stale,
+    staleness_metrics,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -130,6 +142,7 @@ class Driver:
         self.eval_problems = self._load_eval_problems() if config.eval.every else []
         self.control = ControlFile(run_dir / CONTROL_FILE)
         self._stop_signal: int | None = None
+        self._batches: OnDemandBatches | PipelinedBatches = OnDemandBatches(self._collect)
 
     def run(self) -> None:
         """Train up to ``run.steps``; checkpoint every N steps, on SIGTERM and at the end."""
@@ -141,26 +154,44 @@ class Driver:
         )
         telemetry = Telemetry(self.run_dir, self.config.run.name)
         restore = _install_stop_handler(self._request_stop)
-        step = self.start_step
         try:
-            for step in range(self.start_step + 1, total + 1):
-                self._apply_control()
-                record = self.step(step)
-                every_eval = self.config.eval.every
-                if every_eval and (step % every_eval == 0 or step == total):
-                    record.update(self.evaluate())
-                log.write(record)
-                telemetry.record(record)
-                every = self.config.run.checkpoint_every
-                if (every and step % every == 0) or self._stop_signal is not None or step == total:
-                    self.save_checkpoint(step)
-                if self._stop_signal is not None:
-                    logger.warning("stopped by signal %d after step %d", self._stop_signal, step)
-                    break
+            with contextlib.closing(self.records(self.start_step + 1, total)) as records:
+                for record in records:
+                    step = int(record["step"])
+                    every_eval = self.config.eval.every
+                    if every_eval and (step % every_eval == 0 or step == total):
+                        with self._batches.paused():
+                            record.update(self.evaluate())
+                    log.write(record)
+                    telemetry.record(record)
+                    every = self.config.run.checkpoint_every
+                    stopping = self._stop_signal is not None
+                    if (every and step % every == 0) or stopping or step == total:
+                        self.save_checkpoint(step)
+                    if stopping:
+                        signum = self._stop_signal
+                        logger.warning("stopped by signal %d after step %d", signum, step)
+                        break
         finally:
             restore()
             log.close()
             telemetry.close()
+
+    def records(self, first: int, last: int) -> Iterator[dict[str, float]]:
+        """Run steps ``first..last``, yielding each step's metric record.
+
+        Synchronous, or with a producer collecting batches ahead when
+        ``async.max_staleness >= 1``; closing the generator stops the producer.
+        """
+        depth = self.config.async_.max_staleness
+        if depth:
+            self._batches = PipelinedBatches(self._collect, first, last, depth)
+        try:
+            for step in range(first, last + 1):
+                yield self.step(step)
+        finally:
+            self._batches.close()
+            self._batches = OnDemandBatches(self._collect)
 
     def _request_stop(self, signum: int) -> None:
         self._stop_signal = signum
@@ -172,19 +203,58 @@ class Driver:
             logger.info("control file: resizing the rollout fleet to %d", wanted)
             self.fleet.rollout.resize(wanted)
 
+    def _collect(self, step: int) -> Batch:
+        """Step ``step``'s scored groups (runs in the producer thread in async mode)."""
+        import ray
+
+        before = self.curriculum.state_dict()
+        groups, sampling_metrics = self.collector.collect(step, self.curriculum.next_indices)
+        return Batch(
+            step,
+            groups,
+            sampling_metrics,
+            dict(self.collector.seconds),
+            dict(self.collector.term_means),
+            before,
+            ray.get(self.fleet.sandbox.stats.remote()),
+        )
+
     def step(self, step: int) -> dict[str, float]:
         """One GRPO step (see the module docstring); returns the step's metric record."""
+        start = time.perf_counter()
+        with self._batches.paused():  # the producer is between batches: safe to resize
+            self._apply_control()
+        batch = self._batches.take(step)
+        waited = time.perf_counter() - start
+        self._log_batch(step, [group.index for group in batch.groups])
+        for group in batch.groups:
+            self._observe(group)
+        self._batches.release()
+        record = self._train_on(step, batch)
+        record["time/batch_wait_s"] = waited
+        record["time/step_s"] = time.perf_counter() - start
+        return record
+
+    def _train_on(self, step: int, batch: Batch) -> dict[str, float]:
+        """Drop stale groups, train on the rest, push the new weights; the step's record."""
         import ray
 
         timer = StepTimer()
-        groups, sampling_metrics = self.collector.collect(step, self.curriculum.next_indices)
-        timer.marks.update({f"time/{k}_s": v for k, v in self.collector.seconds.items()})
-        self._log_batch(step, [group.index for group in groups])
-        for group in groups:
-            self._observe(group)
+        timer.marks.update({f"time/{k}_s": v for k, v in batch.seconds.items()})
+        learner_version = self.weight_version
+        max_staleness = self.config.async_.max_staleness
+        groups, dropped = split_stale(batch.groups, learner_version, max_staleness)
+        if dropped:
+            logger.warning(
+                "step %d: dropped %d group(s) generated more than %d version(s) before the "
+                "learner's %d",
+                step,
+                len(dropped),
+                max_staleness,
+                learner_version,
+            )
         completions = [c for group in groups for c in group.completions]
         rewards = [r for group in groups for r in group.rewards]
-        sandbox_stats = ray.get(self.fleet.sandbox.stats.remote())
 
         timer.restart()
         keys = [group.index for group in groups]
@@ -192,19 +262,42 @@ class Driver:
         train_metrics = ray.get(self.fleet.learner.train_step.remote(samples)) if samples else {}
         timer.lap("train")
 
-        update = self.fleet.learner.export_weights.remote()
-        self.fleet.rollout.push(update)
-        self.weight_version = ray.get(update).version
-        timer.lap("weight_sync")
+        timer.marks.update(self._sync_weights())
 
-        record = self._record(step, completions, rewards, train_metrics, sandbox_stats, timer)
-        record.update(sampling_metrics)
+        record = self._record(step, completions, rewards, train_metrics, batch.sandbox_stats, timer)
+        record.update(staleness_metrics(groups, dropped, learner_version))
+        record.update(batch.sampling_metrics)
         record.update(kl_metrics)
         record.update(self.curriculum.stats())
-        record.update(self.collector.term_means)
+        record.update(batch.term_means)
         if self.baseline is not None:
             record.update(self.baseline.stats())
         return record
+
+    def _sync_weights(self) -> dict[str, float]:
+        """Export the learner's weights once and load them into every engine; the timings.
+
+        In async mode the push queues behind the generation in progress (an engine runs one
+        call at a time): ``time/weight_sync_s`` is then the export plus the engines' own load
+        time, and the queueing is ``time/push_wait_s``.
+        """
+        import ray
+
+        start = time.perf_counter()
+        update = self.fleet.learner.export_weights.remote()
+        ray.wait([update], fetch_local=False)
+        export_s = time.perf_counter() - start
+        pushed = self.fleet.rollout.push(update)
+        push_s = time.perf_counter() - start - export_s
+        self.weight_version = int(pushed["version"])
+        if not self._batches.runs_ahead:
+            return {"time/weight_sync_s": export_s + push_s, "time/weight_export_s": export_s}
+        load_s = min(push_s, pushed["load_s"])
+        return {
+            "time/weight_sync_s": export_s + load_s,
+            "time/weight_export_s": export_s,
+            "time/push_wait_s": push_s - load_s,
+        }
 
     def _observe(self, group) -> None:
         """Feed the curriculum the group's pass rate (sandbox failures say nothing)."""
@@ -314,7 +407,6 @@ class Driver:
 
         scored = [r for r in rewards if r is not None]
         lengths = [len(c.token_ids) for c in completions]
-        step_s = sum(timer.marks.values())
         record: dict[str, float] = {
             "step": step,
             "weight_version": self.weight_version,
@@ -322,12 +414,8 @@ class Driver:
             "reward/std": statistics.pstdev(scored) if len(scored) > 1 else 0.0,
             "reward/masked_frac": 1 - len(scored) / max(len(rewards), 1),
             "train/zero_std_frac": zero_std_fraction(rewards, self.config.rollout.group_size),
-            "rollout/response_len_mean": statistics.fmean(lengths),
+            "rollout/response_len_mean": statistics.fmean(lengths) if lengths else 0.0,
             "rollout/tokens_per_s": sum(lengths) / max(timer.marks["time/rollout_s"], 1e-9),
-            "rollout/stale_versions": sum(
-                c.weight_version != self.weight_version - 1 for c in completions
-            ),
-            "time/step_s": step_s,
         }
         record.update(train_metrics)
         record.update(sandbox_stats)
@@ -337,11 +425,15 @@ class Driver:
         return record
 
     def save_checkpoint(self, step: int) -> None:
+        """Learner and driver state after ``step``; in async mode the curriculum as it was
+        before the batches collected ahead drew their prompts (they are redone on resume)."""
+        with self._batches.paused():
+            curriculum = self._batches.resume_state(step) or self.curriculum.state_dict()
         state = DriverState(
             step=step,
             weight_version=self.weight_version,
             seed=self.config.run.seed,
-            curriculum=self.curriculum.state_dict(),
+            curriculum=curriculum,
             baseline=self.baseline.state_dict() if self.baseline is not None else {},
         )
         path = save_checkpoint(self.run_dir, self.fleet.learner, state)

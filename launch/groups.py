@@ -107,27 +107,52 @@ class GroupCollector:
         return [term.name for term in self.reward.terms]
 
     def sample(self, tag: str, indices: list[int]) -> list[Group]:
-        """G completions for each prompt, executed and rewarded."""
+        """G completions for each prompt, executed and rewarded.
+
+        Groups go to the sandbox as soon as their engine has finished them (one sandbox call per
+        arrival), so execution overlaps the generation of the other groups;
+        ``seconds["reward"]`` is only the part after the last group arrived (what the step
+        waits for).
+        """
         import ray
 
         start = time.perf_counter()
-        completions = self._generate(tag, indices)
+        size = self.config.rollout.group_size
+        stop_early = self.config.sandbox.reward == "binary"
+        requests = self._requests(tag, indices)
+        position = {request.request_id: k for k, request in enumerate(requests)}
+        completions: list[list[Completion]] = [[] for _ in requests]
+        programs: list[list[str]] = [[] for _ in requests]
+        arrivals = []  # (request positions, ObjectRef of their sandbox results)
+        for groups in self.fleet.rollout.generate_stream(requests):
+            jobs, arrived = [], []
+            for group in groups:
+                k = position[group[0].request_id]
+                problem = self.problems[indices[k]]
+                completions[k] = group
+                programs[k] = [build_program(problem, c.text) for c in group]
+                jobs += [
+                    ExecutionJob(code, problem.tests, problem.setup_code) for code in programs[k]
+                ]
+                arrived.append(k)
+            ref = self.fleet.sandbox.run.remote(jobs, stop_at_first_failure=stop_early)
+            arrivals.append((arrived, ref))
         self.seconds["rollout"] += time.perf_counter() - start
+        missing = [r.request_id for r, done in zip(requests, completions, strict=True) if not done]
+        if missing:
+            raise RuntimeError(f"the rollout fleet returned no completions for {missing}")
 
         start = time.perf_counter()
-        size = self.config.rollout.group_size
-        problems = [self.problems[indices[k // size]] for k in range(len(completions))]
-        programs = [build_program(p, c.text) for p, c in zip(problems, completions, strict=True)]
-        jobs = [ExecutionJob(code, p.tests, p.setup_code) for code, p in zip(programs, problems)]
-        mode = self.config.sandbox.reward
-        results = ray.get(
-            self.fleet.sandbox.run.remote(jobs, stop_at_first_failure=mode == "binary")
-        )
+        results: list[list[ExecutionResult]] = [[] for _ in requests]
+        for (arrived, _), executed in zip(arrivals, ray.get([ref for _, ref in arrivals])):
+            offset = 0
+            for k in arrived:
+                results[k] = executed[offset : offset + len(completions[k])]
+                offset += len(completions[k])
         batch = [
-            RewardInput(problem, completion.text, program, result, len(completion.token_ids))
-            for problem, completion, program, result in zip(
-                problems, completions, programs, results, strict=True
-            )
+            RewardInput(self.problems[indices[k]], c.text, code, result, len(c.token_ids))
+            for k in range(len(requests))
+            for c, code, result in zip(completions[k], programs[k], results[k], strict=True)
         ]
         scored = self.reward(batch)
         self.seconds["reward"] += time.perf_counter() - start
@@ -138,19 +163,19 @@ class GroupCollector:
         return [
             Group(
                 index,
-                part(completions, k),
-                part(results, k),
+                completions[k],
+                results[k],
                 part(scored.rewards, k),
                 {name: part(values, k) for name, values in scored.by_term.items()},
             )
             for k, index in enumerate(indices)
         ]
 
-    def _generate(self, tag: str, indices: list[int]) -> list[Completion]:
-        """G completions per prompt from the fleet, in prompt then sample order."""
+    def _requests(self, tag: str, indices: list[int]) -> list[RolloutRequest]:
+        """One request per prompt with G seeds, derived from (run seed, step tag)."""
         rng = random.Random(f"{self.config.run.seed}/rollout/{tag}")
         size = self.config.rollout.group_size
-        requests = [
+        return [
             RolloutRequest(
                 request_id=f"{tag}/{k}",
                 prompt_token_ids=self.prompt_ids[index],
@@ -158,5 +183,3 @@ class GroupCollector:
             )
             for k, index in enumerate(indices)
         ]
-        by_id = {(c.request_id, c.sample_index): c for c in self.fleet.rollout.generate(requests)}
-        return [by_id[(r.request_id, g)] for r in requests for g in range(size)]

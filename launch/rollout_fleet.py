@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from common.config import Config
@@ -90,47 +91,98 @@ class RolloutFleet:
         self.actors = []
 
     # -- work ---------------------------------------------------------------------------------
-    def push(self, update_ref: Any) -> None:
-        """Load a weight update into every actor (one object in the store, read by all)."""
+    def push(self, update_ref: Any) -> dict[str, float]:
+        """Load a weight update into every actor (one object in the store, read by all).
+
+        Returns the version now served and the slowest engine's own load time
+        (``load_s``: decode, reload, re-pack; without the wait for a generation in progress).
+        The driver never fetches the update itself, only the engines do.
+        """
         import ray
 
         self.latest_update = update_ref
         pending = {
             i: actor.update_weights.remote(update_ref) for i, actor in enumerate(self.actors)
         }
+        loads: list[dict[str, float]] = []
         for index, ref in pending.items():
             try:
-                ray.get(ref)
+                loads.append(ray.get(ref))
             except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
                 self._recover(index)  # the restarted actor receives latest_update there
+        if not loads:  # every actor was restarted and reloaded in _recover
+            loads = [ray.get(self.actors[0].update_weights.remote(update_ref))]
+        return {
+            "version": max(load["version"] for load in loads),
+            "load_s": max(load["seconds"] for load in loads),
+        }
 
     def generate(self, requests: list[RolloutRequest]) -> list[Completion]:
-        """Split requests across actors; a failed share is retried after recovery."""
+        """Split requests across actors, all generating at once; a failed share is retried
+        after recovery (on the restarted actor, or the next live one)."""
         import ray
 
-        shares = [requests[i :: len(self.actors)] for i in range(len(self.actors))]
+        count = len(self.actors)
+        shares = [(i, requests[i::count]) for i in range(count) if requests[i::count]]
+        pending = [(i, share, self.actors[i].generate.remote(share)) for i, share in shares]
         completions: list[Completion] = []
-        for index, share in enumerate(shares):
-            if share:
-                completions.extend(self._generate_share(index, share, ray))
+        for index, share, ref in pending:
+            try:
+                completions.extend(ray.get(ref))
+            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
+                completions.extend(self._retry_share(index, share, exc))
         return completions
 
-    def _generate_share(self, index: int, share: list[RolloutRequest], ray) -> list[Completion]:
-        for attempt in range(_RETRIES + 1):
-            actor = self.actors[index % len(self.actors)]
+    def generate_stream(self, requests: list[RolloutRequest]) -> Iterator[list[list[Completion]]]:
+        """Like :meth:`generate`, but yields requests' groups as soon as an engine has finished
+        them (Ray streaming generators; groups an engine finished in the same step arrive in one
+        list), so rewards can start while the rest is generating.
+
+        A share whose actor fails mid-stream is retried, after recovery, for the requests
+        whose groups had not arrived yet; groups already yielded are kept.
+        """
+        import ray
+
+        count = len(self.actors)
+        streams = {}
+        for index in range(count):
+            share = requests[index::count]
+            if share:
+                actor = self.actors[index]
+                stream = actor.generate_stream.options(num_returns="streaming").remote(share)
+                streams[stream] = (index, share)
+        received: set[str] = set()
+        while streams:
+            [stream], _ = ray.wait(list(streams), num_returns=1)
+            index, share = streams[stream]
             try:
-                return ray.get(actor.generate.remote(share))
+                groups = ray.get(next(stream))
+            except StopIteration:
+                del streams[stream]
+                continue
             except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
-                if attempt == _RETRIES:
-                    raise RuntimeError(
-                        f"rollout actor {index} failed {attempt + 1} times: {exc}"
-                    ) from exc
-                logger.warning(
-                    "rollout actor %d failed (%s); recovering", index, type(exc).__name__
-                )
-                self.counters["faults/rollout_retries"] += 1
-                self._recover(index % len(self.actors))
-        raise AssertionError("unreachable")
+                del streams[stream]
+                missing = [r for r in share if r.request_id not in received]
+                yield _groups(self._retry_share(index, missing, exc))
+                continue
+            received.update(group[0].request_id for group in groups)
+            yield groups
+
+    def _retry_share(
+        self, index: int, share: list[RolloutRequest], error: Exception
+    ) -> list[Completion]:
+        import ray
+
+        for _ in range(_RETRIES):
+            logger.warning("rollout actor %d failed (%s); recovering", index, type(error).__name__)
+            self.counters["faults/rollout_retries"] += 1
+            index %= len(self.actors)
+            self._recover(index)
+            try:
+                return ray.get(self.actors[index].generate.remote(share))
+            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
+                error = exc
+        raise RuntimeError(f"rollout actor {index} failed {_RETRIES + 1} times: {error}") from error
 
     def _recover(self, index: int) -> None:
         """Wait for Ray to restart actor ``index`` and give it the current weights."""
@@ -156,3 +208,11 @@ class RolloutFleet:
         logger.warning(
             "rollout actor %d restarted (engine at version %d), weights reloaded", index, version
         )
+
+
+def _groups(completions: list[Completion]) -> list[list[Completion]]:
+    """Completions (request then sample order) split into one list per request."""
+    groups: dict[str, list[Completion]] = {}
+    for completion in completions:
+        groups.setdefault(completion.request_id, []).append(completion)
+    return list(groups.values())

@@ -40,6 +40,15 @@ def test_batch_not_divisible_by_group_is_refused_with_the_reason():
         load_config(overrides=["--rollout.batch_size", "12", "--rollout.group_size", "8"])
 
 
+def test_lora_adapter_export_with_modules_to_save_is_refused_with_the_reason():
+    lora = ["--learner.lora.enabled", "true", "--learner.lora.modules_to_save", '["model.norm"]']
+    with pytest.raises(
+        ConfigError, match=r"modules_to_save \(\['model\.norm'\]\) needs lora\.export = 'merged'"
+    ):
+        load_config(overrides=[*lora, "--learner.lora.export", "adapter"])
+    assert load_config(overrides=lora).learner.lora.modules_to_save == ["model.norm"]
+
+
 def test_unknown_section_is_refused(tmp_path):
     path = tmp_path / "bad.toml"
     path.write_text("[rolout]\nnum_actors = 2\n")
@@ -99,7 +108,8 @@ def test_cli_refuses_bad_config_without_a_traceback(tmp_path):
 def _keys(model, prefix: str = ""):
     from pydantic import BaseModel
 
-    for name, field in model.model_fields.items():
+    for attribute, field in model.model_fields.items():
+        name = field.alias or attribute  # the key users write ("async", not "async_")
         if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
             yield from _keys(field.annotation, f"{prefix}{name}.")
         else:

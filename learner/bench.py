@@ -1,0 +1,193 @@
+"""One learner step, measured: ``python -m learner.bench --preset qwen2.5-1.5b [--lora] ...``.
+
+Builds a model of a given architecture and size from its config with random weights (no
+download), feeds the real :class:`~learner.learner.Learner` a GRPO batch of random tokens with
+the shape of a rollout (prompts x G samples x completion tokens, non-zero advantages so every
+token has a gradient) and times full ``train_step`` calls: forward, backward, optimiser, plus
+the reference forward when ``--beta > 0``. Prints step time, trained tokens/s and peak memory
+(CUDA: ``max_memory_allocated``; CPU: the process's peak resident set).
+
+This answers "does my configuration fit, and how fast is it" before renting a cluster: the
+memory of a step depends on shapes and dtypes, not on what the weights have learnt. Learner
+options not on the command line keep :class:`common.config.LearnerConfig`'s defaults; any can
+be set with ``--learner.key value``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+# Shapes of public checkpoints (their config.json), for random-weight stand-ins.
+PRESETS: dict[str, dict[str, Any]] = {
+    "qwen2.5-1.5b": dict(
+        hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
+        num_attention_heads=12, num_key_value_heads=2, vocab_size=151936,
+        tie_word_embeddings=True,
+    ),
+    "qwen2.5-coder-0.5b": dict(
+        hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+        num_attention_heads=14, num_key_value_heads=2, vocab_size=151936,
+        tie_word_embeddings=True,
+    ),
+    "bench-20m": dict(  # configs/bench.toml's model
+        hidden_size=512, intermediate_size=1408, num_hidden_layers=8, num_attention_heads=8,
+        num_key_value_heads=4, head_dim=64, vocab_size=128, tie_word_embeddings=True,
+    ),
+    "tiny": dict(  # for tests
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=1, vocab_size=256, tie_word_embeddings=True,
+    ),
+}  # fmt: skip
+
+
+def build_random_model(preset: str, root: Path) -> Path:
+    """A Qwen2 model of ``preset``'s shape with random bf16 weights, saved under ``root``."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(**PRESETS[preset], max_position_embeddings=32768, dtype="bfloat16")
+    torch.manual_seed(0)
+    with torch.device("cpu"):
+        model = Qwen2ForCausalLM(config).to(torch.bfloat16)
+    path = root / preset
+    model.save_pretrained(path)
+    return path
+
+
+def random_batch(prompts: int, group: int, prompt_len: int, completion_len: int, vocab: int):
+    """TrainSamples shaped like one rollout batch; advantages alternate sign within a group."""
+    import torch
+
+    from common.types import TrainSample
+
+    generator = torch.Generator().manual_seed(0)
+    samples = []
+    for p in range(prompts):
+        prompt = tuple(torch.randint(0, vocab, (prompt_len,), generator=generator).tolist())
+        for g in range(group):
+            tokens = torch.randint(0, vocab, (completion_len,), generator=generator).tolist()
+            advantage = 1.0 if g % 2 == 0 else -1.0
+            samples.append(
+                TrainSample(prompt, tuple(tokens), (-5.0,) * completion_len, advantage, 0, p)
+            )
+    return samples
+
+
+def peak_memory_gib(device) -> float:
+    import torch
+
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**30
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB
+
+
+def run(args: argparse.Namespace, overrides: list[str]) -> dict[str, Any]:
+    import torch
+
+    from common.config import apply_overrides, load_config
+    from learner.learner import Learner
+
+    learner_options = {
+        "lr": 1e-6,
+        "beta": args.beta,
+        "dtype": args.dtype,
+        "gradient_checkpointing": args.gradient_checkpointing,
+        "micro_batch_tokens": args.micro_batch_tokens,
+        "num_gpus": 1.0 if torch.cuda.is_available() else 0.0,
+        "num_cpus": args.threads,
+        "lora": {"enabled": args.lora, "rank": args.lora_rank},
+    }
+    data = apply_overrides({"learner": learner_options}, overrides)
+    config = load_config(None, _flatten(data)).learner
+    with tempfile.TemporaryDirectory(prefix="learner-bench-") as root:
+        path = build_random_model(args.preset, Path(root))
+        learner = Learner(str(path), config)
+        vocab = PRESETS[args.preset]["vocab_size"]
+        shape = (args.prompts, args.group, args.prompt_len, args.completion_len)
+        samples = random_batch(*shape, vocab)
+        times = []
+        for index in range(args.warmup + args.steps):
+            if learner.device.type == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            learner.train_step(samples)
+            if learner.device.type == "cuda":
+                torch.cuda.synchronize()
+            elapsed = time.perf_counter() - start
+            if index >= args.warmup:
+                times.append(elapsed)
+            print(f"step {index + 1}: {elapsed:.2f}s", file=sys.stderr, flush=True)
+        parameters = sum(p.numel() for p in learner.model.parameters())
+        trainable = sum(p.numel() for p in learner.trainable)
+        step_s = statistics.median(times)
+        tokens = len(samples) * args.completion_len
+        return {
+            "preset": args.preset,
+            "device": str(learner.device),
+            "parameters": parameters,
+            "trainable_parameters": trainable,
+            "samples": len(samples),
+            "completion_tokens": tokens,
+            "step_s": step_s,
+            "tokens_per_s": tokens / step_s,
+            "peak_memory_gib": peak_memory_gib(learner.device),
+            "learner": config.model_dump(),
+        }
+
+
+def _flatten(data: dict, prefix: str = "") -> list[str]:
+    flat: list[str] = []
+    for key, value in data.items():
+        if isinstance(value, dict):
+            flat += _flatten(value, f"{prefix}{key}.")
+        else:
+            flat += [f"--{prefix}{key}", json.dumps(value)]
+    return flat
+
+
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    parser = argparse.ArgumentParser(prog="python -m learner.bench", description=__doc__)
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="qwen2.5-1.5b")
+    parser.add_argument("--prompts", type=int, default=16)
+    parser.add_argument("--group", type=int, default=8, help="G samples per prompt")
+    parser.add_argument("--prompt-len", type=int, default=128)
+    parser.add_argument("--completion-len", type=int, default=512)
+    parser.add_argument("--beta", type=float, default=0.04, help="> 0 adds the reference")
+    parser.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16")
+    parser.add_argument("--gradient-checkpointing", action="store_true")
+    parser.add_argument("--micro-batch-tokens", type=int, default=8192)
+    parser.add_argument("--lora", action="store_true")
+    parser.add_argument("--lora-rank", type=int, default=16)
+    parser.add_argument("--threads", type=float, default=1.0, help="torch threads on CPU")
+    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--out", help="also write the result as JSON here")
+    return parser.parse_known_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from common.config import ConfigError
+
+    args, overrides = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        result = run(args, overrides)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
