@@ -2,8 +2,9 @@
 
 A worker enters new user, network and mount namespaces once at start-up (the user
 namespace maps an unprivileged sandbox uid, so ``RLIMIT_NPROC`` really applies, even when
-the pool runs as root), makes the whole mount tree read-only and mounts a private,
-size-limited tmpfs as the scratch directory. The worker then serves as PID 1 of its own PID
+the pool runs as root), hides every directory but the operating system's, the interpreter's
+and this package's (``hide_host_files``), makes the whole mount tree read-only and mounts a
+private, size-limited tmpfs as the scratch directory. The worker then serves as PID 1 of its own PID
 namespace (``sandbox/worker.py``), so every process an execution starts, ``setsid`` or not,
 can be found and killed from there. Whatever the kernel refuses is reported as a weaker
 level; the pool refuses to run below namespaces unless the configuration allows it.
@@ -135,7 +136,7 @@ def setup_worker(index: int, scratch: str) -> tuple[str, int]:
     level = LEVEL_NAMESPACES
     try:
         _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
-        expose_python()
+        hide_host_files(scratch)
         attr = _MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0)
         _check(
             _libc.syscall(
@@ -164,36 +165,45 @@ def setup_unisolated(scratch: str) -> tuple[str, int]:
     return LEVEL_RLIMITS, uid
 
 
-def _blocked_ancestor(path: str) -> str | None:
-    """The first directory on ``path`` that others may not traverse (e.g. /root), if any."""
-    current = "/"
-    for part in path.strip("/").split("/"):
-        current = os.path.join(current, part)
-        if os.path.isdir(current) and not os.stat(current).st_mode & 0o001:
-            return current
-    return None
+# Top-level directories children keep seeing: the operating system an interpreter needs.
+# Every other one (/home, /root, /work, /opt, /srv, /mnt, /var, /tmp, ...) is covered with an
+# empty tmpfs: datasets with their reference answers, checkouts, credentials and other jobs'
+# files stay out of sight, not merely read-only.
+SYSTEM_DIRS = frozenset(
+    {"bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "dev", "proc", "sys"}
+)
 
 
-def expose_python() -> None:
-    """Make the interpreter's own files reachable for the unprivileged sandbox uid.
+def visible_paths() -> set[str]:
+    """What children need beyond ``SYSTEM_DIRS``: the interpreter's prefixes (stdlib, the
+    virtualenv's packages) and this package (its modules are trusted, not secret)."""
+    paths = {os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, sys.exec_prefix)}
+    paths.add(os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))))
+    paths.add(os.path.dirname(os.path.realpath(__file__)))
+    return paths
 
-    When Python lives under a private directory (pyenv under /root), that directory is
-    covered with an empty tmpfs (which also hides the rest of it) and only the interpreter
-    prefixes are bind-mounted back in at their original paths.
+
+def hide_host_files(scratch: str) -> None:
+    """Cover every non-system top-level directory with an empty tmpfs, then bind the paths
+    of :func:`visible_paths` back at their original places and create the scratch mount point.
+
+    Handles on the kept paths are opened before anything is covered (afterwards they could
+    not be reached), and bound back through ``/proc/self/fd``.
     """
-    prefixes = {os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, sys.exec_prefix)}
-    prefixes.add(os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))))
-    blocked = {p: _blocked_ancestor(p) for p in prefixes}
-    handles = {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p, b in blocked.items() if b}
-    covered: set[str] = set()
-    for prefix, fd in handles.items():
-        cover = blocked[prefix]
-        if cover not in covered:
-            _mount("tmpfs", cover, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
-            covered.add(cover)
-        os.makedirs(prefix, mode=0o755, exist_ok=True)
-        _mount(f"/proc/self/fd/{fd}", prefix, None, MS_BIND | MS_REC, None)
+    keep = sorted(visible_paths())
+    handles = {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in keep}
+    for name in sorted(os.listdir("/")):
+        top = os.path.join("/", name)
+        if name in SYSTEM_DIRS or os.path.islink(top) or not os.path.isdir(top):
+            continue
+        _mount("tmpfs", top, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
+    for path, fd in handles.items():
+        top = "/" + path.strip("/").split("/")[0]
+        if os.path.basename(top) not in SYSTEM_DIRS:
+            os.makedirs(path, mode=0o755, exist_ok=True)
+            _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC, None)
         os.close(fd)
+    os.makedirs(scratch, mode=0o700, exist_ok=True)
 
 
 def mount_scratch(scratch: str, owner: int) -> None:

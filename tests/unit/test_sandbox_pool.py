@@ -286,6 +286,39 @@ def test_deleting_host_files_fails(pool):
         os.unlink(fh.name)
 
 
+@pytest.mark.parametrize(
+    "where",
+    [
+        "/tmp",  # another job's temporary files
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))),  # a checkout (datasets)
+    ],
+)
+def test_host_files_are_not_even_readable(pool, where):
+    # A world-readable file the program knows the path of, e.g. a dataset with the reference
+    # answers: outside the interpreter's and the sandbox's own directories it does not exist.
+    with tempfile.NamedTemporaryFile(dir=where, prefix="answers-", delete=False) as fh:
+        fh.write(b"def f(x):\n    return x + 1\n")
+    try:
+        os.chmod(fh.name, 0o644)
+        code = f"exec(open({fh.name!r}).read())\n"
+        assert run(pool, code).verdict is Verdict.RUNTIME_ERROR
+        probe = f"import os\nassert not os.path.exists({fh.name!r})\n" + GOOD_F
+        assert run(pool, probe).verdict is Verdict.PASSED  # the file is not there at all
+    finally:
+        os.unlink(fh.name)
+
+
+def test_interpreter_and_system_files_stay_readable(pool):
+    code = """
+        import os, sys, json, decimal
+        assert os.path.isfile(os.__file__) and os.path.isdir(sys.base_prefix)
+        open("/etc/hostname" if os.path.exists("/etc/hostname") else os.__file__).read()
+        def f(x):
+            return x + 1
+    """
+    assert run(pool, code).verdict is Verdict.PASSED
+
+
 def test_loopback_connection_never_arrives(pool):
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
