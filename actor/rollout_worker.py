@@ -110,8 +110,8 @@ class RolloutWorker:
         while engine.has_unfinished_requests():
             finished = []
             for output in engine.step():
-                if not output.finished:
-                    continue
+                if not output.finished or output.request_id not in by_id:
+                    continue  # (a request of an earlier call abandoned mid-stream)
                 request, index = by_id[output.request_id]
                 completion = _to_completion(request, index, output, self.weight_version)
                 group = done.setdefault(request.request_id, [])

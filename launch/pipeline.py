@@ -153,6 +153,7 @@ class PipelinedBatches:
             raise RuntimeError(f"collecting the batch of step {step} failed: {item}") from item
         if item.step != step:
             raise RuntimeError(f"pipeline out of order: expected step {step}, got {item.step}")
+        # not under _busy: that would wait for the batch the producer is collecting (depth > 1)
         self._started.pop(step, None)
         return item
 
