@@ -27,14 +27,11 @@ batch that was in flight (and generates it with the checkpoint's weights).
 from __future__ import annotations
 
 import contextlib
-import logging
 import queue
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass

@@ -118,25 +118,14 @@ class RolloutFleet:
         }
 
     def generate(self, requests: list[RolloutRequest]) -> list[Completion]:
-        """Split requests across actors, all generating at once; a failed share is retried
-        after recovery (on the restarted actor, or the next live one)."""
-        import ray
-
-        count = len(self.actors)
-        shares = [(i, requests[i::count]) for i in range(count) if requests[i::count]]
-        pending = [(i, share, self.actors[i].generate.remote(share)) for i, share in shares]
-        completions: list[Completion] = []
-        for index, share, ref in pending:
-            try:
-                completions.extend(ray.get(ref))
-            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
-                completions.extend(self._retry_share(index, share, exc))
-        return completions
+        """Every completion of ``requests``, in no particular order (:meth:`generate_stream`
+        collected: the same split across actors and the same recovery)."""
+        return [c for groups in self.generate_stream(requests) for group in groups for c in group]
 
     def generate_stream(self, requests: list[RolloutRequest]) -> Iterator[list[list[Completion]]]:
-        """Like :meth:`generate`, but yields requests' groups as soon as an engine has finished
-        them (Ray streaming generators; groups an engine finished in the same step arrive in one
-        list), so rewards can start while the rest is generating.
+        """Split requests across actors, all generating at once, and yield requests' groups as
+        soon as an engine has finished them (Ray streaming generators; groups an engine finished
+        in the same step arrive in one list), so rewards can start while the rest is generating.
 
         A share whose actor fails mid-stream is retried, after recovery, for the requests
         whose groups had not arrived yet; groups already yielded are kept.

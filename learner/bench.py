@@ -92,7 +92,7 @@ def peak_memory_gib(device) -> float:
 def run(args: argparse.Namespace, overrides: list[str]) -> dict[str, Any]:
     import torch
 
-    from common.config import apply_overrides, load_config
+    from common.config import load_config
     from learner.learner import Learner
 
     learner_options = {
@@ -105,8 +105,8 @@ def run(args: argparse.Namespace, overrides: list[str]) -> dict[str, Any]:
         "num_cpus": args.threads,
         "lora": {"enabled": args.lora, "rank": args.lora_rank},
     }
-    data = apply_overrides({"learner": learner_options}, overrides)
-    config = load_config(None, _flatten(data)).learner
+    # the command-line overrides come last, so they win over the flags' values
+    config = load_config(None, _flatten({"learner": learner_options}) + overrides).learner
     with tempfile.TemporaryDirectory(prefix="learner-bench-") as root:
         path = build_random_model(args.preset, Path(root))
         learner = Learner(str(path), config)
