@@ -230,6 +230,13 @@ class AsyncConfig(_Section):
         "up to K steps ahead of the learner (one-step-off-policy at 1), and samples more than K "
         "weight versions behind the learner are dropped (async/dropped_samples)",
     )
+    learner_threads_during_rollout: int = Field(
+        0,
+        ge=0,
+        description="async mode, learner and engines on the same CPU cores: the learner's torch "
+        "threads while the next batch is being generated; it returns to learner.num_cpus as "
+        "soon as the batch is in. 0: always learner.num_cpus",
+    )
 
 
 class WeightsConfig(_Section):
@@ -269,6 +276,21 @@ class Config(_Section):
     @property
     def run_dir(self) -> Path:
         return Path(self.run.output_dir) / self.run.name
+
+    @model_validator(mode="after")
+    def _check_learner_threads(self) -> Config:
+        narrowed = self.async_.learner_threads_during_rollout
+        if narrowed and not self.async_.max_staleness:
+            raise ValueError(
+                "async.learner_threads_during_rollout needs async.max_staleness >= 1: in "
+                "synchronous mode the learner never trains while a batch is generated"
+            )
+        if narrowed and narrowed >= int(self.learner.num_cpus):
+            raise ValueError(
+                f"async.learner_threads_during_rollout ({narrowed}) must be fewer than "
+                f"learner.num_cpus ({self.learner.num_cpus:g}), the threads it returns to"
+            )
+        return self
 
     def to_toml(self) -> str:
         """The resolved configuration, saved beside every run so it can be reproduced."""

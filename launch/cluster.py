@@ -138,13 +138,23 @@ class Fleet:
             remove_placement_group(self.placement.group)
 
 
+def learner_actor_class():
+    """The learner as a Ray actor class. Its ``control`` concurrency group lets
+    ``set_compute_threads`` reach it while a ``train_step`` runs (every other method runs one at
+    a time, in the default group)."""
+    import ray
+
+    from learner.learner import Learner
+
+    return ray.remote(concurrency_groups={"control": 1})(Learner)
+
+
 def start_fleet(config: Config, model_path: str, run_id: str) -> Fleet:
     """Start the rollout workers, the learner and the sandbox pool; wait until all are ready."""
     import ray
 
     from launch.groups import start_scorer
     from launch.rollout_fleet import RolloutFleet
-    from learner.learner import Learner
     from sandbox.pool import SandboxPool
 
     placement = Placement.create(config, run_id)
@@ -152,7 +162,7 @@ def start_fleet(config: Config, model_path: str, run_id: str) -> Fleet:
         **actor_options(f"sandbox-{run_id}", config.sandbox.num_cpus)
     )
     sandbox = sandbox_cls.remote(config.sandbox)
-    learner_cls = ray.remote(Learner).options(
+    learner_cls = learner_actor_class().options(
         **actor_options(
             f"learner-{run_id}", config.learner.num_cpus, config.learner.num_gpus, placement
         )

@@ -185,7 +185,10 @@ class Driver:
         """
         depth = self.config.async_.max_staleness
         if depth:
-            self._batches = PipelinedBatches(self._collect, first, last, depth)
+            collect = self._collect
+            if self.config.async_.learner_threads_during_rollout:
+                collect = self._collect_beside_learner
+            self._batches = PipelinedBatches(collect, first, last, depth)
         try:
             for step in range(first, last + 1):
                 yield self.step(step)
@@ -219,6 +222,20 @@ class Driver:
             ray.get(self.fleet.sandbox.stats.remote()),
         )
 
+    def _collect_beside_learner(self, step: int) -> Batch:
+        """``_collect`` with the learner narrowed to ``async.learner_threads_during_rollout``
+        torch threads meanwhile: on shared CPU cores the engine and the learner then each have
+        their own, and the learner takes them all back once the batch is in (rather than run
+        on fewer threads for the whole step, or oversubscribe the cores while both compute)."""
+        import ray
+
+        control = self.fleet.learner.set_compute_threads.options(concurrency_group="control")
+        ray.get(control.remote(self.config.async_.learner_threads_during_rollout))
+        try:
+            return self._collect(step)
+        finally:
+            ray.get(control.remote(0))
+
     def step(self, step: int) -> dict[str, float]:
         """One GRPO step (see the module docstring); returns the step's metric record."""
         start = time.perf_counter()
@@ -237,7 +254,6 @@ class Driver:
 
     def _train_on(self, step: int, batch: Batch) -> dict[str, float]:
         """Drop stale groups, train on the rest, push the new weights; the step's record."""
-        import ray
 
         timer = StepTimer()
         timer.marks.update({f"time/{k}_s": v for k, v in batch.seconds.items()})
@@ -259,10 +275,10 @@ class Driver:
         timer.restart()
         keys = [group.index for group in groups]
         samples, kl_metrics = self._train_samples(completions, rewards, keys, step)
-        train_metrics = ray.get(self.fleet.learner.train_step.remote(samples)) if samples else {}
-        timer.lap("train")
-
-        timer.marks.update(self._sync_weights())
+        timer.lap("train")  # preparing the samples counts as training
+        train_metrics, sync_marks = self._train_and_sync(samples)
+        sync_marks["time/train_s"] += timer.marks["time/train_s"]
+        timer.marks.update(sync_marks)
 
         record = self._record(step, completions, rewards, train_metrics, batch.sandbox_stats, timer)
         record.update(staleness_metrics(groups, dropped, learner_version))
@@ -274,30 +290,44 @@ class Driver:
             record.update(self.baseline.stats())
         return record
 
-    def _sync_weights(self) -> dict[str, float]:
-        """Export the learner's weights once and load them into every engine; the timings.
+    def _train_and_sync(self, samples: list[TrainSample]) -> tuple[dict, dict[str, float]]:
+        """One learner step, then its weights loaded into every engine: (train metrics, timings).
 
+        The learner trains and exports in one call; in synchronous mode every engine's load is
+        queued on the update before that call returns (``RolloutFleet.start_push``), so the
+        push starts as soon as the export is done. ``time/train_s`` is the step without the export;
+        ``time/weight_sync_s`` is the export plus the wait for the engines after the step.
         In async mode the push queues behind the generation in progress (an engine runs one
-        call at a time): ``time/weight_sync_s`` is then the export plus the engines' own load
-        time, and the queueing is ``time/push_wait_s``.
+        call at a time): ``time/weight_sync_s`` then counts the engines' own load time and the
+        queueing is ``time/push_wait_s``. Without samples nothing changed, nothing is pushed.
         """
         import ray
 
+        if not samples:
+            return {}, dict.fromkeys(
+                ("time/train_s", "time/weight_sync_s", "time/weight_export_s"), 0.0
+            )
         start = time.perf_counter()
-        update = self.fleet.learner.export_weights.remote()
-        ray.wait([update], fetch_local=False)
-        export_s = time.perf_counter() - start
-        pushed = self.fleet.rollout.push(update)
-        push_s = time.perf_counter() - start - export_s
-        self.weight_version = int(pushed["version"])
+        call = self.fleet.learner.train_and_export.options(num_returns=2)
+        metrics_ref, update = call.remote(samples)
         if not self._batches.runs_ahead:
-            return {"time/weight_sync_s": export_s + push_s, "time/weight_export_s": export_s}
+            pending = self.fleet.rollout.start_push(update)
+        metrics = ray.get(metrics_ref)
+        trained = time.perf_counter()
+        if self._batches.runs_ahead:
+            # Only now: a load queued early could reach an engine before the producer's
+            # generation of the next batch, which would then wait for this step (no overlap).
+            pending = self.fleet.rollout.start_push(update)
+        pushed = self.fleet.rollout.finish_push(pending)
+        push_s = time.perf_counter() - trained
+        self.weight_version = int(pushed["version"])
+        export_s = metrics.pop("time/weight_export_s")
+        marks = {"time/train_s": trained - start - export_s, "time/weight_export_s": export_s}
+        if not self._batches.runs_ahead:
+            return metrics, {**marks, "time/weight_sync_s": export_s + push_s}
         load_s = min(push_s, pushed["load_s"])
-        return {
-            "time/weight_sync_s": export_s + load_s,
-            "time/weight_export_s": export_s,
-            "time/push_wait_s": push_s - load_s,
-        }
+        marks.update({"time/weight_sync_s": export_s + load_s, "time/push_wait_s": push_s - load_s})
+        return metrics, marks
 
     def _observe(self, group) -> None:
         """Feed the curriculum the group's pass rate (sandbox failures say nothing)."""

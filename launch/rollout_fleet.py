@@ -98,12 +98,22 @@ class RolloutFleet:
         (``load_s``: decode, reload, re-pack; without the wait for a generation in progress).
         The driver never fetches the update itself, only the engines do.
         """
+        return self.finish_push(self.start_push(update_ref))
+
+    def start_push(self, update_ref: Any) -> dict[int, Any]:
+        """Queue the update's load on every actor; :meth:`finish_push` waits for them.
+
+        The update may still be being produced: Ray runs each load as soon as its object
+        exists, so a push queued while the learner exports costs no round trip after it.
+        """
+        self.latest_update = update_ref
+        return {i: actor.update_weights.remote(update_ref) for i, actor in enumerate(self.actors)}
+
+    def finish_push(self, pending: dict[int, Any]) -> dict[str, float]:
+        """Wait for the loads :meth:`start_push` queued; an actor that died meanwhile is
+        restarted and given the update (see :meth:`push` for what is returned)."""
         import ray
 
-        self.latest_update = update_ref
-        pending = {
-            i: actor.update_weights.remote(update_ref) for i, actor in enumerate(self.actors)
-        }
         loads: list[dict[str, float]] = []
         for index, ref in pending.items():
             try:
@@ -111,7 +121,7 @@ class RolloutFleet:
             except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
                 self._recover(index)  # the restarted actor receives latest_update there
         if not loads:  # every actor was restarted and reloaded in _recover
-            loads = [ray.get(self.actors[0].update_weights.remote(update_ref))]
+            loads = [ray.get(self.actors[0].update_weights.remote(self.latest_update))]
         return {
             "version": max(load["version"] for load in loads),
             "load_s": max(load["seconds"] for load in loads),

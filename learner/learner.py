@@ -68,8 +68,11 @@ class Learner:
     ) -> None:
         from transformers import AutoConfig
 
-        if config.num_cpus > 0:
-            torch.set_num_threads(max(1, int(config.num_cpus)))
+        # torch compute threads: learner.num_cpus, or fewer while a rollout shares the cores
+        # (set_compute_threads); 0 leaves torch's default.
+        self._full_threads = max(1, int(config.num_cpus)) if config.num_cpus > 0 else 0
+        self._wanted_threads = self._full_threads
+        self._apply_compute_threads()
         torch.manual_seed(seed)
         self.config = config
         self.seed = seed
@@ -116,6 +119,23 @@ class Learner:
         self._weight_version = 0
         self.step = 0
 
+    def set_compute_threads(self, threads: int) -> None:
+        """Train on ``threads`` torch threads from the next micro-batch on (0: ``num_cpus``).
+
+        For a learner that shares CPU cores with a rollout engine in async mode: the driver
+        narrows it while the next batch is being generated and widens it again as soon as that
+        batch is in, so neither oversubscribes the cores nor leaves one idle. It is called from
+        the actor's ``control`` concurrency group while ``train_step`` runs in the default one,
+        so it only records the wish: OpenMP thread counts belong to the calling thread, and the
+        training thread applies it between micro-batches.
+        """
+        self._wanted_threads = int(threads) or self._full_threads
+
+    def _apply_compute_threads(self) -> None:
+        wanted = self._wanted_threads
+        if wanted and wanted != torch.get_num_threads():
+            torch.set_num_threads(wanted)
+
     @property
     def weight_version(self) -> int:
         """Version of the current policy weights; every ``train_step`` increments it once."""
@@ -143,6 +163,7 @@ class Learner:
         """Logprobs of each sample's completion tokens under ``model``: 1-D CPU tensors."""
         result: list[Tensor] = [torch.empty(0)] * len(samples)
         for indices in pack_micro_batches(samples, self.config.micro_batch_tokens):
+            self._apply_compute_threads()
             batch = collate(samples, indices, self.pad_token_id, self.device)
             rows = completion_rows(self._logprobs(batch, model), samples, indices)
             for i, row in zip(indices, rows, strict=True):
@@ -205,7 +226,10 @@ class Learner:
         max_len = max_len or self.max_len or max(len(s.completion_token_ids) for s in samples)
         sums: dict[str, float] = dict.fromkeys(("loss", *_AVERAGED), 0.0)
         abs_diff = 0.0
+        threads: list[int] = []
         for indices in pack_micro_batches(samples, self.config.micro_batch_tokens):
+            self._apply_compute_threads()
+            threads.append(torch.get_num_threads())
             batch = collate(
                 samples,
                 indices,
@@ -233,6 +257,7 @@ class Learner:
             "train/logprob_diff_mean": abs_diff / total_tokens,
             "train/num_tokens": float(total_tokens),
             "train/num_samples": float(len(samples)),
+            "train/compute_threads_mean": sum(threads) / len(threads),
         }
 
     def _loss(
@@ -267,6 +292,7 @@ class Learner:
         )
 
     def _optimizer_step(self) -> float:
+        self._apply_compute_threads()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.trainable, self.config.max_grad_norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -324,6 +350,17 @@ class Learner:
         """Current policy logprob of every completion token, one list per sample."""
         validate_samples(samples)
         return [row.tolist() for row in self.policy_logprobs(samples)]
+
+    def train_and_export(self, samples: Sequence[TrainSample]) -> tuple[dict, WeightUpdate]:
+        """``train_step`` then ``export_weights`` in one call, ``time/weight_export_s`` added
+        to the metrics. Called with ``num_returns=2``, the driver gets the update's reference
+        before the step ends and queues every engine's load on it, so the push starts the
+        moment the export is done instead of one driver round trip later."""
+        metrics = self.train_step(samples)
+        start = time.perf_counter()
+        update = self.export_weights()
+        metrics["time/weight_export_s"] = time.perf_counter() - start
+        return metrics, update
 
     def export_weights(self) -> WeightUpdate:
         """The policy for the engines: the LoRA adapter alone (``lora.export = "adapter"``), or

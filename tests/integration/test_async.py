@@ -29,7 +29,11 @@ def runs(tmp_path_factory, tiny_model_path):
     out = tmp_path_factory.mktemp("runs")
     sync = short_config(out, "sync", tiny_model_path, STEPS)
     train(sync)
-    pipelined = short_config(out, "async", tiny_model_path, STEPS, *ASYNC)
+    # the learner narrowed to one thread while each next batch is generated, two otherwise
+    narrowed = ("--async.learner_threads_during_rollout", "1", "--learner.num_cpus", "2")
+    pipelined = short_config(
+        out, "async", tiny_model_path, STEPS, *ASYNC, *narrowed, "--rollout.num_cpus", "0"
+    )
     train(pipelined)
 
     stopped = short_config(out, "stopped", tiny_model_path, STEPS, *ASYNC)
@@ -57,6 +61,9 @@ def test_trained_samples_are_at_most_one_version_behind(runs):
     # by one update (what the TIS weight corrects)
     assert records[0]["train/logprob_diff_mean"] < 0.05
     assert all("train/tis_weight_mean" in r for r in records)
+    # the producer asked for one thread while collecting and gave both back after (how many
+    # micro-batches ran narrowed depends on timing, so only the bounds are checked)
+    assert all(1.0 <= r["train/compute_threads_mean"] <= 2.0 for r in records)
 
 
 def test_synchronous_mode_has_no_staleness(runs):

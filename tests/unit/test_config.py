@@ -49,6 +49,18 @@ def test_lora_adapter_export_with_modules_to_save_is_refused_with_the_reason():
     assert load_config(overrides=lora).learner.lora.modules_to_save == ["model.norm"]
 
 
+def test_learner_threads_during_rollout_is_refused_where_it_cannot_act():
+    narrowed = ["--async.learner_threads_during_rollout", "1"]
+    with pytest.raises(ConfigError, match=r"learner_threads_during_rollout needs async\.max_st"):
+        load_config(overrides=[*narrowed, "--learner.num_cpus", "2"])
+    with pytest.raises(ConfigError, match=r"\(1\) must be fewer than learner\.num_cpus \(1\)"):
+        load_config(overrides=[*narrowed, "--async.max_staleness", "1"])
+    config = load_config(
+        overrides=[*narrowed, "--async.max_staleness", "1", "--learner.num_cpus", "2"]
+    )
+    assert config.async_.learner_threads_during_rollout == 1
+
+
 def test_unknown_section_is_refused(tmp_path):
     path = tmp_path / "bad.toml"
     path.write_text("[rolout]\nnum_actors = 2\n")

@@ -340,3 +340,33 @@ def test_pure_bfloat16_weights_train(tied_model):
     assert all(torch.isfinite(torch.tensor(v)) for v in metrics.values())
     changed = [not torch.equal(before[n], p) for n, p in learner.model.named_parameters()]
     assert all(changed)
+
+
+def test_compute_threads_follow_the_latest_request_from_the_next_micro_batch(tied_model):
+    before = torch.get_num_threads()
+    try:
+        learner = Learner(tied_model, _config(num_cpus=2, micro_batch_tokens=16))
+        assert torch.get_num_threads() == 2
+        learner.set_compute_threads(1)  # what the driver asks while a rollout shares the cores
+        assert torch.get_num_threads() == 2  # only recorded: the training thread applies it
+        narrowed = learner.train_step(_samples())
+        assert narrowed["train/compute_threads_mean"] == 1.0
+        assert torch.get_num_threads() == 1
+        learner.set_compute_threads(0)  # back to learner.num_cpus
+        restored = learner.train_step(_samples())
+        assert restored["train/compute_threads_mean"] == 2.0
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_train_and_export_sends_the_weights_of_the_step_just_taken(tied_model):
+    learner = Learner(tied_model, _config())
+    metrics, update = learner.train_and_export(_samples())
+    assert update.version == learner.weight_version == 1
+    assert metrics["time/weight_export_s"] >= 0.0 and "train/loss" in metrics
+    sent = dict(decode_update(update))
+    live = learner.model.get_input_embeddings().weight
+    assert torch.equal(
+        sent["model.embed_tokens.weight"], live.detach().to(sent["model.embed_tokens.weight"].dtype)
+    )
