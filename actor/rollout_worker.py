@@ -154,9 +154,11 @@ class RolloutWorker:
                 f"v{update.version}", update.version + 1, update.payload
             )
         else:
-            self.llm.collective_rpc(
-                "receive_weights", args=(update.transport, update.payload, update.version)
-            )
+            buckets = update.payload
+            for i, bucket in enumerate(buckets):
+                first, last = i == 0, i == len(buckets) - 1
+                args = (update.transport, bucket, update.version, first, last)
+                self.llm.collective_rpc("receive_weights_bucket", args=args)
         self.llm.reset_prefix_cache()
         self.weight_version = update.version
         return {"seconds": time.perf_counter() - start, "version": float(update.version)}

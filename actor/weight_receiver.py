@@ -5,9 +5,12 @@ worker and are reached with ``llm.collective_rpc("receive_weights", args=(update
 weight updates off the insecure-serialisation path (no pickled callables) and lets us work on
 the worker's live model.
 
-Why not ``model.load_weights``: on CPU the linear weights are prepacked into kernel layouts at
-start-up, so loading into the parameters after start-up has no effect. The model runner's
-``reload_weights`` re-runs the layerwise loading and re-packing. One gap remains: with tied
+Why not plain ``model.load_weights``: on CPU the linear weights are prepacked into kernel
+layouts at start-up, so loading into the parameters after start-up has no effect. vLLM's
+layerwise reload restores the checkpoint layout, loads, and re-packs each layer once all its
+weights arrived. An update comes in buckets (see ``common.weight_transport``), one call each:
+the first opens the reload session, every one loads its tensors, the last closes it, which is
+the lifecycle vLLM's own weight-transfer engines use. One gap remains: with tied
 embeddings the LM head keeps its own prepacked copy of the embedding matrix, which the reload
 does not refresh (vLLM logs "ParallelLMHead: Failed to load weights"), so we re-tie and re-pack
 it here. Without that, sampler logprobs drift away from the learner's step after step.
@@ -20,8 +23,7 @@ import time
 
 import torch
 
-from common.types import WeightUpdate
-from common.weight_transport import decode_update
+from common.weight_transport import decode_bucket
 
 # The layerwise reloader warns on every update about layers with nothing to load (rotary
 # caches) and about the tied LM head, which _refresh_tied_lm_head below takes care of.
@@ -31,14 +33,34 @@ logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").setLevel(
 class WeightReceiverExtension:
     """Mixed into vLLM's worker class; ``self`` is the worker (``self.model_runner`` exists)."""
 
-    def receive_weights(self, transport: str, payload: bytes, version: int) -> dict[str, float]:
-        """Load one update. Plain arguments: vLLM's RPC encoder turns dataclasses into dicts."""
+    def receive_weights_bucket(
+        self, transport: str, payload: bytes, version: int, first: bool, last: bool
+    ) -> dict[str, float]:
+        """Load one bucket of update ``version``; ``first`` opens the layerwise reload session,
+        ``last`` closes it. Plain arguments: vLLM's RPC encoder turns dataclasses into dicts."""
+        from vllm.config import set_current_vllm_config
+        from vllm.model_executor.model_loader.reload import (
+            finalize_layerwise_reload,
+            initialize_layerwise_reload,
+        )
+
         start = time.perf_counter()
-        update = WeightUpdate(version=version, transport=transport, payload=payload)
-        weights = list(decode_update(update))
-        self.model_runner.reload_weights(weights_iterator=iter(weights))  # type: ignore[attr-defined]
-        _refresh_tied_lm_head(self.model_runner.get_model())  # type: ignore[attr-defined]
-        return {"version": float(update.version), "seconds": time.perf_counter() - start}
+        runner = self.model_runner  # type: ignore[attr-defined]
+        model = runner.get_model()
+        with set_current_vllm_config(self.vllm_config):  # type: ignore[attr-defined]
+            if first:
+                initialize_layerwise_reload(model)
+            model.load_weights(decode_bucket(transport, payload))
+            if last:
+                finalize_layerwise_reload(model, self.vllm_config.model_config)  # type: ignore[attr-defined]
+                _refresh_tied_lm_head(model)
+                for reset in (
+                    runner.reset_lora_state,
+                    runner.reset_encoder_cache,
+                    runner.reset_mm_cache,
+                ):
+                    reset()  # what the model runner's own reload_weights does after loading
+        return {"version": float(version), "seconds": time.perf_counter() - start}
 
     def weight_checksum(self) -> float:
         """Sum of the embedding matrix: a cheap way for tests to see which weights are live."""

@@ -241,6 +241,13 @@ class AsyncConfig(_Section):
 
 class WeightsConfig(_Section):
     transport: Literal["cpu_safetensors"] = "cpu_safetensors"
+    bucket_mib: int = Field(
+        16,
+        ge=1,
+        description="bound on one bucket of a weight update: each engine decodes and loads one "
+        "bucket at a time, so a push never holds a second copy of the whole model there "
+        "(and small buckets load faster: docs/benchmarks.md, weight push)",
+    )
 
 
 class RayConfig(_Section):

@@ -117,11 +117,11 @@ class TrainSample:
 class WeightUpdate:
     """A handle to new policy weights, as produced by a weight sender.
 
-    ``payload`` is transport specific and always plain data: safetensors bytes, a file path, or
-    the metadata a GPU transport needs to receive tensors out of band.
+    ``payload`` is transport specific and always plain data: safetensors buckets (a list of
+    bytes), a file path, or the metadata a GPU transport needs to receive tensors out of band.
     """
 
     version: int
     transport: str
-    payload: bytes | str | dict
+    payload: list[bytes] | str | dict
     num_bytes: int = 0

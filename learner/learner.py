@@ -29,7 +29,7 @@ from torch import Tensor
 
 from common.config import LearnerConfig
 from common.types import TrainSample, WeightUpdate
-from common.weight_transport import LORA_ADAPTER, make_sender
+from common.weight_transport import DEFAULT_BUCKET_BYTES, LORA_ADAPTER, make_sender
 from learner import checkpoint
 from learner.batching import (
     MicroBatch,
@@ -65,6 +65,7 @@ class Learner:
         *,
         export_dtype: str | None = None,
         adapter_dir: str | None = None,
+        bucket_bytes: int = DEFAULT_BUCKET_BYTES,
     ) -> None:
         from transformers import AutoConfig
 
@@ -96,7 +97,7 @@ class Learner:
                 "at least 1: each epoch takes at least one optimiser step"
             )
         self.model_path = model_path
-        self.sender = make_sender(transport)
+        self.sender = make_sender(transport, bucket_bytes)
         self.device = torch.device(
             "cuda" if config.num_gpus > 0 and torch.cuda.is_available() else "cpu"
         )
@@ -360,6 +361,9 @@ class Learner:
         start = time.perf_counter()
         update = self.export_weights()
         metrics["time/weight_export_s"] = time.perf_counter() - start
+        metrics["weights/update_mib"] = update.num_bytes / (1 << 20)
+        if isinstance(update.payload, list):
+            metrics["weights/buckets"] = float(len(update.payload))
         return metrics, update
 
     def export_weights(self) -> WeightUpdate:

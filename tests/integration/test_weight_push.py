@@ -54,6 +54,30 @@ def test_push_makes_engine_logprobs_match_the_learner(engine_and_learner):
     assert _mean_abs_diff(worker.score(prompt, completion), changed) < BF16_TOLERANCE
 
 
+def test_push_in_many_small_buckets_reaches_every_layer(engine_and_learner):
+    """16 KiB buckets split the tiny model into many: each is loaded by its own engine call
+    inside one reload session, and the engine still serves exactly the learner's weights."""
+    worker, learner = engine_and_learner
+    tokenizer = worker.tokenizer
+    prompt = tokenizer("# Return the number 8.\ndef answer():\n    return ")["input_ids"]
+    completion = tokenizer("8 - 2 * y\nprint(answer())")["input_ids"]
+    sample = TrainSample(prompt, completion, [0.0] * len(completion), 0.0, 0)
+    learner.perturb_weights_(0.05, seed=11)
+    changed = learner.compute_logprobs([sample])[0]
+    assert _mean_abs_diff(worker.score(prompt, completion), changed) > 10 * BF16_TOLERANCE
+
+    default = learner.sender.bucket_bytes
+    learner.sender.bucket_bytes = 16 << 10
+    try:
+        update = learner.export_weights()
+    finally:
+        learner.sender.bucket_bytes = default
+    assert len(update.payload) > 5
+    worker.update_weights(update)
+    assert worker.weight_version == update.version == learner.weight_version
+    assert _mean_abs_diff(worker.score(prompt, completion), changed) < BF16_TOLERANCE
+
+
 def test_sampled_logprobs_are_tagged_and_match_the_learner(engine_and_learner):
     from common.types import RolloutRequest
 
@@ -100,3 +124,30 @@ def test_lora_adapter_push_reaches_the_engine(tiny_model_path, tmp_path):
     assert worker.weight_version == update.version
     assert _mean_abs_diff(worker.score(prompt, completion), changed) < BF16_TOLERANCE
     del worker
+
+
+def test_push_benchmark_prints_one_row_per_bucket_size(tiny_model_path, capsys):
+    from launch.bench_push import main
+
+    assert main(["--model", tiny_model_path, "--bucket-mib", "1", "8", "--pushes", "3"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].split() == [
+        "bucket",
+        "MiB",
+        "buckets",
+        "update",
+        "MiB",
+        "export",
+        "ms",
+        "load",
+        "ms",
+    ]
+    assert [line.split()[0] for line in lines[1:]] == ["1", "8"]
+    assert all(float(line.split()[-1]) > 0 for line in lines[1:])  # a load took time
+
+
+def test_push_benchmark_refuses_too_few_pushes(capsys):
+    from launch.bench_push import main
+
+    assert main(["--model", "unused", "--pushes", "2"]) == 2
+    assert "--pushes must be at least 3" in capsys.readouterr().err
