@@ -14,6 +14,13 @@ Sampling details that matter for GRPO:
   its logits by the same temperature;
 - after every weight update the prefix cache is reset, otherwise cached prompt prefixes keep
   the old weights' keys and values.
+
+By default (``rollout.engine_process = "actor"``) vLLM's engine core runs inside this actor's
+process and this class steps it: no inter-process message per engine step, and on CPU hosts no
+second process competing with the engine's compute threads (generation on the benchmark was
+1.45x faster than with vLLM's separate engine-core process on 2 vCPUs). The in-process CPU
+worker binds its threads and turns ``torch.set_num_threads`` into a no-op for the whole process,
+which is one more reason nothing else computes in a rollout actor.
 """
 
 from __future__ import annotations
@@ -46,6 +53,9 @@ class RolloutWorker:
     ) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
+        # Read by vLLM when the engine is built; rollout.engine_process says where it runs.
+        in_actor = rollout.engine_process == "actor"
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if in_actor else "1"
         from vllm import LLM
 
         self.config = rollout

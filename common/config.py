@@ -99,6 +99,13 @@ class RolloutConfig(_Section):
     num_cpus: float = Field(1.0, ge=0)
     num_gpus: float = Field(0.0, ge=0)
     enforce_eager: bool = True
+    engine_process: Literal["actor", "separate"] = Field(
+        "actor",
+        description="actor: vLLM's engine core runs inside the rollout actor's process (no "
+        "inter-process hop per engine step; on CPU hosts the two processes no longer compete "
+        "for cores); separate: vLLM's own engine-core process, which overlaps scheduling with "
+        "GPU execution",
+    )
     dynamic_sampling: bool = Field(
         False, description="drop groups whose rewards are all equal and sample more prompts"
     )

@@ -342,7 +342,12 @@ def test_pure_bfloat16_weights_train(tied_model):
     assert all(changed)
 
 
-def test_compute_threads_follow_the_latest_request_from_the_next_micro_batch(tied_model):
+def test_compute_threads_follow_the_latest_request_from_the_next_micro_batch(
+    tied_model, monkeypatch
+):
+    # A vLLM CPU engine built in this process by another test replaces torch.set_num_threads
+    # with a no-op; a learner always runs in a process of its own, so put the real one back.
+    monkeypatch.setattr(torch, "set_num_threads", torch._C.set_num_threads)
     before = torch.get_num_threads()
     try:
         learner = Learner(tied_model, _config(num_cpus=2, micro_batch_tokens=16))
