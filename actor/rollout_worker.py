@@ -18,7 +18,7 @@ Sampling details that matter for GRPO:
 By default (``rollout.engine_process = "actor"``) vLLM's engine core runs inside this actor's
 process and this class steps it: no inter-process message per engine step, and on CPU hosts no
 second process competing with the engine's compute threads (generation on the benchmark was
-1.45x faster than with vLLM's separate engine-core process on 2 vCPUs). The in-process CPU
+~1.4x faster than with vLLM's separate engine-core process on 2 vCPUs). The in-process CPU
 worker binds its threads and turns ``torch.set_num_threads`` into a no-op for the whole process,
 which is one more reason nothing else computes in a rollout actor.
 """

@@ -1,7 +1,8 @@
 """How long one weight push takes, per bucket size: ``python -m launch.bench_push``.
 
 Builds the benchmark model of ``configs/bench.toml`` (or takes ``--model``), starts one vLLM
-engine and one learner in this process (no Ray: this isolates the transport from actor calls),
+engine (its core in this process, or in its own with ``--engine-process separate``) and one
+learner in this process (no Ray: this isolates the transport from actor calls),
 and for each ``--bucket-mib`` pushes ``--pushes`` perturbed versions of the weights, printing
 the median export time (learner: state dict to safetensors buckets) and load time (engine:
 decode and load bucket by bucket inside one layerwise-reload session, re-pack, reset the
@@ -18,13 +19,21 @@ import sys
 import time
 
 
-def measure(model_path: str, bucket_mib: list[int], pushes: int) -> list[dict[str, float]]:
+def measure(
+    model_path: str, bucket_mib: list[int], pushes: int, engine_process: str = "actor"
+) -> list[dict[str, float]]:
     """One row per bucket size: buckets, MiB, median export and load seconds."""
     from actor.rollout_worker import RolloutWorker
     from common.config import LearnerConfig, ModelConfig, RolloutConfig
     from learner.learner import Learner
 
-    rollout = RolloutConfig(batch_size=8, group_size=8, max_new_tokens=8, kv_cache_gib=0.2)
+    rollout = RolloutConfig(
+        batch_size=8,
+        group_size=8,
+        max_new_tokens=8,
+        kv_cache_gib=0.2,
+        engine_process=engine_process,
+    )
     worker = RolloutWorker(model_path, rollout, ModelConfig(max_model_len=320))
     learner = Learner(model_path, LearnerConfig(num_cpus=2))
     rows = []
@@ -67,6 +76,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", help="an HF model directory instead of the bench model")
     parser.add_argument("--bucket-mib", type=int, nargs="+", default=[512, 64, 16, 4])
     parser.add_argument("--pushes", type=int, default=12, help="per size, 2 of them warm-up")
+    parser.add_argument(
+        "--engine-process",
+        choices=("actor", "separate"),
+        default="actor",
+        help="rollout.engine_process",
+    )
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.WARNING)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -79,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
 
         config, bench = load_bench_config(args.config, [])
         model = str(build_bench_model(config.run.output_dir, bench["model"]))
-    print(format_rows(measure(model, args.bucket_mib, args.pushes)))
+    print(format_rows(measure(model, args.bucket_mib, args.pushes, args.engine_process)))
     return 0
 
 
