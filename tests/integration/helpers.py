@@ -1,11 +1,12 @@
-"""Running short training jobs from tests, and acting on them while they run."""
+"""Running short training jobs (or single actors) from tests, and acting on them while they run."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from common.config import Config, load_config
@@ -52,3 +53,26 @@ def when_step_reached(run_dir: Path, step: int, action: Callable[[], None]) -> t
 
 def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@contextlib.contextmanager
+def private_ray(num_cpus: int = 2) -> Iterator[None]:
+    """A private local Ray cluster for the block, unless this process is already connected
+    ("auto" could join, and be stopped with, another run's cluster)."""
+    import ray
+
+    from launch.cluster import ACTOR_ENV, PROJECT_ROOT
+
+    started_here = not ray.is_initialized()
+    if started_here:
+        ray.init(
+            address="local",
+            num_cpus=num_cpus,
+            include_dashboard=False,
+            runtime_env={"env_vars": {"PYTHONPATH": str(PROJECT_ROOT), **ACTOR_ENV}},
+        )
+    try:
+        yield
+    finally:
+        if started_here:
+            ray.shutdown()

@@ -14,6 +14,7 @@ import pytest
 
 from common.config import LearnerConfig
 from common.types import TrainSample
+from tests.integration.helpers import private_ray
 
 pytestmark = pytest.mark.integration
 
@@ -36,35 +37,26 @@ def _samples(n: int) -> list[TrainSample]:
 def test_control_group_sets_the_threads_of_the_next_train_step(tiny_model_path):
     import ray
 
-    from launch.cluster import ACTOR_ENV, PROJECT_ROOT, learner_actor_class
+    from launch.cluster import learner_actor_class
 
-    started_here = not ray.is_initialized()
-    if started_here:  # a private cluster: "auto" could join (and be stopped with) another run's
-        ray.init(
-            address="local",
-            num_cpus=2,
-            include_dashboard=False,
-            runtime_env={"env_vars": {"PYTHONPATH": str(PROJECT_ROOT), **ACTOR_ENV}},
+    with private_ray():
+        learner = (
+            learner_actor_class()
+            .options(num_cpus=0)
+            .remote(tiny_model_path, LearnerConfig(num_cpus=2, micro_batch_tokens=32))
         )
-    learner = (
-        learner_actor_class()
-        .options(num_cpus=0)
-        .remote(tiny_model_path, LearnerConfig(num_cpus=2, micro_batch_tokens=32))
-    )
-    try:
-        control = learner.set_compute_threads.options(concurrency_group="control")
-        ray.get(control.remote(1))
-        narrowed = ray.get(learner.train_step.remote(_samples(8)))
-        assert narrowed["train/compute_threads_mean"] == 1.0
+        try:
+            control = learner.set_compute_threads.options(concurrency_group="control")
+            ray.get(control.remote(1))
+            narrowed = ray.get(learner.train_step.remote(_samples(8)))
+            assert narrowed["train/compute_threads_mean"] == 1.0
 
-        # a long step occupies the default group; the control call does not queue behind it
-        busy = learner.train_step.remote(_samples(256))
-        ray.get(control.remote(0))
-        assert not ray.wait([busy], timeout=0)[0], "the control call waited for the train step"
-        ray.get(busy)
-        widened = ray.get(learner.train_step.remote(_samples(8)))
-        assert widened["train/compute_threads_mean"] == 2.0
-    finally:
-        ray.kill(learner, no_restart=True)
-        if started_here:
-            ray.shutdown()
+            # a long step occupies the default group; the control call does not queue behind it
+            busy = learner.train_step.remote(_samples(256))
+            ray.get(control.remote(0))
+            assert not ray.wait([busy], timeout=0)[0], "the control call waited for the step"
+            ray.get(busy)
+            widened = ray.get(learner.train_step.remote(_samples(8)))
+            assert widened["train/compute_threads_mean"] == 2.0
+        finally:
+            ray.kill(learner, no_restart=True)

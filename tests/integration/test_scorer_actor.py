@@ -10,6 +10,7 @@ import pytest
 from actor.scorer import RewardScorer
 from common.rewards import RewardConfig, RewardInput, ScorerTerm, build_tiny_scorer
 from common.types import ExecutionResult, Problem, Verdict
+from tests.integration.helpers import private_ray
 
 pytestmark = pytest.mark.integration
 
@@ -17,7 +18,6 @@ pytestmark = pytest.mark.integration
 def test_scorer_actor_scores_like_the_local_class(tmp_path):
     import ray
 
-    from launch.cluster import ACTOR_ENV, PROJECT_ROOT
     from launch.groups import start_scorer
 
     start = time.monotonic()
@@ -25,15 +25,7 @@ def test_scorer_actor_scores_like_the_local_class(tmp_path):
     options = {"path": "builtin:tiny-scorer", "step_split": "line", "num_cpus": 0.5}
     reward = RewardConfig(terms={"execution": {}, "prm": {"kind": "scorer", "options": options}})
     config = SimpleNamespace(reward=reward, run=SimpleNamespace(output_dir=str(tmp_path)))
-    started_here = not ray.is_initialized()
-    if started_here:  # a private cluster: "auto" could join (and be stopped with) another run's
-        ray.init(
-            address="local",
-            num_cpus=2,
-            include_dashboard=False,
-            runtime_env={"env_vars": {"PYTHONPATH": str(PROJECT_ROOT), **ACTOR_ENV}},
-        )
-    try:
+    with private_ray():
         handles = start_scorer(config, run_id=f"test{int(start)}")
         assert list(handles) == ["prm"]
         passed = ExecutionResult(Verdict.PASSED, 1, 1)
@@ -48,7 +40,4 @@ def test_scorer_actor_scores_like_the_local_class(tmp_path):
         assert remote_scores == pytest.approx(ScorerTerm(local)(batch), abs=1e-5)
         for handle in handles.values():
             ray.kill(handle, no_restart=True)
-    finally:
-        if started_here:
-            ray.shutdown()
     assert time.monotonic() - start < 30
