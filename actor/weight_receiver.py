@@ -1,7 +1,8 @@
-"""Engine-side end of the weight transport, running inside vLLM's worker process.
+"""Engine-side end of the weight transport, running inside vLLM's worker (in the rollout
+actor's process, or in vLLM's engine process with ``rollout.engine_process = "separate"``).
 
 vLLM loads this class as ``worker_extension_cls``: its methods become methods of the engine's
-worker and are reached with ``llm.collective_rpc("receive_weights", args=(update,))``. That keeps
+worker and are reached with ``llm.collective_rpc("receive_weights_bucket", args=...)``. That keeps
 weight updates off the insecure-serialisation path (no pickled callables) and lets us work on
 the worker's live model.
 

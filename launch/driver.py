@@ -254,7 +254,6 @@ class Driver:
 
     def _train_on(self, step: int, batch: Batch) -> dict[str, float]:
         """Drop stale groups, train on the rest, push the new weights; the step's record."""
-
         timer = StepTimer()
         timer.marks.update({f"time/{k}_s": v for k, v in batch.seconds.items()})
         learner_version = self.weight_version
