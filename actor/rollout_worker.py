@@ -56,6 +56,9 @@ class RolloutWorker:
         # Read by vLLM when the engine is built; rollout.engine_process says where it runs.
         in_actor = rollout.engine_process == "actor"
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if in_actor else "1"
+        import vllm.envs
+
+        vllm.envs.disable_envs_cache()  # an engine built earlier in this process froze them
         from vllm import LLM
 
         self.config = rollout

@@ -78,6 +78,33 @@ def test_push_in_many_small_buckets_reaches_every_layer(engine_and_learner):
     assert _mean_abs_diff(worker.score(prompt, completion), changed) < BF16_TOLERANCE
 
 
+def test_separate_engine_process_receives_bucketed_pushes(tiny_model_path):
+    """rollout.engine_process = "separate": every bucket crosses vLLM's RPC to its engine-core
+    process as bytes, and the engine still ends up serving the learner's weights."""
+    from actor.rollout_worker import RolloutWorker
+    from learner.learner import Learner
+
+    rollout = RolloutConfig(
+        batch_size=8, group_size=8, max_new_tokens=8, kv_cache_gib=0.1, engine_process="separate"
+    )
+    worker = RolloutWorker(tiny_model_path, rollout, ModelConfig(max_model_len=128))
+    try:
+        assert type(worker.llm.llm_engine.engine_core).__name__ == "SyncMPClient"
+        learner = Learner(tiny_model_path, LearnerConfig(num_cpus=1), bucket_bytes=16 << 10)
+        prompt = worker.tokenizer("# Return the number 6.\n")["input_ids"]
+        completion = worker.tokenizer("6 * 7\nprint(answer())")["input_ids"]
+        sample = TrainSample(prompt, completion, [0.0] * len(completion), 0.0, 0)
+        learner.perturb_weights_(0.05, seed=5)
+        changed = learner.compute_logprobs([sample])[0]
+        assert _mean_abs_diff(worker.score(prompt, completion), changed) > 10 * BF16_TOLERANCE
+        update = learner.export_weights()
+        assert len(update.payload) > 5
+        worker.update_weights(update)
+        assert _mean_abs_diff(worker.score(prompt, completion), changed) < BF16_TOLERANCE
+    finally:
+        worker.llm.llm_engine.engine_core.shutdown()
+
+
 def test_sampled_logprobs_are_tagged_and_match_the_learner(engine_and_learner):
     from common.types import RolloutRequest
 
