@@ -119,9 +119,7 @@ class RolloutFleet:
             try:
                 loads.append(ray.get(ref))
             except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
-                self._recover(index)  # the restarted actor receives latest_update there
-        if not loads:  # every actor was restarted and reloaded in _recover
-            loads = [ray.get(self.actors[0].update_weights.remote(self.latest_update))]
+                loads.append(self._recover(index))  # it reloads latest_update, this update
         return {
             "version": max(load["version"] for load in loads),
             "load_s": max(load["seconds"] for load in loads),
@@ -183,8 +181,9 @@ class RolloutFleet:
                 error = exc
         raise RuntimeError(f"rollout actor {index} failed {_RETRIES + 1} times: {error}") from error
 
-    def _recover(self, index: int) -> None:
-        """Wait for Ray to restart actor ``index`` and give it the current weights."""
+    def _recover(self, index: int) -> dict[str, float]:
+        """Wait for Ray to restart actor ``index`` and give it the current weights; the load's
+        record (``version``, ``seconds``; version 0 and no load before any push)."""
         import ray
 
         actor = self.actors[index]
@@ -202,11 +201,13 @@ class RolloutFleet:
                     raise RuntimeError(f"rollout actor {index} did not come back") from exc
                 time.sleep(1.0)
         self.counters["faults/rollout_restarts"] += 1
+        load = {"version": float(version), "seconds": 0.0}
         if self.latest_update is not None:
-            ray.get(actor.update_weights.remote(self.latest_update))
+            load = ray.get(actor.update_weights.remote(self.latest_update))
         logger.warning(
             "rollout actor %d restarted (engine at version %d), weights reloaded", index, version
         )
+        return load
 
 
 def _groups(completions: list[Completion]) -> list[list[Completion]]:
