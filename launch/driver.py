@@ -306,23 +306,24 @@ class Driver:
             return {}, dict.fromkeys(
                 ("time/train_s", "time/weight_sync_s", "time/weight_export_s"), 0.0
             )
+        runs_ahead = self._batches.runs_ahead
         start = time.perf_counter()
         call = self.fleet.learner.train_and_export.options(num_returns=2)
         metrics_ref, update = call.remote(samples)
-        if not self._batches.runs_ahead:
-            pending = self.fleet.rollout.start_push(update)
+        # Async: queue the loads only after training. Queued early, a load could reach an
+        # engine before the producer's generation of the next batch, which would then wait
+        # for this step (no overlap).
+        pending = None if runs_ahead else self.fleet.rollout.start_push(update)
         metrics = ray.get(metrics_ref)
         trained = time.perf_counter()
-        if self._batches.runs_ahead:
-            # Only now: a load queued early could reach an engine before the producer's
-            # generation of the next batch, which would then wait for this step (no overlap).
+        if pending is None:
             pending = self.fleet.rollout.start_push(update)
         pushed = self.fleet.rollout.finish_push(pending)
         push_s = time.perf_counter() - trained
         self.weight_version = int(pushed["version"])
         export_s = metrics.pop("time/weight_export_s")
         marks = {"time/train_s": trained - start - export_s, "time/weight_export_s": export_s}
-        if not self._batches.runs_ahead:
+        if not runs_ahead:
             return metrics, {**marks, "time/weight_sync_s": export_s + push_s}
         load_s = min(push_s, pushed["load_s"])
         marks.update({"time/weight_sync_s": export_s + load_s, "time/push_wait_s": push_s - load_s})
