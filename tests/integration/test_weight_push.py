@@ -33,49 +33,52 @@ def _mean_abs_diff(a: list[float], b: list[float]) -> float:
     return sum(abs(x - y) for x, y in zip(a, b, strict=True)) / len(a)
 
 
-def test_push_makes_engine_logprobs_match_the_learner(engine_and_learner):
-    worker, learner = engine_and_learner
-    tokenizer = worker.tokenizer
-    prompt = tokenizer("# Return the number 3.\ndef answer():\n    return ")["input_ids"]
-    completion = tokenizer("3 + 4 * x\nprint(answer())")["input_ids"]
-    sample = TrainSample(prompt, completion, [0.0] * len(completion), 0.0, 0)
+def _sample(worker, prompt_text: str, completion_text: str) -> TrainSample:
+    prompt = worker.tokenizer(prompt_text)["input_ids"]
+    completion = worker.tokenizer(completion_text)["input_ids"]
+    return TrainSample(prompt, completion, [0.0] * len(completion), 0.0, 0)
 
-    before_engine = worker.score(prompt, completion)
-    assert _mean_abs_diff(before_engine, learner.compute_logprobs([sample])[0]) < BF16_TOLERANCE
 
-    learner.perturb_weights_(0.05, seed=7)
+def _push_perturbed(worker, learner, sample: TrainSample, seed: int, more_buckets_than: int = 0):
+    """Perturb the learner, check the engine no longer agrees, push the export, and check the
+    engine now serves exactly the learner's new weights; returns the update."""
+    prompt, completion = sample.prompt_token_ids, sample.completion_token_ids
+    learner.perturb_weights_(0.05, seed=seed)
     changed = learner.compute_logprobs([sample])[0]
     stale = worker.score(prompt, completion)
     assert _mean_abs_diff(stale, changed) > 10 * BF16_TOLERANCE, "perturbation too small to test"
 
     update = learner.export_weights()
+    assert len(update.payload) > more_buckets_than
     worker.update_weights(update)
     assert worker.weight_version == update.version == learner.weight_version
     assert _mean_abs_diff(worker.score(prompt, completion), changed) < BF16_TOLERANCE
+    return update
+
+
+def test_push_makes_engine_logprobs_match_the_learner(engine_and_learner):
+    worker, learner = engine_and_learner
+    sample = _sample(
+        worker, "# Return the number 3.\ndef answer():\n    return ", "3 + 4 * x\nprint(answer())"
+    )
+    before_engine = worker.score(sample.prompt_token_ids, sample.completion_token_ids)
+    assert _mean_abs_diff(before_engine, learner.compute_logprobs([sample])[0]) < BF16_TOLERANCE
+    _push_perturbed(worker, learner, sample, seed=7)
 
 
 def test_push_in_many_small_buckets_reaches_every_layer(engine_and_learner):
     """16 KiB buckets split the tiny model into many: each is loaded by its own engine call
     inside one reload session, and the engine still serves exactly the learner's weights."""
     worker, learner = engine_and_learner
-    tokenizer = worker.tokenizer
-    prompt = tokenizer("# Return the number 8.\ndef answer():\n    return ")["input_ids"]
-    completion = tokenizer("8 - 2 * y\nprint(answer())")["input_ids"]
-    sample = TrainSample(prompt, completion, [0.0] * len(completion), 0.0, 0)
-    learner.perturb_weights_(0.05, seed=11)
-    changed = learner.compute_logprobs([sample])[0]
-    assert _mean_abs_diff(worker.score(prompt, completion), changed) > 10 * BF16_TOLERANCE
-
+    sample = _sample(
+        worker, "# Return the number 8.\ndef answer():\n    return ", "8 - 2 * y\nprint(answer())"
+    )
     default = learner.sender.bucket_bytes
     learner.sender.bucket_bytes = 16 << 10
     try:
-        update = learner.export_weights()
+        _push_perturbed(worker, learner, sample, seed=11, more_buckets_than=5)
     finally:
         learner.sender.bucket_bytes = default
-    assert len(update.payload) > 5
-    worker.update_weights(update)
-    assert worker.weight_version == update.version == learner.weight_version
-    assert _mean_abs_diff(worker.score(prompt, completion), changed) < BF16_TOLERANCE
 
 
 def test_separate_engine_process_receives_bucketed_pushes(tiny_model_path):
@@ -91,16 +94,8 @@ def test_separate_engine_process_receives_bucketed_pushes(tiny_model_path):
     try:
         assert type(worker.llm.llm_engine.engine_core).__name__ == "SyncMPClient"
         learner = Learner(tiny_model_path, LearnerConfig(num_cpus=1), bucket_bytes=16 << 10)
-        prompt = worker.tokenizer("# Return the number 6.\n")["input_ids"]
-        completion = worker.tokenizer("6 * 7\nprint(answer())")["input_ids"]
-        sample = TrainSample(prompt, completion, [0.0] * len(completion), 0.0, 0)
-        learner.perturb_weights_(0.05, seed=5)
-        changed = learner.compute_logprobs([sample])[0]
-        assert _mean_abs_diff(worker.score(prompt, completion), changed) > 10 * BF16_TOLERANCE
-        update = learner.export_weights()
-        assert len(update.payload) > 5
-        worker.update_weights(update)
-        assert _mean_abs_diff(worker.score(prompt, completion), changed) < BF16_TOLERANCE
+        sample = _sample(worker, "# Return the number 6.\n", "6 * 7\nprint(answer())")
+        _push_perturbed(worker, learner, sample, seed=5, more_buckets_than=5)
     finally:
         worker.llm.llm_engine.engine_core.shutdown()
 
@@ -137,19 +132,12 @@ def test_lora_adapter_push_reaches_the_engine(tiny_model_path, tmp_path):
     worker = RolloutWorker(
         tiny_model_path, rollout, ModelConfig(max_model_len=128), lora_rank=lora.rank
     )
-    prompt = worker.tokenizer("# Return the number 6.\ndef answer():\n    return ")["input_ids"]
-    completion = worker.tokenizer("6 + 1\nprint(answer())")["input_ids"]
-    sample = TrainSample(prompt, completion, [0.0] * len(completion), 0.0, 0)
-
-    learner.perturb_weights_(0.05, seed=3)  # moves lora_A and lora_B off their init
-    changed = learner.compute_logprobs([sample])[0]
-    assert _mean_abs_diff(worker.score(prompt, completion), changed) > 10 * BF16_TOLERANCE
-
-    update = learner.export_weights()
+    sample = _sample(
+        worker, "# Return the number 6.\ndef answer():\n    return ", "6 + 1\nprint(answer())"
+    )
+    # the perturbation moves lora_A and lora_B off their init
+    update = _push_perturbed(worker, learner, sample, seed=3)
     assert update.transport == "lora_adapter" and update.num_bytes > 0
-    worker.update_weights(update)
-    assert worker.weight_version == update.version
-    assert _mean_abs_diff(worker.score(prompt, completion), changed) < BF16_TOLERANCE
     del worker
 
 
