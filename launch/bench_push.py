@@ -7,6 +7,12 @@ and for each ``--bucket-mib`` pushes ``--pushes`` perturbed versions of the weig
 the median export time (learner: state dict to safetensors buckets) and load time (engine:
 decode and load bucket by bucket inside one layerwise-reload session, re-pack, reset the
 prefix cache). The first two pushes of each size are warm-up.
+
+``--through-ray`` measures the push the way a training step makes it instead: the learner and
+the engine each in a Ray actor of a private local cluster, the update through the object
+store. It adds a ``push ms`` column, the driver's wait from the moment the update exists to the
+engine's answer (what synchronous mode waits for after the export), so ``push - load`` is what
+Ray's actor call and object transfer add to the engine's own load time.
 """
 
 from __future__ import annotations
@@ -19,21 +25,37 @@ import sys
 import time
 
 
-def measure(
-    model_path: str, bucket_mib: list[int], pushes: int, engine_process: str = "actor"
-) -> list[dict[str, float]]:
-    """One row per bucket size: buckets, MiB, median export and load seconds."""
-    from actor.rollout_worker import RolloutWorker
-    from common.config import LearnerConfig, ModelConfig, RolloutConfig
-    from learner.learner import Learner
+def _rollout_config(engine_process: str):
+    from common.config import RolloutConfig
 
-    rollout = RolloutConfig(
+    return RolloutConfig(
         batch_size=8,
         group_size=8,
         max_new_tokens=8,
         kv_cache_gib=0.2,
         engine_process=engine_process,
     )
+
+
+def _row(mib: int, update, export: list[float], load: list[float]) -> dict[str, float]:
+    return {
+        "bucket_mib": mib,
+        "buckets": len(update.payload),
+        "update_mib": update.num_bytes / (1 << 20),
+        "export_s": statistics.median(export[2:]),
+        "load_s": statistics.median(load[2:]),
+    }
+
+
+def measure(
+    model_path: str, bucket_mib: list[int], pushes: int, engine_process: str = "actor"
+) -> list[dict[str, float]]:
+    """One row per bucket size: buckets, MiB, median export and load seconds."""
+    from actor.rollout_worker import RolloutWorker
+    from common.config import LearnerConfig, ModelConfig
+    from learner.learner import Learner
+
+    rollout = _rollout_config(engine_process)
     worker = RolloutWorker(model_path, rollout, ModelConfig(max_model_len=320))
     learner = Learner(model_path, LearnerConfig(num_cpus=2))
     rows = []
@@ -48,25 +70,72 @@ def measure(
             worker.update_weights(update)
             export.append(exported - start)
             load.append(time.perf_counter() - exported)
-        rows.append(
-            {
-                "bucket_mib": mib,
-                "buckets": len(update.payload),
-                "update_mib": update.num_bytes / (1 << 20),
-                "export_s": statistics.median(export[2:]),
-                "load_s": statistics.median(load[2:]),
-            }
-        )
+        rows.append(_row(mib, update, export, load))
     return rows
 
 
+def measure_through_ray(
+    model_path: str, bucket_mib: list[int], pushes: int, engine_process: str = "actor"
+) -> list[dict[str, float]]:
+    """Like :func:`measure` with the learner and the engine in Ray actors (one CPU each):
+    ``export_s`` is the learner call until its update exists, ``load_s`` the engine's own
+    time, ``push_s`` the driver's wait from the update existing to the engine's answer."""
+    import ray
+
+    from actor.rollout_worker import RolloutWorker
+    from common.config import Config, LearnerConfig, ModelConfig
+    from launch.bench import connect_own
+    from launch.cluster import actor_options, learner_actor_class
+
+    started_here = not ray.is_initialized()
+    if started_here:
+        connect_own(Config())
+    worker_cls = ray.remote(RolloutWorker).options(**actor_options("bench-push-rollout", 1))
+    worker = worker_cls.remote(
+        model_path, _rollout_config(engine_process), ModelConfig(max_model_len=320)
+    )
+    actors = [worker]
+    try:
+        ray.get(worker.ready.remote())
+        rows = []
+        for mib in bucket_mib:  # a learner per size: the bucket size is fixed at construction
+            learner = learner_actor_class().options(**actor_options(f"bench-push-learner-{mib}", 1))
+            learner = learner.remote(model_path, LearnerConfig(num_cpus=1), bucket_bytes=mib << 20)
+            actors.append(learner)
+            export, load, push = [], [], []
+            for i in range(pushes):
+                ray.get(learner.perturb_weights_.remote(1e-4, i))
+                start = time.perf_counter()
+                update = learner.export_weights.remote()
+                ray.wait([update], fetch_local=False)
+                exported = time.perf_counter()
+                loaded = ray.get(worker.update_weights.remote(update))
+                push.append(time.perf_counter() - exported)
+                export.append(exported - start)
+                load.append(loaded["seconds"])
+            rows.append(
+                {**_row(mib, ray.get(update), export, load), "push_s": statistics.median(push[2:])}
+            )
+            ray.kill(actors.pop())
+        return rows
+    finally:
+        for actor in actors:
+            ray.kill(actor)
+        if started_here:
+            ray.shutdown()
+
+
 def format_rows(rows: list[dict[str, float]]) -> str:
-    lines = ["bucket MiB  buckets  update MiB  export ms  load ms"]
+    through_ray = bool(rows) and "push_s" in rows[0]
+    lines = [
+        "bucket MiB  buckets  update MiB  export ms  load ms" + ("  push ms" if through_ray else "")
+    ]
     for r in rows:
-        lines.append(
+        line = (
             f"{r['bucket_mib']:>10}  {r['buckets']:>7}  {r['update_mib']:>10.1f}  "
             f"{r['export_s'] * 1e3:>9.1f}  {r['load_s'] * 1e3:>7.1f}"
         )
+        lines.append(line + (f"  {r['push_s'] * 1e3:>7.1f}" if through_ray else ""))
     return "\n".join(lines)
 
 
@@ -82,6 +151,11 @@ def main(argv: list[str] | None = None) -> int:
         default="actor",
         help="rollout.engine_process",
     )
+    parser.add_argument(
+        "--through-ray",
+        action="store_true",
+        help="learner and engine in Ray actors, the update through the object store",
+    )
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.WARNING)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -94,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
 
         config, bench = load_bench_config(args.config, [])
         model = str(build_bench_model(config.run.output_dir, bench["model"]))
-    print(format_rows(measure(model, args.bucket_mib, args.pushes, args.engine_process)))
+    run = measure_through_ray if args.through_ray else measure
+    print(format_rows(run(model, args.bucket_mib, args.pushes, args.engine_process)))
     return 0
 
 

@@ -161,6 +161,22 @@ def test_push_benchmark_prints_one_row_per_bucket_size(tiny_model_path, capsys):
     assert all(float(line.split()[-1]) > 0 for line in lines[1:])  # a load took time
 
 
+def test_push_benchmark_through_ray_reports_the_drivers_wait(tiny_model_path, capsys):
+    import ray
+
+    from launch.bench_push import main
+
+    ray.shutdown()  # its own local cluster, not one an earlier test left in this process
+    args = ["--model", tiny_model_path, "--bucket-mib", "1", "--pushes", "3", "--through-ray"]
+    assert main(args) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].split()[-4:] == ["load", "ms", "push", "ms"]
+    load, push = (float(x) for x in lines[1].split()[-2:])
+    # each push's wait contains that push's engine load, so their medians keep the order
+    assert 0 < load <= push
+    assert not ray.is_initialized()
+
+
 def test_push_benchmark_refuses_too_few_pushes(capsys):
     from launch.bench_push import main
 
