@@ -87,21 +87,16 @@ def measure_through_ray(
     from launch.bench import connect_own
     from launch.cluster import actor_options, learner_actor_class
 
-    started_here = not ray.is_initialized()
-    if started_here:
-        connect_own(Config())
-    worker_cls = ray.remote(RolloutWorker).options(**actor_options("bench-push-rollout", 1))
-    worker = worker_cls.remote(
-        model_path, _rollout_config(engine_process), ModelConfig(max_model_len=320)
-    )
-    actors = [worker]
+    connect_own(Config())
     try:
+        worker_cls = ray.remote(RolloutWorker).options(**actor_options("bench-push-rollout", 1))
+        rollout = _rollout_config(engine_process)
+        worker = worker_cls.remote(model_path, rollout, ModelConfig(max_model_len=320))
         ray.get(worker.ready.remote())
         rows = []
         for mib in bucket_mib:  # a learner per size: the bucket size is fixed at construction
             learner = learner_actor_class().options(**actor_options(f"bench-push-learner-{mib}", 1))
             learner = learner.remote(model_path, LearnerConfig(num_cpus=1), bucket_bytes=mib << 20)
-            actors.append(learner)
             export, load, push = [], [], []
             for i in range(pushes):
                 ray.get(learner.perturb_weights_.remote(1e-4, i))
@@ -116,13 +111,10 @@ def measure_through_ray(
             rows.append(
                 {**_row(mib, ray.get(update), export, load), "push_s": statistics.median(push[2:])}
             )
-            ray.kill(actors.pop())
+            ray.kill(learner)  # its CPU is the next size's learner's
         return rows
     finally:
-        for actor in actors:
-            ray.kill(actor)
-        if started_here:
-            ray.shutdown()
+        ray.shutdown()  # the engine's actor with it, and any learner an error left behind
 
 
 def format_rows(rows: list[dict[str, float]]) -> str:
