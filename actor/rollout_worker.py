@@ -39,6 +39,12 @@ logger = logging.getLogger(__name__)
 _GIB = 1 << 30
 
 
+class StaleWeightsError(RuntimeError):
+    """The engine is older than the weights the caller requires: Ray restarted this actor
+    between two calls (it came back with the base model, version 0) and the update it had
+    loaded is lost. The fleet answers by loading the latest update into it and retrying."""
+
+
 class RolloutWorker:
     """Hosts one vLLM engine and serves generation and weight-update calls."""
 
@@ -91,15 +97,22 @@ class RolloutWorker:
         """Returns once the engine is up (Ray calls it to wait for start-up)."""
         return self.weight_version
 
-    def generate(self, requests: list[RolloutRequest]) -> list[Completion]:
+    def generate(self, requests: list[RolloutRequest], min_version: int = 0) -> list[Completion]:
         """Sample one completion per seed of every request, in request then seed order."""
         order = {request.request_id: i for i, request in enumerate(requests)}
-        groups = [group for finished in self.generate_stream(requests) for group in finished]
+        stream = self.generate_stream(requests, min_version)
+        groups = [group for finished in stream for group in finished]
         groups.sort(key=lambda group: order[group[0].request_id])
         return [c for group in groups for c in group]
 
-    def generate_stream(self, requests: list[RolloutRequest]) -> Iterator[list[list[Completion]]]:
+    def generate_stream(
+        self, requests: list[RolloutRequest], min_version: int = 0
+    ) -> Iterator[list[list[Completion]]]:
         """Yield requests' groups (their G completions) as soon as all of a group has finished.
+
+        Refuses (:class:`StaleWeightsError`) when the engine's weights are older than
+        ``min_version``, the version the fleet last confirmed loaded everywhere: generating
+        anyway would sample from the base model after a silent restart.
 
         All requests are queued in the engine at once (one batch, as ``LLM.generate`` would),
         and the engine is stepped here so finished groups can leave early: the fleet streams
@@ -107,6 +120,11 @@ class RolloutWorker:
         that finished at least one group (groups finishing together travel together: a yield
         costs a Ray object); each group is in seed order.
         """
+        if self.weight_version < min_version:
+            raise StaleWeightsError(
+                f"rollout worker {self.worker_index} serves weight version "
+                f"{self.weight_version}, the fleet requires {min_version}"
+            )
         engine = self.llm.llm_engine
         self._calls += 1
         by_id = {}

@@ -5,7 +5,10 @@ Guarantees the driver relies on:
 - every request of a step gets its completions, or the step fails loudly: a share whose actor
   died is retried on the restarted actor (Ray ``max_restarts``) or on a live one, never dropped;
 - an actor never serves with stale weights: a restarted or newly added actor first receives the
-  latest weight update (its engine starts from the base model, weight version 0);
+  latest weight update (its engine starts from the base model, weight version 0). Every
+  generation call carries the version the fleet last confirmed loaded everywhere, so an actor
+  Ray restarted quietly between two calls refuses it (``StaleWeightsError``) instead of
+  sampling from the base model, and is recovered like a crashed one;
 - every fault is logged and counted (``faults/rollout_restarts``, ``faults/rollout_retries``).
 """
 
@@ -34,6 +37,7 @@ class RolloutFleet:
         self.run_id = run_id
         self.actors: list[Any] = []
         self.latest_update: Any = None  # ObjectRef of the last WeightUpdate pushed
+        self.version = 0  # the weight version every actor has confirmed loading
         self.counters = {"faults/rollout_restarts": 0, "faults/rollout_retries": 0}
         self._next_index = 0
 
@@ -120,10 +124,9 @@ class RolloutFleet:
                 loads.append(ray.get(ref))
             except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
                 loads.append(self._recover(index))  # it reloads latest_update, this update
-        return {
-            "version": max(load["version"] for load in loads),
-            "load_s": max(load["seconds"] for load in loads),
-        }
+        version = max(load["version"] for load in loads)
+        self.version = int(version)
+        return {"version": version, "load_s": max(load["seconds"] for load in loads)}
 
     def generate(self, requests: list[RolloutRequest]) -> list[Completion]:
         """Every completion of ``requests``, in no particular order (:meth:`generate_stream`
@@ -146,7 +149,8 @@ class RolloutFleet:
             share = requests[index::count]
             if share:
                 actor = self.actors[index]
-                stream = actor.generate_stream.options(num_returns="streaming").remote(share)
+                call = actor.generate_stream.options(num_returns="streaming")
+                stream = call.remote(share, self.version)
                 streams[stream] = (index, share)
         received: set[str] = set()
         while streams:
@@ -157,7 +161,7 @@ class RolloutFleet:
             except StopIteration:
                 del streams[stream]
                 continue
-            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
+            except _recoverable() as exc:
                 del streams[stream]
                 missing = [r for r in share if r.request_id not in received]
                 yield _groups(self._retry_share(index, missing, exc))
@@ -176,8 +180,8 @@ class RolloutFleet:
             index %= len(self.actors)
             self._recover(index)
             try:
-                return ray.get(self.actors[index].generate.remote(share))
-            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
+                return ray.get(self.actors[index].generate.remote(share, self.version))
+            except _recoverable() as exc:
                 error = exc
         raise RuntimeError(f"rollout actor {index} failed {_RETRIES + 1} times: {error}") from error
 
@@ -208,6 +212,16 @@ class RolloutFleet:
             "rollout actor %d restarted (engine at version %d), weights reloaded", index, version
         )
         return load
+
+
+def _recoverable() -> tuple[type[Exception], ...]:
+    """Errors of a generation call that recovering the actor (restart wait, latest weights)
+    and retrying its share can fix: the actor died, or came back from a restart stale."""
+    import ray
+
+    from actor.rollout_worker import StaleWeightsError
+
+    return (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError, StaleWeightsError)
 
 
 def _groups(completions: list[Completion]) -> list[list[Completion]]:

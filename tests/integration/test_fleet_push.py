@@ -1,7 +1,8 @@
-"""A weight push survives an actor dying mid-load, and the restarted actor loads it once.
+"""A weight push survives an actor dying mid-load, and an actor Ray restarts between a push and
+the next generation never samples from the base model.
 
-Real Ray (a restartable actor, really killed); the engine is a stand-in that only counts loads,
-since what is tested is the fleet's recovery, not vLLM.
+Real Ray (restartable actors, really killed). The fleet's recovery is tested on stand-ins that
+count loads and tag completions with their version; the last test does it with a real engine.
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ import time
 
 import pytest
 
-from tests.integration.helpers import private_ray
+from actor.rollout_worker import StaleWeightsError
+from common.types import Completion, RolloutRequest
+from tests.integration.helpers import private_ray, short_config
 
 pytestmark = pytest.mark.integration
 
@@ -32,6 +35,45 @@ class SlowLoader:
     def load_count(self) -> int:
         return self.loads
 
+    def generate_stream(self, requests: list[RolloutRequest], min_version: int = 0):
+        if self.version < min_version:  # the same refusal as RolloutWorker.generate_stream
+            raise StaleWeightsError(f"version {self.version} < {min_version}")
+        yield [[_completion(request, self.version)] for request in requests]
+
+    def generate(self, requests: list[RolloutRequest], min_version: int = 0) -> list[Completion]:
+        finished = [g for groups in self.generate_stream(requests, min_version) for g in groups]
+        return [c for group in finished for c in group]
+
+
+def _completion(request: RolloutRequest, version: int) -> Completion:
+    return Completion(request.request_id, 0, [1], [2], [-0.5], "x", "stop", version)
+
+
+def _restartable(cls):
+    import ray
+
+    actor = ray.remote(max_restarts=-1, max_task_retries=0)(cls).options(num_cpus=0).remote()
+    ray.get(actor.ready.remote())
+    return actor
+
+
+def _restart(actor) -> None:
+    """Kill ``actor`` (which has loaded an update) as a crash would and wait until Ray has
+    brought it back at version 0; the kill is asynchronous, so the old process may still
+    answer a call or two."""
+    import ray
+
+    ray.kill(actor, no_restart=False)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        try:
+            if ray.get(actor.ready.remote(), timeout=120) == 0:
+                return
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+            pass
+        time.sleep(0.2)
+    raise AssertionError("the killed actor was not restarted")
+
 
 def test_actor_killed_during_a_push_is_restarted_and_loads_the_update_once():
     import ray
@@ -39,10 +81,7 @@ def test_actor_killed_during_a_push_is_restarted_and_loads_the_update_once():
     from launch.rollout_fleet import RolloutFleet
 
     with private_ray():
-        actor = (
-            ray.remote(max_restarts=-1, max_task_retries=0)(SlowLoader).options(num_cpus=0).remote()
-        )
-        ray.get(actor.ready.remote())
+        actor = _restartable(SlowLoader)
         fleet = RolloutFleet(config=None, model_path="", run_id="push-test")
         fleet.actors = [actor]
         try:
@@ -54,3 +93,55 @@ def test_actor_killed_during_a_push_is_restarted_and_loads_the_update_once():
             assert ray.get(actor.load_count.remote()) == 1  # the restarted actor, loaded once
         finally:
             ray.kill(actor, no_restart=True)
+
+
+def test_actor_restarted_between_push_and_generation_gets_the_update_before_generating():
+    import ray
+
+    from launch.rollout_fleet import RolloutFleet
+
+    with private_ray():
+        actor = _restartable(SlowLoader)
+        fleet = RolloutFleet(config=None, model_path="", run_id="stale-test")
+        fleet.actors = [actor]
+        try:
+            fleet.push(ray.put({"version": 2}))
+            _restart(actor)  # quietly back at version 0: no call of the fleet saw it die
+            completions = fleet.generate([RolloutRequest("p0", (1,), (7,))])
+            assert [c.weight_version for c in completions] == [2]
+            assert fleet.counters["faults/rollout_restarts"] == 1
+            assert fleet.counters["faults/rollout_retries"] == 1
+            assert ray.get(actor.load_count.remote()) == 1
+        finally:
+            ray.kill(actor, no_restart=True)
+
+
+def test_real_engine_restarted_after_a_push_generates_from_the_pushed_weights(
+    tiny_model_path, tmp_path
+):
+    import ray
+
+    from common.config import LearnerConfig
+    from launch.rollout_fleet import RolloutFleet
+    from learner.learner import Learner
+
+    config = short_config(tmp_path, "stale-engine", tiny_model_path, 1)
+    learner = Learner(tiny_model_path, LearnerConfig(num_cpus=1))
+    learner.perturb_weights_(1e-2, seed=0)
+    with private_ray():
+        fleet = RolloutFleet(config, tiny_model_path, "stale-engine")
+        fleet.start(1)
+        try:
+            actor = fleet.actors[0]
+            base = ray.get(actor.weight_checksum.remote())
+            fleet.push(ray.put(learner.export_weights()))
+            pushed = ray.get(actor.weight_checksum.remote())
+            assert pushed != base
+            _restart(actor)
+            assert ray.get(actor.weight_checksum.remote()) == base  # the update is lost
+            completions = fleet.generate([RolloutRequest("p0", (1, 2, 3), (7, 8))])
+            assert {c.weight_version for c in completions} == {1}
+            assert ray.get(actor.weight_checksum.remote()) == pushed
+            assert fleet.counters["faults/rollout_restarts"] == 1
+        finally:
+            fleet.shutdown()
