@@ -176,7 +176,7 @@ class RolloutWorker:
         A LoRA adapter update only switches the adapter used for the next requests: a new
         adapter id per version, so vLLM never serves a cached copy of an older one.
         """
-        start = time.perf_counter()
+        started_at, start = time.time(), time.perf_counter()
         if update.transport == LORA_ADAPTER:
             from vllm.lora.request import LoRARequest
 
@@ -192,7 +192,11 @@ class RolloutWorker:
                 self.llm.collective_rpc("receive_weights_bucket", args=args)
         self.llm.reset_prefix_cache()
         self.weight_version = update.version
-        return {"seconds": time.perf_counter() - start, "version": float(update.version)}
+        return {
+            "seconds": time.perf_counter() - start,
+            "version": float(update.version),
+            "started_at": started_at,  # wall clock: lets a caller on this host time the dispatch
+        }
 
     def score(self, prompt_token_ids: list[int], completion_token_ids: list[int]) -> list[float]:
         """Logprobs the engine assigns to a fixed completion (teacher forcing via prompt logprobs).

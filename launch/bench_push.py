@@ -11,8 +11,10 @@ prefix cache). The first two pushes of each size are warm-up.
 ``--through-ray`` measures the push the way a training step makes it instead: the learner and
 the engine each in a Ray actor of a private local cluster, the update through the object
 store. It adds a ``push ms`` column, the driver's wait from the moment the update exists to the
-engine's answer (what synchronous mode waits for after the export), so ``push - load`` is what
-Ray's actor call and object transfer add to the engine's own load time.
+engine's answer (what synchronous mode waits for after the export), and splits what Ray adds
+to the engine's own load time: ``dispatch ms`` from the update existing to the engine starting
+its load (the actor call and the object fetch) and ``reply ms`` from the load's end to the
+driver having the answer (wall clocks of one host: the cluster is local).
 """
 
 from __future__ import annotations
@@ -97,20 +99,23 @@ def measure_through_ray(
         for mib in bucket_mib:  # a learner per size: the bucket size is fixed at construction
             learner = learner_actor_class().options(**actor_options(f"bench-push-learner-{mib}", 1))
             learner = learner.remote(model_path, LearnerConfig(num_cpus=1), bucket_bytes=mib << 20)
-            export, load, push = [], [], []
+            export, load, push, dispatch = [], [], [], []
             for i in range(pushes):
                 ray.get(learner.perturb_weights_.remote(1e-4, i))
                 start = time.perf_counter()
                 update = learner.export_weights.remote()
                 ray.wait([update], fetch_local=False)
-                exported = time.perf_counter()
+                exported, exported_at = time.perf_counter(), time.time()
                 loaded = ray.get(worker.update_weights.remote(update))
                 push.append(time.perf_counter() - exported)
                 export.append(exported - start)
                 load.append(loaded["seconds"])
-            rows.append(
-                {**_row(mib, ray.get(update), export, load), "push_s": statistics.median(push[2:])}
-            )
+                dispatch.append(loaded["started_at"] - exported_at)
+            row = _row(mib, ray.get(update), export, load)
+            row["dispatch_s"] = statistics.median(dispatch[2:])
+            row["push_s"] = statistics.median(push[2:])
+            row["reply_s"] = max(0.0, row["push_s"] - row["dispatch_s"] - row["load_s"])
+            rows.append(row)
             ray.kill(learner)  # its CPU is the next size's learner's
         return rows
     finally:
@@ -119,15 +124,17 @@ def measure_through_ray(
 
 def format_rows(rows: list[dict[str, float]]) -> str:
     through_ray = bool(rows) and "push_s" in rows[0]
-    lines = [
-        "bucket MiB  buckets  update MiB  export ms  load ms" + ("  push ms" if through_ray else "")
-    ]
+    ray_columns = ("dispatch", "reply", "push") if through_ray else ()
+    header = "bucket MiB  buckets  update MiB  export ms  load ms"
+    lines = [header + "".join(f"  {name} ms" for name in ray_columns)]
     for r in rows:
         line = (
             f"{r['bucket_mib']:>10}  {r['buckets']:>7}  {r['update_mib']:>10.1f}  "
             f"{r['export_s'] * 1e3:>9.1f}  {r['load_s'] * 1e3:>7.1f}"
         )
-        lines.append(line + (f"  {r['push_s'] * 1e3:>7.1f}" if through_ray else ""))
+        for name in ray_columns:
+            line += f"  {r[name + '_s'] * 1e3:>{len(name) + 3}.1f}"
+        lines.append(line)
     return "\n".join(lines)
 
 

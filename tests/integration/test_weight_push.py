@@ -170,10 +170,13 @@ def test_push_benchmark_through_ray_reports_the_drivers_wait(tiny_model_path, ca
     args = ["--model", tiny_model_path, "--bucket-mib", "1", "--pushes", "3", "--through-ray"]
     assert main(args) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert lines[0].split()[-4:] == ["load", "ms", "push", "ms"]
-    load, push = (float(x) for x in lines[1].split()[-2:])
-    # each push's wait contains that push's engine load, so their medians keep the order
+    assert lines[0].split()[-8:] == ["load", "ms", "dispatch", "ms", "reply", "ms", "push", "ms"]
+    load, dispatch, reply, push = (float(x) for x in lines[1].split()[-4:])
+    # each push's wait contains that push's engine load, so their medians keep the order; the
+    # engine starts loading only after the driver saw the update and called it
     assert 0 < load <= push
+    assert 0 < dispatch <= push
+    assert reply >= 0
     assert not ray.is_initialized()
 
 
