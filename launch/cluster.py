@@ -25,6 +25,12 @@ ACTOR_ENV = {
     "VLLM_CONFIGURE_LOGGING": "0",
 }
 
+#: For the stateless services, the sandbox pool and the reward scorers: Ray restarts a process
+#: that died and re-runs the call it was serving on the new one, which is safe because their
+#: calls are pure functions of their arguments (the pool's result cache only saves work).
+#: Bounded, so a call that kills its service every time fails the run instead of looping.
+SERVICE_RESTARTS = {"max_restarts": -1, "max_task_retries": 3}
+
 
 def connect(config: RayConfig) -> None:
     """Join ``ray.address``, else the cluster of ``RAY_ADDRESS`` or of the last ``ray start`` on
@@ -158,7 +164,7 @@ def start_fleet(config: Config, model_path: str, run_id: str) -> Fleet:
     from sandbox.pool import SandboxPool
 
     placement = Placement.create(config, run_id)
-    sandbox_cls = ray.remote(SandboxPool).options(
+    sandbox_cls = ray.remote(**SERVICE_RESTARTS)(SandboxPool).options(
         **actor_options(f"sandbox-{run_id}", config.sandbox.num_cpus)
     )
     sandbox = sandbox_cls.remote(config.sandbox)

@@ -39,12 +39,12 @@ def start_scorer(config: Config, run_id: str) -> dict[str, Any]:
     import ray
 
     from actor.scorer import RewardScorer
-    from launch.cluster import actor_options
+    from launch.cluster import SERVICE_RESTARTS, actor_options
 
     handles = {}
     for name, options in config.reward.scorer_terms().items():
         path = resolve_scorer_path(options.path, Path(config.run.output_dir) / "_models")
-        remote_cls = ray.remote(RewardScorer).options(
+        remote_cls = ray.remote(**SERVICE_RESTARTS)(RewardScorer).options(
             **actor_options(f"scorer-{run_id}-{name}", options.num_cpus, options.num_gpus)
         )
         handles[name] = remote_cls.remote(path, options)

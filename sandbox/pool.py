@@ -53,7 +53,8 @@ class SandboxPool:
 
     def __init__(self, config: SandboxConfig, *, isolation_mode: str = "auto") -> None:
         self.config = config
-        self._dir = tempfile.mkdtemp(prefix="sandbox-")
+        remove_abandoned_dirs(tempfile.gettempdir())
+        self._dir = tempfile.mkdtemp(prefix=f"sandbox-{os.getpid()}-")
         os.chmod(self._dir, 0o711)  # children (another uid) must reach their scratch dir by path
         self._cache = ResultCache() if config.cache else None
         self._executions: Counter[str] = Counter()
@@ -248,6 +249,36 @@ class SandboxPool:
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
             self.close()
+
+
+def remove_abandoned_dirs(parent: str) -> list[str]:
+    """Remove the temp directories of this user's pools whose process is gone; returns them.
+
+    A pool killed before :meth:`SandboxPool.close` (a crash, or Ray restarting the actor)
+    takes its workers with it (parent-death signal) but leaves ``sandbox-<pid>-*`` behind with
+    whatever its last executions wrote. The next pool on the machine removes those, never the
+    directory of a live process or of another user.
+    """
+    removed = []
+    for entry in os.scandir(parent):
+        pid = entry.name.split("-")[1] if entry.name.startswith("sandbox-") else ""
+        if not pid.isdigit() or not entry.is_dir(follow_symlinks=False):
+            continue
+        if entry.stat(follow_symlinks=False).st_uid != os.getuid() or _alive(int(pid)):
+            continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+        removed.append(entry.path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _plan(job: ExecutionJob) -> list[testplan.TestPlan]:

@@ -1,6 +1,13 @@
-"""The rollout fleet survives a killed actor and can be resized during a run (1 -> 2 -> 1)."""
+"""The rollout fleet survives a killed actor and can be resized during a run (1 -> 2 -> 1); the
+sandbox pool survives being killed too."""
 
 from __future__ import annotations
+
+import glob
+import os
+import tempfile
+import time
+from dataclasses import dataclass
 
 import pytest
 
@@ -10,6 +17,12 @@ from tests.integration.helpers import read_jsonl, short_config, when_step_reache
 pytestmark = pytest.mark.integration
 
 STEPS = 12
+
+
+@dataclass
+class EventfulRun:
+    records: list[dict]  # metrics.jsonl
+    sandbox_pids: list[int]  # the pool's process before the kill and after its restart
 
 
 @pytest.fixture(scope="module")
@@ -26,29 +39,61 @@ def eventful_run(tmp_path_factory, tiny_model_path):
         actor = ray.get_actor(f"rollout-{config.run.name}-0")
         ray.kill(actor, no_restart=False)  # a crash: Ray restarts it (max_restarts)
 
+    sandbox_pids = []
+
+    def kill_sandbox_pool() -> None:
+        """Kill the pool's process as a crash would; note its pid before and after the restart."""
+        pool = ray.get_actor(f"sandbox-{config.run.name}")
+        sandbox_pids.append(ray.get(pool.__ray_call__.remote(lambda _: os.getpid())))
+        ray.kill(pool, no_restart=False)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                pid = ray.get(pool.__ray_call__.remote(lambda _: os.getpid()), timeout=30)
+                if pid != sandbox_pids[0]:
+                    sandbox_pids.append(pid)
+                    return
+            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+                pass
+            time.sleep(0.2)
+
     watchers = [
         when_step_reached(run_dir, 2, lambda: request_resize(run_dir, 2)),
+        when_step_reached(run_dir, 3, kill_sandbox_pool),
         when_step_reached(run_dir, 5, kill_first_actor),
         when_step_reached(run_dir, 8, lambda: request_resize(run_dir, 1)),
     ]
     train(config)
     for watcher in watchers:
         watcher.join(timeout=5)
-    return read_jsonl(run_dir / "metrics.jsonl")
+    return EventfulRun(read_jsonl(run_dir / "metrics.jsonl"), sandbox_pids)
 
 
 def test_killed_actor_is_restarted_and_every_step_completes(eventful_run):
-    assert [r["step"] for r in eventful_run] == list(range(1, STEPS + 1))
-    assert eventful_run[-1]["faults/rollout_restarts"] >= 1
+    records = eventful_run.records
+    assert [r["step"] for r in records] == list(range(1, STEPS + 1))
+    assert records[-1]["faults/rollout_restarts"] >= 1
     # Nothing silently dropped: every step trained on the full batch.
-    assert all(r["train/num_samples"] == 32 or r["reward/masked_frac"] > 0 for r in eventful_run)
+    assert all(r["train/num_samples"] == 32 or r["reward/masked_frac"] > 0 for r in records)
 
 
 def test_fleet_grows_and_shrinks_during_the_run(eventful_run):
-    sizes = [r["rollout/num_actors"] for r in eventful_run]
+    records = eventful_run.records
+    sizes = [r["rollout/num_actors"] for r in records]
     assert sizes[0] == 1 and 2 in sizes and sizes[-1] == 1
 
 
 def test_new_and_restarted_actors_serve_current_weights(eventful_run):
+    records = eventful_run.records
     # A stale engine would sample from old weights: the learner/sampler gap would jump.
-    assert max(r["train/logprob_diff_mean"] for r in eventful_run) < 0.05
+    assert max(r["train/logprob_diff_mean"] for r in records) < 0.05
+
+
+def test_killed_sandbox_pool_is_restarted_and_no_reward_is_lost(eventful_run):
+    records, sandbox_pids = eventful_run.records, eventful_run.sandbox_pids
+    assert len(sandbox_pids) == 2 and sandbox_pids[0] != sandbox_pids[1]  # really killed
+    assert [r["step"] for r in records] == list(range(1, STEPS + 1))
+    # the call the dead pool was serving ran again on the new one: every sample was judged
+    assert all(r["reward/masked_frac"] == 0 for r in records)
+    # the new pool removed the directory the killed one could not
+    assert glob.glob(os.path.join(tempfile.gettempdir(), f"sandbox-{sandbox_pids[0]}-*")) == []

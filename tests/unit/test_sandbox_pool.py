@@ -473,3 +473,26 @@ def test_verdict_fractions_count_cached_results():
         stats = cached.stats()
         assert stats["sandbox/cache_hits"] == 1.0
         assert stats["sandbox/verdict/failed"] == pytest.approx(2 / 3)
+
+
+def test_directory_of_a_killed_pool_is_removed_by_the_next_pool():
+    import subprocess
+    import sys
+
+    from sandbox.pool import remove_abandoned_dirs
+
+    script = (
+        "import time\nfrom common.config import SandboxConfig\n"
+        "from sandbox.pool import SandboxPool\n"
+        "pool = SandboxPool(SandboxConfig(num_workers=1))\nprint(pool._dir, flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    crashed = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    abandoned = crashed.stdout.readline().strip()
+    crashed.kill()  # SIGKILL: close() never runs
+    crashed.wait()
+    assert os.path.isdir(abandoned)
+    with SandboxPool(SandboxConfig(num_workers=1)) as live:
+        assert not os.path.exists(abandoned)  # the new pool removed it on start
+        assert remove_abandoned_dirs(tempfile.gettempdir()) == []  # its own dir is kept
+        assert os.path.isdir(live._dir)
