@@ -7,6 +7,7 @@ count loads and tag completions with their version; the last test does it with a
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import pytest
@@ -75,45 +76,46 @@ def _restart(actor) -> None:
     raise AssertionError("the killed actor was not restarted")
 
 
-def test_actor_killed_during_a_push_is_restarted_and_loads_the_update_once():
+@contextlib.contextmanager
+def _stand_in_fleet():
+    """A fleet of one restartable :class:`SlowLoader` on a private cluster: (fleet, actor)."""
     import ray
 
     from launch.rollout_fleet import RolloutFleet
 
     with private_ray():
         actor = _restartable(SlowLoader)
-        fleet = RolloutFleet(config=None, model_path="", run_id="push-test")
+        fleet = RolloutFleet(config=None, model_path="", run_id="stand-in")
         fleet.actors = [actor]
         try:
-            pending = fleet.start_push(ray.put({"version": 3}))
-            ray.kill(actor, no_restart=False)  # dies in the middle of the load
-            pushed = fleet.finish_push(pending)
-            assert pushed == {"version": 3.0, "load_s": 1.0}
-            assert fleet.counters["faults/rollout_restarts"] == 1
-            assert ray.get(actor.load_count.remote()) == 1  # the restarted actor, loaded once
+            yield fleet, actor
         finally:
             ray.kill(actor, no_restart=True)
+
+
+def test_actor_killed_during_a_push_is_restarted_and_loads_the_update_once():
+    import ray
+
+    with _stand_in_fleet() as (fleet, actor):
+        pending = fleet.start_push(ray.put({"version": 3}))
+        ray.kill(actor, no_restart=False)  # dies in the middle of the load
+        pushed = fleet.finish_push(pending)
+        assert pushed == {"version": 3.0, "load_s": 1.0}
+        assert fleet.counters["faults/rollout_restarts"] == 1
+        assert ray.get(actor.load_count.remote()) == 1  # the restarted actor, loaded once
 
 
 def test_actor_restarted_between_push_and_generation_gets_the_update_before_generating():
     import ray
 
-    from launch.rollout_fleet import RolloutFleet
-
-    with private_ray():
-        actor = _restartable(SlowLoader)
-        fleet = RolloutFleet(config=None, model_path="", run_id="stale-test")
-        fleet.actors = [actor]
-        try:
-            fleet.push(ray.put({"version": 2}))
-            _restart(actor)  # quietly back at version 0: no call of the fleet saw it die
-            completions = fleet.generate([RolloutRequest("p0", (1,), (7,))])
-            assert [c.weight_version for c in completions] == [2]
-            assert fleet.counters["faults/rollout_restarts"] == 1
-            assert fleet.counters["faults/rollout_retries"] == 1
-            assert ray.get(actor.load_count.remote()) == 1
-        finally:
-            ray.kill(actor, no_restart=True)
+    with _stand_in_fleet() as (fleet, actor):
+        fleet.push(ray.put({"version": 2}))
+        _restart(actor)  # quietly back at version 0: no call of the fleet saw it die
+        completions = fleet.generate([RolloutRequest("p0", (1,), (7,))])
+        assert [c.weight_version for c in completions] == [2]
+        assert fleet.counters["faults/rollout_restarts"] == 1
+        assert fleet.counters["faults/rollout_retries"] == 1
+        assert ray.get(actor.load_count.remote()) == 1
 
 
 def test_real_engine_restarted_after_a_push_generates_from_the_pushed_weights(
