@@ -70,6 +70,29 @@ def _truncate_jsonl(path: Path, last_step: int) -> None:
     path.write_text("".join(line + "\n" for line in kept))
 
 
+class RunAborted(RuntimeError):
+    """An actor of the run died beyond recovery (the learner, whose state lives only in its
+    process, or a service that failed every retry); the message says how to resume."""
+
+
+def _aborted(error: Exception, run_dir: Path) -> RunAborted:
+    """Name the actor that died (Ray's error text has its ``name:``) and the step to resume at."""
+    from launch.checkpoint import load_driver_state
+
+    text = str(error)
+    names = [line.split(":", 1)[1].strip() for line in text.splitlines() if "\tname:" in line]
+    actor = names[0] if names else "an actor"
+    cause = text.strip().splitlines()[0] if text.strip() else type(error).__name__
+    try:
+        resume = (
+            f"the last checkpoint is at step {load_driver_state(run_dir).step}: continue with\n"
+            f"  python -m launch.train --resume {run_dir}"
+        )
+    except FileNotFoundError:
+        resume = "no checkpoint was written before it: start the run again"
+    return RunAborted(f"{actor} died and could not be recovered ({cause}); {resume}")
+
+
 def train(config: Config, resume: bool = False, overwrite: bool = False) -> Path:
     """Run a whole training job (or continue one); returns the run directory."""
     import ray
@@ -108,6 +131,8 @@ def train(config: Config, resume: bool = False, overwrite: bool = False) -> Path
             fleet.rollout.push(fleet.learner.export_weights.remote())
             logger.info("resumed %s at step %d", run_dir, state.step)
         Driver(config, fleet, problems, tokenizer, run_dir, state).run()
+    except ray.exceptions.RayActorError as exc:
+        raise _aborted(exc, run_dir) from exc
     finally:
         fleet.shutdown()
     if config.run.plot:
@@ -139,6 +164,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except RunAborted as exc:
+        logger.debug("run aborted", exc_info=exc.__cause__)
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

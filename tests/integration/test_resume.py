@@ -35,3 +35,29 @@ def test_resumed_run_sees_the_same_prompts(tmp_path, tiny_model_path):
     assert metrics[3]["train/kl"] > 0
     assert metrics[3]["train/kl"] == pytest.approx(uninterrupted[3]["train/kl"], rel=0.25)
     assert max(m["train/logprob_diff_mean"] for m in metrics) < 0.05
+
+
+def test_a_dead_learner_ends_the_run_with_the_step_to_resume_from(tmp_path, tiny_model_path):
+    import ray
+
+    from launch.train import RunAborted, train
+    from tests.integration.helpers import when_step_reached
+
+    config = short_config(tmp_path, "lost", tiny_model_path, 6, "--run.checkpoint_every", "2")
+
+    def kill_learner() -> None:  # its state lives only in its process: no restart can help
+        ray.kill(ray.get_actor(f"learner-{config.run.name}"), no_restart=True)
+
+    watcher = when_step_reached(config.run_dir, 3, kill_learner)
+    with pytest.raises(RunAborted) as aborted:
+        train(config)
+    watcher.join(timeout=5)
+    message = str(aborted.value)
+    assert f"learner-{config.run.name} died" in message
+    assert "the last checkpoint is at step 2" in message
+    assert f"python -m launch.train --resume {config.run_dir}" in message
+
+    # and the command it gives works: the run continues from step 2 to the end
+    train(short_config(tmp_path, "lost", tiny_model_path, 6), resume=True)
+    metrics = read_jsonl(config.run_dir / "metrics.jsonl")
+    assert [m["step"] for m in metrics] == [1, 2, 3, 4, 5, 6]
