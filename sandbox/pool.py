@@ -54,7 +54,7 @@ class SandboxPool:
     def __init__(self, config: SandboxConfig, *, isolation_mode: str = "auto") -> None:
         self.config = config
         remove_abandoned_dirs(tempfile.gettempdir())
-        self._dir = tempfile.mkdtemp(prefix=f"sandbox-{os.getpid()}-")
+        self._dir = tempfile.mkdtemp(prefix=f"sandbox-{os.getpid()}-{_pid_namespace()}-")
         os.chmod(self._dir, 0o711)  # children (another uid) must reach their scratch dir by path
         self._cache = ResultCache() if config.cache else None
         self._executions: Counter[str] = Counter()
@@ -257,18 +257,29 @@ def remove_abandoned_dirs(parent: str) -> list[str]:
     A pool killed before :meth:`SandboxPool.close` (a crash, or Ray restarting the actor)
     takes its workers with it (parent-death signal) but leaves ``sandbox-<pid>-*`` behind with
     whatever its last executions wrote. The next pool on the machine removes those, never the
-    directory of a live process or of another user.
+    directory of a live process, of another user, or of a process in another PID namespace (a
+    container sharing ``/tmp``), whose liveness cannot be seen from here.
     """
     removed = []
     for entry in os.scandir(parent):
-        pid = entry.name.split("-")[1] if entry.name.startswith("sandbox-") else ""
-        if not pid.isdigit() or not entry.is_dir(follow_symlinks=False):
+        parts = entry.name.split("-")
+        if len(parts) != 4 or parts[0] != "sandbox" or parts[2] != _pid_namespace():
             continue
-        if entry.stat(follow_symlinks=False).st_uid != os.getuid() or _alive(int(pid)):
+        if not parts[1].isdigit() or not entry.is_dir(follow_symlinks=False):
+            continue
+        if entry.stat(follow_symlinks=False).st_uid != os.getuid() or _alive(int(parts[1])):
             continue
         shutil.rmtree(entry.path, ignore_errors=True)
         removed.append(entry.path)
     return removed
+
+
+def _pid_namespace() -> str:
+    """The inode of this process's PID namespace (``0`` where /proc does not say)."""
+    try:
+        return os.readlink("/proc/self/ns/pid").split("[")[1].rstrip("]")
+    except (OSError, IndexError):
+        return "0"
 
 
 def _alive(pid: int) -> bool:
