@@ -17,6 +17,7 @@ import logging
 import os
 import select
 import shutil
+import sys
 import tempfile
 import time
 from collections import Counter, deque
@@ -61,6 +62,7 @@ class SandboxPool:
         self._durations: list[float] = []
         self._cache_hits = 0
         self._restarts = 0
+        self._pool_restarts = int(_restarted_by_ray())  # reported once, by the next stats()
         self._closed = False
         self._workers: list[WorkerHandle] = []
         try:
@@ -230,11 +232,11 @@ class SandboxPool:
         out["sandbox/exec_p99_ms"] = _percentile(durations, 0.99)
         out["sandbox/cache_hits"] = float(self._cache_hits)
         out["sandbox/worker_restarts"] = float(self._restarts)
+        out["sandbox/pool_restarts"] = float(self._pool_restarts)
         out["sandbox/isolation_level"] = isolation.LEVEL_NUMBER[self.isolation]
         self._executions.clear()
         self._durations.clear()
-        self._cache_hits = 0
-        self._restarts = 0
+        self._cache_hits = self._restarts = self._pool_restarts = 0
         return out
 
     def close(self) -> None:
@@ -272,6 +274,15 @@ def remove_abandoned_dirs(parent: str) -> list[str]:
         shutil.rmtree(entry.path, ignore_errors=True)
         removed.append(entry.path)
     return removed
+
+
+def _restarted_by_ray() -> bool:
+    """Whether this pool is a Ray actor that Ray restarted after its process died."""
+    ray = sys.modules.get("ray")  # not imported: not in a Ray actor
+    if ray is None or not ray.is_initialized():
+        return False
+    context = ray.get_runtime_context()
+    return context.get_actor_id() is not None and bool(context.was_current_actor_reconstructed)
 
 
 def _pid_namespace() -> str:
