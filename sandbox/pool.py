@@ -262,10 +262,10 @@ def remove_abandoned_dirs(parent: str) -> list[str]:
     directory of a live process, of another user, or of a process in another PID namespace (a
     container sharing ``/tmp``), whose liveness cannot be seen from here.
     """
-    removed = []
+    removed, namespace = [], _pid_namespace()
     for entry in os.scandir(parent):
         parts = entry.name.split("-")
-        if len(parts) != 4 or parts[0] != "sandbox" or parts[2] != _pid_namespace():
+        if len(parts) != 4 or parts[0] != "sandbox" or parts[2] != namespace:
             continue
         if not parts[1].isdigit() or not entry.is_dir(follow_symlinks=False):
             continue
