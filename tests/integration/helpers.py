@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from common.config import Config, load_config
 
@@ -76,3 +77,24 @@ def private_ray(num_cpus: int = 2) -> Iterator[None]:
     finally:
         if started_here:
             ray.shutdown()
+
+
+def crash_and_wait(actor, probe: Callable[[Any], Any]) -> tuple[Any, Any]:
+    """Kill ``actor`` as a crash would (Ray restarts it) and wait for its new process, told
+    apart by ``probe(actor)`` (an ObjectRef) answering differently than before the kill: the
+    kill is asynchronous, so the old process may still answer a call or two. Returns the
+    answers (before, after)."""
+    import ray
+
+    before = ray.get(probe(actor))
+    ray.kill(actor, no_restart=False)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        try:
+            after = ray.get(probe(actor), timeout=120)
+            if after != before:
+                return before, after
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+            pass
+        time.sleep(0.2)
+    raise AssertionError("the killed actor was not restarted")

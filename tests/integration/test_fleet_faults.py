@@ -6,17 +6,25 @@ from __future__ import annotations
 import glob
 import os
 import tempfile
-import time
 from dataclasses import dataclass
 
 import pytest
 
 from launch.control import request_resize
-from tests.integration.helpers import read_jsonl, short_config, when_step_reached
+from tests.integration.helpers import (
+    crash_and_wait,
+    read_jsonl,
+    short_config,
+    when_step_reached,
+)
 
 pytestmark = pytest.mark.integration
 
 STEPS = 12
+
+
+def _pid(_actor) -> int:
+    return os.getpid()
 
 
 @dataclass
@@ -44,18 +52,7 @@ def eventful_run(tmp_path_factory, tiny_model_path):
     def kill_sandbox_pool() -> None:
         """Kill the pool's process as a crash would; note its pid before and after the restart."""
         pool = ray.get_actor(f"sandbox-{config.run.name}")
-        sandbox_pids.append(ray.get(pool.__ray_call__.remote(lambda _: os.getpid())))
-        ray.kill(pool, no_restart=False)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                pid = ray.get(pool.__ray_call__.remote(lambda _: os.getpid()), timeout=30)
-                if pid != sandbox_pids[0]:
-                    sandbox_pids.append(pid)
-                    return
-            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
-                pass
-            time.sleep(0.2)
+        sandbox_pids.extend(crash_and_wait(pool, lambda a: a.__ray_call__.remote(_pid)))
 
     watchers = [
         when_step_reached(run_dir, 2, lambda: request_resize(run_dir, 2)),

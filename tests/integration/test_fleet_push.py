@@ -14,7 +14,7 @@ import pytest
 
 from actor.rollout_worker import StaleWeightsError
 from common.types import Completion, RolloutRequest
-from tests.integration.helpers import private_ray, short_config
+from tests.integration.helpers import crash_and_wait, private_ray, short_config
 
 pytestmark = pytest.mark.integration
 
@@ -60,20 +60,9 @@ def _restartable(cls):
 
 def _restart(actor) -> None:
     """Kill ``actor`` (which has loaded an update) as a crash would and wait until Ray has
-    brought it back at version 0; the kill is asynchronous, so the old process may still
-    answer a call or two."""
-    import ray
-
-    ray.kill(actor, no_restart=False)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        try:
-            if ray.get(actor.ready.remote(), timeout=120) == 0:
-                return
-        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
-            pass
-        time.sleep(0.2)
-    raise AssertionError("the killed actor was not restarted")
+    brought it back, at version 0."""
+    loaded, restarted = crash_and_wait(actor, lambda a: a.ready.remote())
+    assert loaded > 0 and restarted == 0
 
 
 @contextlib.contextmanager
