@@ -177,6 +177,7 @@ class RolloutWorker:
         adapter id per version, so vLLM never serves a cached copy of an older one.
         """
         started_at, start = time.time(), time.perf_counter()
+        direct = False
         if update.transport == LORA_ADAPTER:
             from vllm.lora.request import LoRARequest
 
@@ -189,13 +190,15 @@ class RolloutWorker:
             for i, bucket in enumerate(buckets):
                 first, last = i == 0, i == len(buckets) - 1
                 args = (update.transport, bucket, update.version, first, last)
-                self.llm.collective_rpc("receive_weights_bucket", args=args)
+                loads = self.llm.collective_rpc("receive_weights_bucket", args=args)
+                direct = all(load["direct"] for load in loads)
         self.llm.reset_prefix_cache()
         self.weight_version = update.version
         return {
             "seconds": time.perf_counter() - start,
             "version": float(update.version),
             "started_at": started_at,  # wall clock: lets a caller on this host time the dispatch
+            "direct_load": float(direct),  # 1: loaded without vLLM's layerwise session
         }
 
     def score(self, prompt_token_ids: list[int], completion_token_ids: list[int]) -> list[float]:

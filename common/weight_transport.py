@@ -14,8 +14,9 @@ Transports, by placement:
   one bucket per ``collective_rpc`` call, and the engine decodes and loads it inside one vLLM
   layerwise-reload session (the lifecycle of vLLM's own weight-transfer engines: initialise,
   ``load_weights`` per chunk, finalise). The engine process therefore holds one bucket, not
-  the whole model a second time, however big the model. Tensors cannot be passed through
-  ``collective_rpc`` in multiprocess mode, bytes can.
+  the whole model a second time, however big the model (an update of one bucket skips the
+  session, see ``actor/direct_load.py``). Tensors cannot be passed through ``collective_rpc``
+  in multiprocess mode, bytes can.
 - ``lora_adapter``: with ``learner.lora.export = "adapter"`` only the adapter travels, as a
   directory on a file system the engines can read (a few MB instead of the whole model).
 - GPU transports (NCCL between separate GPUs, CUDA IPC when colocated) through vLLM 0.32's

@@ -81,6 +81,30 @@ def test_push_in_many_small_buckets_reaches_every_layer(engine_and_learner):
         learner.sender.bucket_bytes = default
 
 
+def test_one_bucket_load_serves_what_the_layerwise_reload_serves(engine_and_learner):
+    """A one-bucket update skips vLLM's layerwise session (actor/direct_load.py). Loading the
+    same weights the other way (16 KiB buckets, layerwise) must leave the engine's logprobs
+    bitwise unchanged, in both orders: every linear layer re-packed, the tied LM head too."""
+    worker, learner = engine_and_learner
+    sample = _sample(worker, "# Return the number 9.\n", "9 - 3 * z\nprint(answer())")
+    prompt, completion = sample.prompt_token_ids, sample.completion_token_ids
+    default = learner.sender.bucket_bytes
+    try:
+        for seed in (21, 22):
+            learner.sender.bucket_bytes = default
+            one_bucket = _push_perturbed(worker, learner, sample, seed=seed)
+            assert len(one_bucket.payload) == 1
+            learner.sender.bucket_bytes = 16 << 10
+            many_buckets = learner.export_weights()
+            direct = worker.score(prompt, completion)
+            assert worker.update_weights(many_buckets)["direct_load"] == 0.0
+            assert worker.score(prompt, completion) == direct
+            assert worker.update_weights(one_bucket)["direct_load"] == 1.0
+            assert worker.score(prompt, completion) == direct
+    finally:
+        learner.sender.bucket_bytes = default
+
+
 def test_separate_engine_process_receives_bucketed_pushes(tiny_model_path):
     """rollout.engine_process = "separate": every bucket crosses vLLM's RPC to its engine-core
     process as bytes, and the engine still ends up serving the learner's weights."""
