@@ -13,10 +13,10 @@ weights arrived. An update comes in buckets (see ``common.weight_transport``), o
 the first opens the reload session, every one loads its tensors, the last closes it, which is
 the lifecycle vLLM's own weight-transfer engines use. An update of one bucket on an
 unquantised model skips that session's bookkeeping (``actor.direct_load``): most of a small
-model's load time. One gap remains: with tied
-embeddings the LM head keeps its own prepacked copy of the embedding matrix, which the reload
-does not refresh (vLLM logs "ParallelLMHead: Failed to load weights"), so we re-tie and re-pack
-it here. Without that, sampler logprobs drift away from the learner's step after step.
+model's load time. One gap remains: with tied embeddings the LM head keeps its own prepacked
+copy of the embedding matrix, which the reload does not refresh (vLLM logs "ParallelLMHead:
+Failed to load weights"), so we re-tie and re-pack it here. Without that, sampler logprobs
+drift away from the learner's step after step.
 """
 
 from __future__ import annotations

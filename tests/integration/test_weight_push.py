@@ -107,7 +107,8 @@ def test_one_bucket_load_serves_what_the_layerwise_reload_serves(engine_and_lear
 
 def test_separate_engine_process_receives_bucketed_pushes(tiny_model_path):
     """rollout.engine_process = "separate": every bucket crosses vLLM's RPC to its engine-core
-    process as bytes, and the engine still ends up serving the learner's weights."""
+    process as bytes, and the engine still ends up serving the learner's weights, loaded
+    through the layerwise session (many buckets) or directly (one)."""
     from actor.rollout_worker import RolloutWorker
     from learner.learner import Learner
 
@@ -120,6 +121,9 @@ def test_separate_engine_process_receives_bucketed_pushes(tiny_model_path):
         learner = Learner(tiny_model_path, LearnerConfig(num_cpus=1), bucket_bytes=16 << 10)
         sample = _sample(worker, "# Return the number 6.\n", "6 * 7\nprint(answer())")
         _push_perturbed(worker, learner, sample, seed=5, more_buckets_than=5)
+        learner.sender.bucket_bytes = 16 << 20  # one bucket: the direct load, in that process
+        _push_perturbed(worker, learner, sample, seed=6)
+        assert worker.update_weights(learner.export_weights())["direct_load"] == 1.0
     finally:
         worker.llm.llm_engine.engine_core.shutdown()
 
