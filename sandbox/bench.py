@@ -15,6 +15,11 @@ measures what the pool exists to remove: the cost per execution. It is repeated
 ``--rounds`` times, pool and subprocesses alternating, and the median ratio is printed: on a
 shared machine other jobs' load changes from second to second, and alternating exposes both
 sides to it alike.
+
+Each side also reports the CPU time it spent per execution, summed over this process and every
+process under it (the pool's workers, zygotes and children; the subprocesses): unlike the rate,
+it does not depend on how much of each execution was spent waiting, so it moves less with the
+machine's state and shows what each execution really costs.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
 
 from common.config import SandboxConfig
 from common.types import ExecutionJob, ExecutionResult
@@ -59,39 +65,86 @@ def _subprocess_once(job: ExecutionJob, directory: str) -> float:
     return (time.perf_counter() - start) * 1000
 
 
-def _run_pool(pool: SandboxPool, jobs: list[ExecutionJob]) -> tuple[list[ExecutionResult], float]:
-    start = time.perf_counter()
-    results = pool.run(jobs)
-    return results, time.perf_counter() - start
+def tree_cpu_seconds() -> float:
+    """CPU time (user + system) of this process and of every process under it, including
+    what the ones already reaped used (Linux ``/proc``; clock-tick resolution)."""
+    parents: dict[int, int] = {}
+    times: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue  # ended while we looked
+        fields = stat[stat.rindex(")") + 2 :].split()
+        parents[int(entry)] = int(fields[1])
+        times[int(entry)] = sum(int(v) for v in fields[11:15])  # utime stime cutime cstime
+    total, frontier = 0, [os.getpid()]
+    while frontier:
+        pid = frontier.pop()
+        total += times.get(pid, 0)
+        frontier.extend(child for child, parent in parents.items() if parent == pid)
+    return total / os.sysconf("SC_CLK_TCK")
 
 
-def _run_subprocesses(jobs: list[ExecutionJob], workers: int) -> tuple[list[float], float]:
+class _Run(NamedTuple):
+    latencies_ms: list[float]
+    seconds: float
+    cpu_seconds: float
+
+
+def _measured(run) -> tuple[object, _Run]:
+    cpu, start = tree_cpu_seconds(), time.perf_counter()
+    latencies, out = run()
+    return out, _Run(latencies, time.perf_counter() - start, tree_cpu_seconds() - cpu)
+
+
+def _run_pool(pool: SandboxPool, jobs: list[ExecutionJob]) -> tuple[list[ExecutionResult], _Run]:
+    def run():
+        results = pool.run(jobs)
+        return [r.duration_ms for r in results], results
+
+    return _measured(run)
+
+
+def _run_subprocesses(jobs: list[ExecutionJob], workers: int) -> _Run:
     with tempfile.TemporaryDirectory() as directory, ThreadPoolExecutor(workers) as ex:
-        start = time.perf_counter()
-        latencies = list(ex.map(lambda job: _subprocess_once(job, directory), jobs))
-        return latencies, time.perf_counter() - start
+
+        def run():
+            return list(ex.map(lambda job: _subprocess_once(job, directory), jobs)), None
+
+        return _measured(run)[1]
 
 
-def _summary(name: str, latencies: list[float], seconds: float) -> float:
-    latencies = sorted(latencies)
-    rate = len(latencies) / seconds
+def _summary(name: str, run: _Run) -> tuple[float, float]:
+    """Print one side's line; returns (executions/s, CPU ms per execution)."""
+    latencies = sorted(run.latencies_ms)
+    rate = len(latencies) / run.seconds
+    cpu_ms = run.cpu_seconds * 1000 / len(latencies)
     p50 = latencies[len(latencies) // 2]
     p99 = latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))]
-    print(f"  {name:<12} {rate:8.1f} executions/s   p50 {p50:7.1f} ms   p99 {p99:7.1f} ms")
-    return rate
+    print(
+        f"  {name:<12} {rate:8.1f} executions/s   p50 {p50:7.1f} ms   p99 {p99:7.1f} ms"
+        f"   cpu {cpu_ms:6.2f} ms/execution"
+    )
+    return rate, cpu_ms
 
 
 def _compare(
     pool: SandboxPool, jobs: list[ExecutionJob], workers: int
-) -> tuple[list[ExecutionResult], float]:
-    """Pool, then subprocesses, over the same jobs; prints both and returns the ratio."""
-    results, pool_s = _run_pool(pool, jobs)
-    naive, naive_s = _run_subprocesses(jobs, workers)
+) -> tuple[list[ExecutionResult], float, float]:
+    """Pool, then subprocesses, over the same jobs; prints both and returns the speed-up and
+    the ratio of CPU per execution (subprocess / pool)."""
+    results, pool_run = _run_pool(pool, jobs)
+    naive_run = _run_subprocesses(jobs, workers)
     print(f"  pool passed {sum(r.passed for r in results)}/{len(results)}")
-    pool_rate = _summary("pool", [r.duration_ms for r in results], pool_s)
-    naive_rate = _summary("subprocess", naive, naive_s)
-    print(f"  speed-up: {pool_rate / naive_rate:.1f}x")
-    return results, pool_rate / naive_rate
+    pool_rate, pool_cpu = _summary("pool", pool_run)
+    naive_rate, naive_cpu = _summary("subprocess", naive_run)
+    cpu_ratio = naive_cpu / pool_cpu if pool_cpu else float("inf")
+    print(f"  speed-up: {pool_rate / naive_rate:.1f}x   cpu per execution: {cpu_ratio:.1f}x less")
+    return results, pool_rate / naive_rate, cpu_ratio
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,17 +163,22 @@ def main(argv: list[str] | None = None) -> int:
     with SandboxPool(config) as pool:
         print(f"pool isolation: {pool.isolation}; result cache off")
         print("all samples:")
-        results, _ = _compare(pool, jobs, args.workers)
+        results, _, _ = _compare(pool, jobs, args.workers)
         long = {i for i, r in enumerate(results) if r.duration_ms > args.long_ms}
         names = [f"{problems[i].task_id} ({results[i].duration_ms:.0f} ms)" for i in sorted(long)]
         left_out = ", ".join(names) or "none"
         print(f"without samples that run > {args.long_ms:.0f} ms alone: {left_out}")
         short = [job for i, job in enumerate(jobs) if i not in long]
-        ratios = []
+        ratios, cpu_ratios = [], []
         for round_ in range(args.rounds):
             print(f"round {round_ + 1}/{args.rounds}:")
-            ratios.append(_compare(pool, short, args.workers)[1])
-        print(f"median speed-up without them: {statistics.median(ratios):.1f}x")
+            _, ratio, cpu_ratio = _compare(pool, short, args.workers)
+            ratios.append(ratio)
+            cpu_ratios.append(cpu_ratio)
+        print(
+            f"median speed-up without them: {statistics.median(ratios):.1f}x"
+            f" (cpu per execution: {statistics.median(cpu_ratios):.1f}x less)"
+        )
     return 0
 
 

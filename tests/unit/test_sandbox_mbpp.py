@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -134,3 +135,26 @@ def test_humaneval_rows_are_detected(tmp_path):
         check.main(["--problems", str(problems), "--samples", str(samples), "--out", str(out)]) == 0
     )
     assert [json.loads(line)["passed"] for line in out.read_text().splitlines()] == [True, False]
+
+
+def test_bench_prints_both_rates_and_cpu_per_execution(capsys):
+    from sandbox import bench
+
+    argv = ["--problems", str(DATA / "mbpp.jsonl"), "--limit", "8", "--rounds", "1"]
+    assert bench.main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.count("pool passed 8/8") == 2  # all samples, then the one round
+    for side in ("pool", "subprocess"):
+        rows = re.findall(rf"^ +{side} +[\d.]+ executions/s .* cpu +([\d.]+) ms", out, re.M)
+        assert len(rows) == 2 and all(float(cpu_ms) > 0 for cpu_ms in rows)
+    assert "without samples that run > 1000 ms alone: none" in out
+    assert "median speed-up without them:" in out and "cpu per execution:" in out
+
+
+def test_tree_cpu_seconds_counts_children_already_reaped():
+    from sandbox.bench import tree_cpu_seconds
+
+    before = tree_cpu_seconds()
+    burn = "import time\nwhile time.process_time() < 0.3:\n    pass"
+    subprocess.run([sys.executable, "-c", burn], check=True)
+    assert tree_cpu_seconds() - before >= 0.25
