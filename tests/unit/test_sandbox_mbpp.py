@@ -140,10 +140,12 @@ def test_humaneval_rows_are_detected(tmp_path):
 def test_bench_prints_both_rates_and_cpu_per_execution(capsys):
     from sandbox import bench
 
-    argv = ["--problems", str(DATA / "mbpp.jsonl"), "--limit", "8", "--rounds", "1"]
+    # 40 samples: enough CPU (~0.1 s on the pool's side, spread over its processes) for the
+    # per-process counters, in 10 ms clock ticks, to add up to more than zero
+    argv = ["--problems", str(DATA / "mbpp.jsonl"), "--limit", "40", "--rounds", "1"]
     assert bench.main(argv) == 0
     out = capsys.readouterr().out
-    assert out.count("pool passed 8/8") == 2  # all samples, then the one round
+    assert out.count("pool passed 40/40") == 2  # all samples, then the one round
     for side in ("pool", "subprocess"):
         rows = re.findall(rf"^ +{side} +[\d.]+ executions/s .* cpu +([\d.]+) ms", out, re.M)
         assert len(rows) == 2 and all(float(cpu_ms) > 0 for cpu_ms in rows)
