@@ -36,6 +36,7 @@ from typing import NamedTuple
 
 from common.config import SandboxConfig
 from common.types import ExecutionJob, ExecutionResult
+from sandbox.isolation import descendants
 from sandbox.pool import SandboxPool
 from sandbox.problems import load_problems
 
@@ -68,25 +69,10 @@ def _subprocess_once(job: ExecutionJob, directory: str) -> float:
 def tree_cpu_seconds() -> float:
     """CPU time (user + system) of this process and of every process under it, including
     what the ones already reaped used (Linux ``/proc``; clock-tick resolution)."""
-    parents: dict[int, int] = {}
-    times: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue  # ended while we looked
-        fields = stat[stat.rindex(")") + 2 :].split()
-        parents[int(entry)] = int(fields[1])
-        times[int(entry)] = sum(int(v) for v in fields[11:15])  # utime stime cutime cstime
-    total, frontier = 0, [os.getpid()]
-    while frontier:
-        pid = frontier.pop()
-        total += times.get(pid, 0)
-        frontier.extend(child for child, parent in parents.items() if parent == pid)
-    return total / os.sysconf("SC_CLK_TCK")
+    below = sum(
+        int(value) for fields in descendants(os.getpid()).values() for value in fields[11:15]
+    )  # utime stime cutime cstime
+    return sum(os.times()[:4]) + below / os.sysconf("SC_CLK_TCK")
 
 
 class _Run(NamedTuple):

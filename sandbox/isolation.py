@@ -300,24 +300,34 @@ def kill_tree(main: int, root: int) -> int | None:
     return status
 
 
+def descendants(root: int) -> dict[int, list[bytes]]:
+    """Every process below ``root`` (found through /proc), with the fields of its
+    ``/proc/<pid>/stat`` after the command name (``[0]`` state, ``[1]`` parent, ...)."""
+    stats: dict[int, list[bytes]] = {}
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()
+                ppid = int(fields[1])
+            except (OSError, ValueError, IndexError):
+                continue  # ended while we looked
+            stats[int(entry)] = fields
+            children.setdefault(ppid, []).append(int(entry))
+    found, stack = {}, list(children.get(root, []))
+    while stack:
+        pid = stack.pop()
+        found[pid] = stats[pid]
+        stack.extend(children.get(pid, []))
+    return found
+
+
 def kill_descendants(root: int) -> int:
     """SIGKILL every process below ``root`` (found through /proc); returns how many."""
     killed = 0
     for _ in range(50):
-        children: dict[int, list[int]] = {}
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    with open(f"/proc/{entry}/stat", "rb") as f:
-                        ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
-                except (OSError, ValueError, IndexError):
-                    continue
-                children.setdefault(ppid, []).append(int(entry))
-        found, stack = [], list(children.get(root, []))
-        while stack:
-            pid = stack.pop()
-            found.append(pid)
-            stack.extend(children.get(pid, []))
+        found = descendants(root)
         if not found:
             return killed
         for pid in found:
