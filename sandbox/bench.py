@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
@@ -81,27 +82,26 @@ class _Run(NamedTuple):
     cpu_seconds: float
 
 
-def _measured(run) -> tuple[object, _Run]:
+def _timed(run: Callable[[], list[float]]) -> _Run:
+    """Run ``run`` (it returns per-execution latencies) and measure its wall and CPU time."""
     cpu, start = tree_cpu_seconds(), time.perf_counter()
-    latencies, out = run()
-    return out, _Run(latencies, time.perf_counter() - start, tree_cpu_seconds() - cpu)
+    latencies = run()
+    return _Run(latencies, time.perf_counter() - start, tree_cpu_seconds() - cpu)
 
 
 def _run_pool(pool: SandboxPool, jobs: list[ExecutionJob]) -> tuple[list[ExecutionResult], _Run]:
-    def run():
-        results = pool.run(jobs)
-        return [r.duration_ms for r in results], results
+    results: list[ExecutionResult] = []
 
-    return _measured(run)
+    def run() -> list[float]:
+        results.extend(pool.run(jobs))
+        return [r.duration_ms for r in results]
+
+    return results, _timed(run)
 
 
 def _run_subprocesses(jobs: list[ExecutionJob], workers: int) -> _Run:
     with tempfile.TemporaryDirectory() as directory, ThreadPoolExecutor(workers) as ex:
-
-        def run():
-            return list(ex.map(lambda job: _subprocess_once(job, directory), jobs)), None
-
-        return _measured(run)[1]
+        return _timed(lambda: list(ex.map(lambda job: _subprocess_once(job, directory), jobs)))
 
 
 def _summary(name: str, run: _Run) -> tuple[float, float]:
