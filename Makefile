@@ -15,7 +15,7 @@ STAMP  := $(VENV)/.installed-$(EXTRA)
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH_INDEX) torch==2.13.0

@@ -16,6 +16,11 @@ measures what the pool exists to remove: the cost per execution. It is repeated
 shared machine other jobs' load changes from second to second, and alternating exposes both
 sides to it alike.
 
+Before the runs it lists what the baseline interpreter imports at start-up from outside the
+standard library (``.pth`` hooks of the environment), with the time each took: such a hook is
+paid by every baseline execution and inflates the speed-up. An editable install of this
+project once did exactly that (~11 ms per start, see docs/benchmarks.md).
+
 Each side also reports the CPU time it spent per execution, summed over this process and every
 process under it (the pool's workers, zygotes and children; the subprocesses): unlike the rate,
 it does not depend on how much of each execution was spent waiting, so it moves less with the
@@ -65,6 +70,47 @@ def _subprocess_once(job: ExecutionJob, directory: str) -> float:
     finally:
         os.unlink(f.name)
     return (time.perf_counter() - start) * 1000
+
+
+def startup_imports(importtime_log: str) -> list[tuple[str, float]]:
+    """The outermost modules outside the standard library in a ``-X importtime`` log, with
+    their cumulative import time in ms (nested imports are counted in their importer's)."""
+    entries = []
+    for line in importtime_log.splitlines():
+        fields = line.split("|")
+        if len(fields) != 3 or not line.startswith("import time:"):
+            continue
+        try:
+            cumulative_us = int(fields[1])
+        except ValueError:
+            continue  # the header line
+        name = fields[2].rstrip()
+        depth = (len(name) - len(name.lstrip())) // 2
+        entries.append((depth, name.strip(), cumulative_us / 1000))
+    found, ancestors = [], []  # ancestors: (depth, outside the stdlib or under such a module)
+    for depth, name, ms in reversed(entries):  # the log lists children before their importer
+        while ancestors and ancestors[-1][0] >= depth:
+            ancestors.pop()
+        under_outside = any(outside for _, outside in ancestors)
+        outside = name.split(".")[0] not in sys.stdlib_module_names
+        if outside and not under_outside:
+            found.append((name, ms))
+        ancestors.append((depth, outside or under_outside))
+    return found[::-1]
+
+
+def _baseline_startup() -> str:
+    """One line on what ``python`` imports at start-up beyond the standard library."""
+    log = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "pass"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    ).stderr
+    found = startup_imports(log)
+    listed = ", ".join(f"{name} ({ms:.1f} ms)" for name, ms in found) or "nothing"
+    return f"baseline start-up imports from outside the standard library: {listed}"
 
 
 def tree_cpu_seconds() -> float:
@@ -146,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     jobs = [p.reference_job() for p in problems]
     config = SandboxConfig(num_workers=args.workers, timeout_s=10, test_timeout_s=10, cache=False)
     print(f"{len(jobs)} MBPP reference solutions, {args.workers} workers, {os.cpu_count()} CPUs")
+    print(_baseline_startup())
     with SandboxPool(config) as pool:
         print(f"pool isolation: {pool.isolation}; result cache off")
         print("all samples:")

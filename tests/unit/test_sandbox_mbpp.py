@@ -151,6 +151,33 @@ def test_bench_prints_both_rates_and_cpu_per_execution(capsys):
         assert len(rows) == 2 and all(float(cpu_ms) > 0 for cpu_ms in rows)
     assert "without samples that run > 1000 ms alone: none" in out
     assert "median speed-up without them:" in out and "cpu per execution:" in out
+    assert "baseline start-up imports from outside the standard library: " in out
+
+
+def _importtime_log(code: str) -> str:
+    argv = [sys.executable, "-X", "importtime", "-c", code]
+    return subprocess.run(argv, capture_output=True, text=True, check=True).stderr
+
+
+def test_startup_imports_names_a_pth_hook_and_not_what_it_imports(tmp_path):
+    from sandbox.bench import startup_imports
+
+    (tmp_path / "hook_module.py").write_text("import json\n")
+    (tmp_path / "hook.pth").write_text("import hook_module\n")
+    log = _importtime_log(f"import site; site.addsitedir({str(tmp_path)!r})")
+    names = [name for name, _ in startup_imports(log)]
+    assert "hook_module" in names
+    assert "json" not in names and "site" not in names  # stdlib, and json is the hook's
+
+
+def test_this_project_adds_no_import_to_interpreter_start_up():
+    """An editable install through setuptools' import-hook finder cost ~11 ms per start of
+    every interpreter in the venv (the bench's baseline too); the install must be a plain
+    path entry (``package-dir`` in pyproject.toml)."""
+    from sandbox.bench import startup_imports
+
+    names = [name for name, _ in startup_imports(_importtime_log("pass"))]
+    assert not [name for name in names if "editable" in name or "grpo" in name], names
 
 
 def test_tree_cpu_seconds_counts_children_already_reaped():
