@@ -149,6 +149,20 @@ class SandboxConfig(_Section):
         False, description="run without namespaces when the kernel allows none (unsafe)"
     )
     num_cpus: float = Field(0.0, ge=0)
+    cpu_affinity: Literal["auto", "none"] | list[int] = Field(
+        "auto",
+        description="'auto': worker i (its zygote and every child) is pinned to the i-th CPU "
+        "this process may use, round robin; a list of CPU ids: the same over those CPUs; "
+        "'none': the scheduler places them",
+    )
+
+    @model_validator(mode="after")
+    def _check_cpu_affinity(self) -> SandboxConfig:
+        if isinstance(self.cpu_affinity, list) and (
+            not self.cpu_affinity or min(self.cpu_affinity) < 0
+        ):
+            raise ValueError("cpu_affinity must be 'auto', 'none' or a non-empty list of CPU ids")
+        return self
 
 
 class LoraConfig(_Section):

@@ -187,14 +187,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--long-ms", type=float, default=1000.0)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--cpu-affinity", choices=("auto", "none"), default="auto", help="sandbox.cpu_affinity"
+    )
     args = parser.parse_args(argv)
     problems = list(load_problems(args.problems).values())[: args.limit]
     jobs = [p.reference_job() for p in problems]
-    config = SandboxConfig(num_workers=args.workers, timeout_s=10, test_timeout_s=10, cache=False)
+    config = SandboxConfig(
+        num_workers=args.workers,
+        timeout_s=10,
+        test_timeout_s=10,
+        cache=False,
+        cpu_affinity=args.cpu_affinity,
+    )
     print(f"{len(jobs)} MBPP reference solutions, {args.workers} workers, {os.cpu_count()} CPUs")
     print(_baseline_startup())
     with SandboxPool(config) as pool:
-        print(f"pool isolation: {pool.isolation}; result cache off")
+        print(f"pool isolation: {pool.isolation}; result cache off; workers' CPUs: {pool.cpus}")
         print("all samples:")
         results, _, _ = _compare(pool, jobs, args.workers)
         long = {i for i, r in enumerate(results) if r.duration_ms > args.long_ms}

@@ -27,7 +27,7 @@ from common.types import ExecutionJob, ExecutionResult, Verdict
 from sandbox import isolation, testplan
 from sandbox.cache import ResultCache, job_key
 from sandbox.judging import Judgement
-from sandbox.workers import WorkerHandle
+from sandbox.workers import WorkerHandle, worker_cpus
 
 log = logging.getLogger(__name__)
 
@@ -66,9 +66,10 @@ class SandboxPool:
         self._closed = False
         self._workers: list[WorkerHandle] = []
         try:
-            for index in range(config.num_workers):
+            self.cpus: list[int | None] = worker_cpus(config.cpu_affinity, config.num_workers)
+            for index, cpu in enumerate(self.cpus):
                 self._workers.append(
-                    WorkerHandle(index, self._dir, config.memory_mb, isolation_mode)
+                    WorkerHandle(index, self._dir, config.memory_mb, isolation_mode, cpu)
                 )
             for worker in self._workers:
                 worker.wait_ready()
@@ -77,7 +78,12 @@ class SandboxPool:
             raise
         levels = [w.isolation for w in self._workers]
         self.isolation: str = min(levels, key=lambda level: isolation.LEVEL_NUMBER[level])
-        log.info("sandbox: %d workers, isolation %s", len(self._workers), self.isolation)
+        log.info(
+            "sandbox: %d workers, isolation %s, %s",
+            len(self._workers),
+            self.isolation,
+            "not pinned to CPUs" if None in self.cpus else f"pinned to CPUs {self.cpus}",
+        )
         if self.isolation == isolation.LEVEL_RLIMITS and not config.allow_unisolated:
             self.close()
             raise SandboxIsolationError(

@@ -348,8 +348,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--scratch", required=True)
     parser.add_argument("--memory-mb", type=int, required=True)
     parser.add_argument("--isolation", choices=("auto", "none"), default="auto")
+    parser.add_argument("--cpu", type=int, default=None, help="pin to this CPU (and children)")
     args = parser.parse_args(argv)
     args.front_pid = os.getppid()
+    if args.cpu is not None:  # first: the zygote and every child inherit it
+        os.sched_setaffinity(0, {args.cpu})
     if args.isolation == "auto":
         level, uid = isolation.setup_worker(args.index, args.scratch)
     else:

@@ -39,11 +39,34 @@ class WorkerStartError(RuntimeError):
     """A worker did not come up; the message says what it reported."""
 
 
+def worker_cpus(setting: str | list[int], count: int) -> list[int | None]:
+    """The CPU each of ``count`` workers is pinned to (None: not pinned), round robin.
+
+    Pinned, a worker's server, zygote and children hand each execution to one another on one
+    CPU: on the 2-vCPU VM of docs/benchmarks.md that cut the pool's CPU per execution by a
+    quarter, because waking a process on another CPU (an inter-processor interrupt, cold
+    caches) was dearer than the context switch itself.
+    """
+    if setting == "none":
+        return [None] * count
+    allowed = sorted(os.sched_getaffinity(0))
+    cpus = allowed if setting == "auto" else list(setting)
+    missing = sorted(set(cpus) - set(allowed))
+    if missing:
+        raise ValueError(
+            f"sandbox.cpu_affinity: CPUs {missing} are not available to this process "
+            f"(it may use {allowed})"
+        )
+    return [cpus[index % len(cpus)] for index in range(count)]
+
+
 class WorkerHandle:
     """One worker: its process, its socket and its jobs in flight, oldest (running) first."""
 
-    def __init__(self, index: int, root: str, memory_mb: int, mode: str) -> None:
-        self.index, self.root = index, root
+    def __init__(
+        self, index: int, root: str, memory_mb: int, mode: str, cpu: int | None = None
+    ) -> None:
+        self.index, self.root, self.cpu = index, root, cpu
         self.memory_mb, self.mode = memory_mb, mode
         self.in_flight: deque[tuple[int, object]] = deque()  # (job id, task)
         self.backstop_s = 0.0
@@ -73,6 +96,8 @@ class WorkerHandle:
             "--isolation",
             self.mode,
         ]
+        if self.cpu is not None:
+            args += ["--cpu", str(self.cpu)]
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-I", "-c", BOOT, *args],

@@ -28,6 +28,14 @@ def test_wrong_type_is_refused_with_its_name():
         load_config(overrides=["--learner.lr", "fast"])
 
 
+def test_bad_sandbox_cpu_affinity_is_refused_with_its_name():
+    with pytest.raises(ConfigError, match=r"sandbox: cpu_affinity must be 'auto', 'none' or a"):
+        load_config(None, ["--sandbox.cpu_affinity", "[-1]"])
+    with pytest.raises(ConfigError, match=r"sandbox\.cpu_affinity"):
+        load_config(None, ["--sandbox.cpu_affinity", "fastest"])
+    assert load_config(None, ["--sandbox.cpu_affinity", "[1, 0]"]).sandbox.cpu_affinity == [1, 0]
+
+
 def test_group_size_below_two_is_refused_with_the_reason():
     with pytest.raises(ConfigError, match=r"group_size \(1\) must be at least 2.*baseline"):
         load_config(overrides=["--rollout.group_size", "1", "--rollout.batch_size", "4"])

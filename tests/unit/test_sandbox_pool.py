@@ -405,6 +405,43 @@ def test_close_leaves_no_processes_or_files():
     assert not os.path.exists(temp_pool._dir)
 
 
+ALLOWED_CPUS = sorted(os.sched_getaffinity(0))
+AFFINITY = "import os\ndef f():\n    return sorted(os.sched_getaffinity(0))\n"
+
+
+def _affinities(worker) -> list[list[int]]:
+    """CPU affinity of a worker's processes: its server and the server's zygote."""
+    server = psutil.Process(worker.proc.pid)
+    return [p.cpu_affinity() for p in [server, *server.children(recursive=True)]]
+
+
+def test_each_worker_is_pinned_to_its_own_cpu_by_default(pool):
+    expected = [ALLOWED_CPUS[i % len(ALLOWED_CPUS)] for i in range(CONFIG.num_workers)]
+    assert pool.cpus == expected
+    for worker in pool._workers:
+        assert _affinities(worker) == [[worker.cpu]] * 2  # server and zygote
+    # and so is every child, whichever worker runs it
+    jobs = [ExecutionJob(AFFINITY, (f"assert f() in {[[c] for c in expected]}",))] * 6
+    assert all(r.passed for r in pool.run(jobs))
+
+
+def test_cpu_affinity_list_and_none():
+    last = ALLOWED_CPUS[-1]
+    config = SandboxConfig(num_workers=2, cache=False, cpu_affinity=[last])
+    with SandboxPool(config) as pinned:
+        assert [_affinities(w) for w in pinned._workers] == [[[last]] * 2] * 2
+        assert run(pinned, AFFINITY, [f"assert f() == [{last}]"]).passed
+    with SandboxPool(SandboxConfig(num_workers=1, cache=False, cpu_affinity="none")) as free:
+        assert free.cpus == [None]
+        assert run(free, AFFINITY, [f"assert f() == {ALLOWED_CPUS}"]).passed
+
+
+def test_cpu_affinity_outside_the_allowed_cpus_is_a_clear_error():
+    config = SandboxConfig(num_workers=1, cpu_affinity=[ALLOWED_CPUS[-1] + 1000])
+    with pytest.raises(ValueError, match=r"sandbox\.cpu_affinity: CPUs \[\d+\] are not avail"):
+        SandboxPool(config)
+
+
 def test_job_larger_than_a_pipe_buffer_reaches_the_child(pool):
     padding = "# " + "x" * 200 + "\n"
     code = padding * 2000 + GOOD_F  # ~400 KB, several pipe buffers
