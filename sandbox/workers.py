@@ -43,9 +43,9 @@ def worker_cpus(setting: str | list[int], count: int) -> list[int | None]:
     """The CPU each of ``count`` workers is pinned to (None: not pinned), round robin.
 
     Pinned, a worker's server, zygote and children hand each execution to one another on one
-    CPU: on the 2-vCPU VM of docs/benchmarks.md that cut the pool's CPU per execution by a
-    quarter, because waking a process on another CPU (an inter-processor interrupt, cold
-    caches) was dearer than the context switch itself.
+    CPU: on the 2-vCPU VM of docs/benchmarks.md that cut the pool's CPU per execution by
+    12-24% and raised its rate by 15-25%, because waking a process on another CPU (an
+    inter-processor interrupt, cold caches) was dearer than the context switch itself.
     """
     if setting == "none":
         return [None] * count
