@@ -152,8 +152,8 @@ class SandboxConfig(_Section):
     cpu_affinity: Literal["auto", "none"] | list[int] = Field(
         "auto",
         description="'auto': worker i (its zygote and every child) is pinned to the i-th CPU "
-        "this process may use, round robin; a list of CPU ids: the same over those CPUs; "
-        "'none': the scheduler places them",
+        "this process may use counting from the last, round robin; a list of CPU ids: the "
+        "same over those CPUs in that order; 'none': the scheduler places them",
     )
 
     @model_validator(mode="after")

@@ -42,6 +42,10 @@ class WorkerStartError(RuntimeError):
 def worker_cpus(setting: str | list[int], count: int) -> list[int | None]:
     """The CPU each of ``count`` workers is pinned to (None: not pinned), round robin.
 
+    ``auto`` takes the CPUs this process may use from the last one down: vLLM-CPU's automatic
+    OpenMP binding takes a NUMA node's CPUs from the first one up and leaves the last ones to
+    other processes.
+
     Pinned, a worker's server, zygote and children hand each execution to one another on one
     CPU: on the 2-vCPU VM of docs/benchmarks.md that cut the pool's CPU per execution by
     12-24% and raised its rate by 15-25%, because waking a process on another CPU (an
@@ -50,7 +54,7 @@ def worker_cpus(setting: str | list[int], count: int) -> list[int | None]:
     if setting == "none":
         return [None] * count
     allowed = sorted(os.sched_getaffinity(0))
-    cpus = allowed if setting == "auto" else list(setting)
+    cpus = allowed[::-1] if setting == "auto" else list(setting)
     missing = sorted(set(cpus) - set(allowed))
     if missing:
         raise ValueError(
