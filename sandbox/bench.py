@@ -99,16 +99,15 @@ def startup_imports(importtime_log: str) -> list[tuple[str, float]]:
     return found[::-1]
 
 
+def importtime_log(code: str = "pass") -> str:
+    """What ``python -X importtime -c CODE`` reports: every import of its start-up and run."""
+    argv = [sys.executable, "-X", "importtime", "-c", code]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False).stderr
+
+
 def _baseline_startup() -> str:
     """One line on what ``python`` imports at start-up beyond the standard library."""
-    log = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", "pass"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    ).stderr
-    found = startup_imports(log)
+    found = startup_imports(importtime_log())
     listed = ", ".join(f"{name} ({ms:.1f} ms)" for name, ms in found) or "nothing"
     return f"baseline start-up imports from outside the standard library: {listed}"
 

@@ -66,8 +66,8 @@ class SandboxPool:
         self._closed = False
         self._workers: list[WorkerHandle] = []
         try:
-            self.cpus: list[int | None] = worker_cpus(config.cpu_affinity, config.num_workers)
-            for index, cpu in enumerate(self.cpus):
+            cpus = worker_cpus(config.cpu_affinity, config.num_workers)
+            for index, cpu in enumerate(cpus):
                 self._workers.append(
                     WorkerHandle(index, self._dir, config.memory_mb, isolation_mode, cpu)
                 )
@@ -90,6 +90,11 @@ class SandboxPool:
                 "the kernel allows no user/network/PID namespaces here, so untrusted code would "
                 "run with rlimits only; set sandbox.allow_unisolated = true to accept that"
             )
+
+    @property
+    def cpus(self) -> list[int | None]:
+        """The CPU each worker (its zygote and children too) is pinned to; None: not pinned."""
+        return [worker.cpu for worker in self._workers]
 
     def __enter__(self) -> SandboxPool:
         return self
