@@ -21,6 +21,12 @@ standard library (``.pth`` hooks of the environment), with the time each took: s
 paid by every baseline execution and inflates the speed-up. An editable install of this
 project once did exactly that (~11 ms per start, see docs/benchmarks.md).
 
+Each round also runs the pool on empty programs (``pass``, no tests) and prints the *ceiling*:
+that rate over the round's subprocess rate, the speed-up the pool would reach if the programs
+themselves cost nothing. A gap between the target and the ceiling is the pool's fixed cost
+per execution (fork, harness, protocol), not the programs'; no change to how programs run can
+close it.
+
 Each side also reports the CPU time it spent per execution, summed over this process and every
 process under it (the pool's workers, zygotes and children; the subprocesses): unlike the rate,
 it does not depend on how much of each execution was spent waiting, so it moves less with the
@@ -46,6 +52,7 @@ from sandbox.isolation import descendants
 from sandbox.pool import SandboxPool
 from sandbox.problems import load_problems
 
+EMPTY_PROGRAMS = 200  # enough CPU (~0.4 s) for the clock-tick counters to be well above zero
 DEFAULT_PROBLEMS = os.path.join(
     os.path.dirname(__file__), "..", "..", "shared", "data", "mbpp.jsonl"
 )
@@ -163,11 +170,17 @@ def _summary(name: str, run: _Run) -> tuple[float, float]:
     return rate, cpu_ms
 
 
+class _Round(NamedTuple):
+    speed_up: float
+    cpu_ratio: float  # CPU per execution, subprocess / pool
+    ceiling: float  # pool rate on empty programs / subprocess rate; nan when not measured
+
+
 def _compare(
-    pool: SandboxPool, jobs: list[ExecutionJob], workers: int
-) -> tuple[list[ExecutionResult], float, float]:
-    """Pool, then subprocesses, over the same jobs; prints both and returns the speed-up and
-    the ratio of CPU per execution (subprocess / pool)."""
+    pool: SandboxPool, jobs: list[ExecutionJob], workers: int, empty: int = 0
+) -> tuple[list[ExecutionResult], _Round]:
+    """Pool, then subprocesses, over the same jobs, then (``empty`` > 0) the pool on that many
+    empty programs; prints every side and returns the pool's results and the ratios."""
     results, pool_run = _run_pool(pool, jobs)
     naive_run = _run_subprocesses(jobs, workers)
     print(f"  pool passed {sum(r.passed for r in results)}/{len(results)}")
@@ -175,7 +188,13 @@ def _compare(
     naive_rate, naive_cpu = _summary("subprocess", naive_run)
     cpu_ratio = naive_cpu / pool_cpu if pool_cpu else float("inf")
     print(f"  speed-up: {pool_rate / naive_rate:.1f}x   cpu per execution: {cpu_ratio:.1f}x less")
-    return results, pool_rate / naive_rate, cpu_ratio
+    ceiling = float("nan")
+    if empty:
+        _, empty_run = _run_pool(pool, [ExecutionJob(code="pass", tests=())] * empty)
+        empty_rate, _ = _summary("pool, empty", empty_run)
+        ceiling = empty_rate / naive_rate
+        print(f"  ceiling: {ceiling:.1f}x (the speed-up if the programs cost nothing)")
+    return results, _Round(pool_rate / naive_rate, cpu_ratio, ceiling)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -204,21 +223,20 @@ def main(argv: list[str] | None = None) -> int:
     with SandboxPool(config) as pool:
         print(f"pool isolation: {pool.isolation}; result cache off; workers' CPUs: {pool.cpus}")
         print("all samples:")
-        results, _, _ = _compare(pool, jobs, args.workers)
+        results, _ = _compare(pool, jobs, args.workers)
         long = {i for i, r in enumerate(results) if r.duration_ms > args.long_ms}
         names = [f"{problems[i].task_id} ({results[i].duration_ms:.0f} ms)" for i in sorted(long)]
         left_out = ", ".join(names) or "none"
         print(f"without samples that run > {args.long_ms:.0f} ms alone: {left_out}")
         short = [job for i, job in enumerate(jobs) if i not in long]
-        ratios, cpu_ratios = [], []
+        rounds = []
         for round_ in range(args.rounds):
             print(f"round {round_ + 1}/{args.rounds}:")
-            _, ratio, cpu_ratio = _compare(pool, short, args.workers)
-            ratios.append(ratio)
-            cpu_ratios.append(cpu_ratio)
+            rounds.append(_compare(pool, short, args.workers, EMPTY_PROGRAMS)[1])
+        speed_up, cpu_ratio, ceiling = (statistics.median(column) for column in zip(*rounds))
         print(
-            f"median speed-up without them: {statistics.median(ratios):.1f}x"
-            f" (cpu per execution: {statistics.median(cpu_ratios):.1f}x less)"
+            f"median speed-up without them: {speed_up:.1f}x"
+            f" (cpu per execution: {cpu_ratio:.1f}x less; ceiling: {ceiling:.1f}x)"
         )
     return 0
 

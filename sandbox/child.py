@@ -10,17 +10,15 @@ to a dedicated pipe (fd 3) as length-prefixed JSON.
 from __future__ import annotations
 
 import builtins
-import json
+import json.encoder
 import os
 import struct
-import sys
 from typing import Any
 
 from sandbox.canonical import Unserialisable, canonicalise
 
 VALUE_FD = 3
 _write = os.write
-_dumps = json.dumps
 _pack = struct.pack
 _exit = os._exit
 # Made once in the worker, before any fork: copying the builtins dict in every child would
@@ -28,11 +26,30 @@ _exit = os._exit
 CLEAN_BUILTINS = dict(builtins.__dict__)
 
 
-def _send(record: dict) -> None:
-    data = _dumps(record).encode()
-    data = _pack(">I", len(data)) + data
+def _not_json(value: object) -> None:
+    raise TypeError(f"{type(value).__name__} is not JSON data")
+
+
+# json's C encoder, made once: json.dumps builds one (and runs its Python) on every call.
+_encode = json.encoder.c_make_encoder(
+    None, _not_json, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, True
+)
+
+
+def frame(record: dict) -> bytes:
+    """A record as the server reads it: length-prefixed JSON."""
+    data = "".join(_encode(record, 0)).encode()
+    return _pack(">I", len(data)) + data
+
+
+def _send(data: bytes) -> None:
     while data:
         data = data[_write(VALUE_FD, data) :]
+
+
+# The two records every execution sends, framed once, before any fork.
+LOADED = frame({"t": "loaded"})
+END = frame({"t": "end"})
 
 
 def _describe(exc: BaseException) -> dict:
@@ -84,15 +101,14 @@ def run(code: str, setup_code: str, parts: list[dict]) -> None:
     try:
         clean_builtins = CLEAN_BUILTINS
         namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
-        sys.argv = ["<candidate>"]
         failure = _load(code, setup_code, namespace)
         if failure is not None:
-            _send(failure)
+            _send(frame(failure))
             _exit(0)
-        _send({"t": "loaded"})
+        _send(LOADED)
         for index, part in enumerate(parts):
-            _send(_run_test(index, part, namespace, clean_builtins))
-        _send({"t": "end"})
+            _send(frame(_run_test(index, part, namespace, clean_builtins)))
+        _send(END)
     except BaseException:
         pass
     _exit(0)

@@ -24,7 +24,8 @@ CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
-MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 0x2, 0x4, 0x1000, 0x4000, 0x40000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
+MS_BIND, MS_REC, MS_PRIVATE = 0x1000, 0x4000, 0x40000
 MNT_DETACH = 0x2
 SYS_MOUNT_SETATTR = 442  # the same number on every architecture (asm-generic table)
 AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = -100, 0x8000, 0x1
@@ -214,6 +215,22 @@ def mount_scratch(scratch: str, owner: int) -> None:
     os.chown(scratch, owner, owner)
 
 
+def mount_own_proc() -> bool:
+    """Mount a read-only procfs of the caller's PID namespace on ``/proc``; False if refused.
+
+    Called by the zygote, the namespace's init, in the worker's mount namespace. The host's
+    ``/proc`` would show programs every process of the machine with its command line (where
+    a job's secrets may be); this one shows the namespace: the zygote and the execution. The
+    kernel refuses while parts of the host's ``/proc`` are covered, as container runtimes
+    do; the host's then stays, and the pool says so when it starts.
+    """
+    try:
+        _mount("proc", "/proc", "proc", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+    except OSError:
+        return False
+    return True
+
+
 def single_malloc_arena() -> None:
     """Make threads share glibc's main malloc arena (``mallopt(M_ARENA_MAX, 1)``).
 
@@ -237,17 +254,17 @@ def rlimits(memory_bytes: int, cpu_s: int, file_bytes: int) -> list[tuple[int, i
     ]
 
 
-def drop_privileges(uid: int, set_no_new_privs: bool = True) -> None:
-    """No new privileges (the zygote's children inherit it from the worker, which set it
-    before forking the zygote, and skip the call), the sandbox uid, and death with our
-    parent (set after setuid, which clears the parent-death signal)."""
-    if set_no_new_privs:
-        prctl(PR_SET_NO_NEW_PRIVS, 1)
+def drop_privileges(uid: int, death_signal: bool) -> None:
+    """Become the sandbox uid, then (``death_signal``) die with our parent: set after setuid,
+    which clears it. Without it the parent must be a PID namespace's init, whose death the
+    kernel turns into SIGKILL for every process of the namespace. No-new-privileges is not set
+    here: the worker sets it before forking the zygote, and every child inherits it."""
     if uid != os.geteuid():
         os.setgroups([])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
-    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if death_signal:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def virtual_size(pid: int | str = "self") -> int:

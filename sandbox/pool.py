@@ -79,9 +79,10 @@ class SandboxPool:
         levels = [w.isolation for w in self._workers]
         self.isolation: str = min(levels, key=lambda level: isolation.LEVEL_NUMBER[level])
         log.info(
-            "sandbox: %d workers, isolation %s, %s",
+            "sandbox: %d workers, isolation %s, %s, %s",
             len(self._workers),
             self.isolation,
+            "own /proc" if self.own_proc else "programs see the host's /proc (command lines)",
             "not pinned to CPUs" if None in self.cpus else f"pinned to CPUs {self.cpus}",
         )
         if self.isolation == isolation.LEVEL_RLIMITS and not config.allow_unisolated:
@@ -90,6 +91,12 @@ class SandboxPool:
                 "the kernel allows no user/network/PID namespaces here, so untrusted code would "
                 "run with rlimits only; set sandbox.allow_unisolated = true to accept that"
             )
+
+    @property
+    def own_proc(self) -> bool:
+        """Whether programs see only their PID namespace in ``/proc`` (every worker mounted
+        its own; see ``isolation.mount_own_proc``), not the host's processes."""
+        return all(worker.own_proc for worker in self._workers)
 
     @property
     def cpus(self) -> list[int | None]:

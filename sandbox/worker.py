@@ -31,7 +31,7 @@ import argparse
 import builtins
 import gc
 import importlib
-import json
+import marshal
 import math
 import os
 import select
@@ -117,7 +117,7 @@ class Worker:
             for fd in (job_r, val_w, out_w):
                 os.close(fd)
         os.set_blocking(job_w, False)
-        writer = _Writer(job_w, json.dumps(payload).encode())
+        writer = _Writer(job_w, marshal.dumps(payload))  # see zygote.py for why marshal
         try:
             status = self._watch(job, val_r, out_r, writer, start, records)
         finally:
@@ -138,7 +138,7 @@ class Worker:
         ``memory_mb``; its size is re-read every 64 executions, not every time.
         """
         if self.executions % 64 == 0:
-            self.base_size = isolation.virtual_size(self.args.zygote_pid)
+            self.base_size = isolation.virtual_size(self.args.zygote_proc)
         self.executions += 1
         memory = self.base_size + self.args.memory_mb * 1024 * 1024
         return isolation.rlimits(memory, math.ceil(job["timeout_s"]) + 1, FILE_CAP)
@@ -292,21 +292,30 @@ def _warm_up() -> None:
         child._load(WARM_UP_CODE, "", namespace)
         for index, part in enumerate(WARM_UP_PARTS):
             record = child._run_test(index, part, namespace, child.CLEAN_BUILTINS)
-            Frames().feed(encode(record))
+            Frames().feed(child.frame(record))
         isolation.prctl(isolation.PR_SET_NO_NEW_PRIVS, 1)
 
 
-def _start_zygote(args: argparse.Namespace, uid: int) -> socket.socket:
+def _start_zygote(args: argparse.Namespace, uid: int, level: str) -> socket.socket:
     """Fork the zygote (after ``_pid_namespace``: the namespace's init); returns the control
-    socket. It gets neither the pool's socket nor our end of the control pair."""
+    socket. It gets neither the pool's socket nor our end of the control pair.
+
+    Sets ``args.own_proc`` (the zygote mounted the namespace's ``/proc``, see
+    ``isolation.mount_own_proc``) and ``args.zygote_proc``, where we read the zygote's
+    ``/proc`` entry: that mount, shared with us, shows it as PID 1.
+    """
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     pid = os.fork()
     if pid == 0:
         os.close(args.fd)
         ours.close()
-        zygote.serve(theirs, args.scratch, uid)
+        zygote.serve(theirs, args.scratch, uid, level == isolation.LEVEL_FULL)
     theirs.close()
-    args.zygote_pid = pid
+    reply = ours.recv(16)
+    if reply[:1] != b"P":
+        raise RuntimeError("the zygote did not start")
+    args.own_proc = reply == b"P1"
+    args.zygote_proc = 1 if args.own_proc else pid
     return ours
 
 
@@ -331,6 +340,7 @@ def _prepare() -> None:
     for name in PRELOAD:
         importlib.import_module(name)
     os.environ.clear()
+    sys.argv = ["<candidate>"]  # what programs see; set here, not in every child
     os.umask(0o077)
     # harmless here, inherited by the zygote and every child (it can never be unset)
     isolation.prctl(isolation.PR_SET_NO_NEW_PRIVS, 1)
@@ -359,10 +369,10 @@ def main(argv: list[str] | None = None) -> None:
         level, uid = isolation.setup_unisolated(args.scratch)
     level = _pid_namespace(level)
     _prepare()
-    ctl = _start_zygote(args, uid)
+    ctl = _start_zygote(args, uid, level)
     args.clean_scratch = lambda: isolation.clean_scratch(args.scratch, level, uid)
     chan = Channel(args.fd)
-    chan.send({"op": "ready", "isolation": level, "pid": os.getpid()})
+    chan.send({"op": "ready", "isolation": level, "pid": os.getpid(), "own_proc": args.own_proc})
     Worker(chan, ctl, args).serve()
 
 

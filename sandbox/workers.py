@@ -76,6 +76,7 @@ class WorkerHandle:
         self.backstop_s = 0.0
         self.deadline = 0.0
         self.isolation = ""
+        self.own_proc = False  # programs see their PID namespace's /proc, not the host's
         self._start()
 
     def _start(self) -> None:
@@ -163,6 +164,7 @@ class WorkerHandle:
             for message in self.receive():
                 if message.get("op") == "ready":
                     self.isolation = message["isolation"]
+                    self.own_proc = bool(message.get("own_proc"))
                     self._ready = True
                     return
             if self.eof or self.proc.poll() is not None:

@@ -150,7 +150,17 @@ def test_bench_prints_both_rates_and_cpu_per_execution(capsys):
         rows = re.findall(rf"^ +{side} +[\d.]+ executions/s .* cpu +([\d.]+) ms", out, re.M)
         assert len(rows) == 2 and all(float(cpu_ms) > 0 for cpu_ms in rows)
     assert "without samples that run > 1000 ms alone: none" in out
-    assert "median speed-up without them:" in out and "cpu per execution:" in out
+    # the round also runs the pool on empty programs: the speed-up's ceiling
+    empty = re.findall(r"^ +pool, empty +([\d.]+) executions/s .* cpu +([\d.]+) ms", out, re.M)
+    assert len(empty) == 1 and all(float(value) > 0 for value in empty[0])
+    assert re.search(
+        r"^  ceiling: [\d.]+x \(the speed-up if the programs cost nothing\)$", out, re.M
+    )
+    summary = re.search(
+        r"^median speed-up without them: [\d.]+x \(.*ceiling: ([\d.]+)x\)$", out, re.M
+    )
+    assert summary and float(summary[1]) > 0
+    assert "cpu per execution:" in out
     assert "baseline start-up imports from outside the standard library: " in out
 
 

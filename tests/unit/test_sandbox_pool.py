@@ -115,32 +115,47 @@ def test_fork_storm_is_contained(pool):
     assert run(pool, GOOD_F).passed
 
 
-def test_setsid_grandchild_is_killed(pool):
-    marker = f"sandbox-grandchild-{os.getpid()}-{time.time_ns()}"
-    code = (
+def _grandchild_program(marker: str) -> str:
+    """A program that leaves a ``setsid`` grandchild running ``sleep 300`` (``marker`` in its
+    command line) and passes the tests only if that grandchild's exec succeeded: a passing
+    run proves the process existed, so "no survivors" afterwards means it was killed.
+    """
+    return textwrap.dedent(
         f"""
-        import os, time
+        import os
+        r, w = os.pipe()  # close-on-exec: end of file once the grandchild's exec succeeded
         if os.fork() == 0:
             os.setsid()
             if os.fork() == 0:
-                os.execv("/bin/sleep", ["{marker}", "300"]) if False else None
-                import sys
-                sys.argv[0] = "{marker}"
-                while True:
-                    time.sleep(1)
+                try:
+                    os.execv("/bin/sleep", [{marker!r}, "300"])
+                finally:
+                    os.write(w, b"x")
+                    os._exit(1)
             os._exit(0)
-        time.sleep(0.2)
-    """
-        + GOOD_F
+        os.close(w)
+        started = os.read(r, 1) == b""
+        def f(x):
+            return x + 1 if started else None
+        """
     )
-    run(pool, code)
-    time.sleep(0.2)
-    survivors = [
-        p
-        for p in psutil.process_iter(["cmdline", "ppid"])
-        if marker in " ".join(p.info["cmdline"] or [])
+
+
+def _processes_with(marker: str) -> list[psutil.Process]:
+    """Live (not zombie) processes whose command line contains ``marker``."""
+    return [
+        process
+        for process in psutil.process_iter(["cmdline", "status"])
+        if marker in " ".join(process.info["cmdline"] or [])
+        and process.info["status"] != psutil.STATUS_ZOMBIE
     ]
-    assert survivors == []
+
+
+def test_setsid_grandchild_is_killed(pool):
+    marker = f"sandbox-grandchild-{os.getpid()}-{time.time_ns()}"
+    assert run(pool, _grandchild_program(marker)).passed  # the grandchild ran
+    time.sleep(0.2)
+    assert _processes_with(marker) == []
 
 
 def test_huge_allocation_hits_memory_limit(pool):
@@ -284,6 +299,18 @@ def test_deleting_host_files_fails(pool):
             assert check.read() == b"precious"
     finally:
         os.unlink(fh.name)
+
+
+def test_host_processes_are_not_visible_in_proc(pool):
+    # The host's /proc would list every process of the machine, command lines included.
+    assert pool.own_proc
+    code = (
+        "import os\n"
+        "def f(x):\n"
+        "    return sorted(int(e) for e in os.listdir('/proc') if e.isdigit())"
+        " == [1, os.getpid()]\n"
+    )
+    assert run(pool, code, tests=("assert f(0) == True",)).passed
 
 
 @pytest.mark.parametrize(
@@ -482,20 +509,55 @@ def test_without_namespaces_setsid_grandchildren_are_still_killed():
         num_workers=1, timeout_s=3.0, test_timeout_s=1.0, cache=False, allow_unisolated=True
     )
     marker = f"sandbox-unisolated-{os.getpid()}-{time.time_ns()}"
-    code = (
-        "import os, sys, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
-        f"        sys.argv[0] = {marker!r}\n        while True:\n            time.sleep(1)\n"
-        "    os._exit(0)\ntime.sleep(0.2)\n" + GOOD_F
-    )
     with SandboxPool(config, isolation_mode="none") as bare:
-        assert bare.isolation == "rlimits-only"
-        assert run(bare, code).passed
+        assert bare.isolation == "rlimits-only" and not bare.own_proc
+        assert run(bare, _grandchild_program(marker)).passed  # the grandchild ran
+        time.sleep(0.2)
+        assert _processes_with(marker) == []
         assert run(bare, "def f(x):\n    while True: pass\n").verdict is Verdict.TIMEOUT
-    time.sleep(0.2)
-    survivors = [
-        p for p in psutil.process_iter(["cmdline"]) if marker in " ".join(p.info["cmdline"] or [])
-    ]
-    assert survivors == []
+
+
+def _wait_for_process_with(marker: str, timeout_s: float = 10.0) -> psutil.Process:
+    deadline = time.monotonic() + timeout_s
+    while not (found := _processes_with(marker)):
+        assert time.monotonic() < deadline, f"no process with {marker} started"
+        time.sleep(0.02)
+    return found[0]
+
+
+def _gone(process: psutil.Process, timeout_s: float = 3.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if process.status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+@pytest.mark.parametrize("isolation_mode", ["auto", "none"])
+def test_an_execution_dies_with_its_zygote(isolation_mode):
+    """As a PID namespace's init, the zygote takes every process of the namespace down with
+    it (the kernel's rule, so children set no parent-death signal then); without namespaces
+    each child has SIGKILL as its parent-death signal."""
+    config = SandboxConfig(
+        num_workers=1, timeout_s=2.0, test_timeout_s=2.0, cache=False, allow_unisolated=True
+    )
+    marker = f"sandbox-orphan-{isolation_mode}-{os.getpid()}-{time.time_ns()}"
+    job = ExecutionJob(f"import os\nos.execv('/bin/sleep', [{marker!r}, '300'])\n", F_TESTS)
+    with SandboxPool(config, isolation_mode=isolation_mode) as solo:
+        runner = threading.Thread(target=solo.run, args=([job],))
+        runner.start()
+        try:
+            sleeper = _wait_for_process_with(marker)
+            psutil.Process(solo._workers[0].proc.pid).children()[0].kill()  # the zygote
+            assert _gone(sleeper)
+        finally:
+            runner.join()  # the retried job runs into its timeout
+        assert run(solo, GOOD_F).passed
+    assert _processes_with(marker) == []
 
 
 def test_verdict_fractions_count_cached_results():
