@@ -20,6 +20,7 @@ import shutil
 import sys
 import tempfile
 import time
+import warnings
 from collections import Counter, deque
 
 from common.config import SandboxConfig
@@ -85,6 +86,12 @@ class SandboxPool:
             "own /proc" if self.own_proc else "programs see the host's /proc (command lines)",
             "not pinned to CPUs" if None in self.cpus else f"pinned to CPUs {self.cpus}",
         )
+        if not self.own_proc and self.isolation != isolation.LEVEL_RLIMITS:
+            log.warning(
+                "sandbox: the kernel refused a /proc of the workers' PID namespaces (a container "
+                "runtime that masks parts of /proc?): programs can list the host's processes "
+                "and their command lines"
+            )
         if self.isolation == isolation.LEVEL_RLIMITS and not config.allow_unisolated:
             self.close()
             raise SandboxIsolationError(
@@ -300,7 +307,11 @@ def _restarted_by_ray() -> bool:
     if ray is None or not ray.is_initialized():
         return False
     context = ray.get_runtime_context()
-    return context.get_actor_id() is not None and bool(context.was_current_actor_reconstructed)
+    if context.get_actor_id() is None:
+        return False
+    with warnings.catch_warnings():  # Ray's own property reads its deprecated ``actor_id``
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return bool(context.was_current_actor_reconstructed)
 
 
 def _pid_namespace() -> str:
