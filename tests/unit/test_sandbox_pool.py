@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import subprocess
+import sys
 import tempfile
 import textwrap
 import threading
@@ -115,23 +117,29 @@ def test_fork_storm_is_contained(pool):
     assert run(pool, GOOD_F).passed
 
 
-def _grandchild_program(marker: str) -> str:
+def _grandchild_program(marker: str, parent_stays: bool = False) -> str:
     """A program that leaves a ``setsid`` grandchild running ``sleep 300`` (``marker`` in its
     command line) and passes the tests only if that grandchild's exec succeeded: a passing
-    run proves the process existed, so "no survivors" afterwards means it was killed.
+    run proves the process existed, so "no survivors" afterwards means it was killed. With
+    ``parent_stays`` the grandchild's parent becomes such a sleeper too, instead of exiting:
+    then the grandchild is not re-parented to the zygote before the sweep starts.
     """
     return textwrap.dedent(
         f"""
         import os
-        r, w = os.pipe()  # close-on-exec: end of file once the grandchild's exec succeeded
+        r, w = os.pipe()  # close-on-exec: end of file once every sleeper's exec succeeded
+        def sleeper():
+            try:
+                os.execv("/bin/sleep", [{marker!r}, "300"])
+            finally:
+                os.write(w, b"x")
+                os._exit(1)
         if os.fork() == 0:
             os.setsid()
             if os.fork() == 0:
-                try:
-                    os.execv("/bin/sleep", [{marker!r}, "300"])
-                finally:
-                    os.write(w, b"x")
-                    os._exit(1)
+                sleeper()
+            if {parent_stays!r}:
+                sleeper()
             os._exit(0)
         os.close(w)
         started = os.read(r, 1) == b""
@@ -151,9 +159,10 @@ def _processes_with(marker: str) -> list[psutil.Process]:
     ]
 
 
-def test_setsid_grandchild_is_killed(pool):
+@pytest.mark.parametrize("parent_stays", [False, True])
+def test_setsid_grandchild_is_killed(pool, parent_stays):
     marker = f"sandbox-grandchild-{os.getpid()}-{time.time_ns()}"
-    assert run(pool, _grandchild_program(marker)).passed  # the grandchild ran
+    assert run(pool, _grandchild_program(marker, parent_stays)).passed  # the sleepers ran
     time.sleep(0.2)
     assert _processes_with(marker) == []
 
@@ -511,10 +520,53 @@ def test_without_namespaces_setsid_grandchildren_are_still_killed():
     marker = f"sandbox-unisolated-{os.getpid()}-{time.time_ns()}"
     with SandboxPool(config, isolation_mode="none") as bare:
         assert bare.isolation == "rlimits-only" and not bare.own_proc
-        assert run(bare, _grandchild_program(marker)).passed  # the grandchild ran
-        time.sleep(0.2)
-        assert _processes_with(marker) == []
+        for parent_stays in (False, True):  # True: killed level by level through the zygote
+            assert run(bare, _grandchild_program(marker, parent_stays)).passed  # they ran
+            time.sleep(0.2)
+            assert _processes_with(marker) == []
         assert run(bare, "def f(x):\n    while True: pass\n").verdict is Verdict.TIMEOUT
+
+
+_KILL_CHAIN = """
+import os, sys
+sys.path.insert(0, {root!r})
+from sandbox import isolation
+isolation.prctl(isolation.PR_SET_CHILD_SUBREAPER, 1)  # as the zygote without namespaces
+if {scan!r}:  # a kernel without /proc/<pid>/task/<tid>/children
+    def open_without_children_file(path, *args, **kwargs):
+        if str(path).endswith("/children"):
+            raise FileNotFoundError(path)
+        return open(path, *args, **kwargs)
+    isolation.open = open_without_children_file
+r, w = os.pipe()
+if os.fork() == 0:
+    os.setsid()
+    quiet = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(quiet, 1)  # a survivor must not hold our stdout open: the test reads it to its end
+    os.dup2(quiet, 2)
+    if os.fork() == 0:
+        os.execv("/bin/sleep", [{marker!r}, "300"])
+    os.execv("/bin/sleep", [{marker!r}, "301"])
+os.close(w)
+assert os.read(r, 1) == b""  # both sleepers exec'd (close-on-exec)
+print(isolation.kill_descendants(os.getpid()))
+"""
+
+
+@pytest.mark.parametrize("scan", [False, True])
+def test_kill_descendants_reaches_a_grandchild_whose_parent_lives(scan):
+    """Without a PID namespace the zygote kills its children level by level (the killed
+    ones' children are re-parented to it), found in one small /proc file or, on a kernel
+    without it, a scan of /proc."""
+    marker = f"sandbox-chain-{scan}-{os.getpid()}-{time.time_ns()}"
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    script = _KILL_CHAIN.format(root=root, scan=scan, marker=marker)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["2"]  # the sleeping child and the grandchild under it
+    assert _processes_with(marker) == []
 
 
 def _wait_for_process_with(marker: str, timeout_s: float = 10.0) -> psutil.Process:
