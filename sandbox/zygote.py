@@ -18,7 +18,7 @@ Protocol on a SOCK_SEQPACKET socketpair with the server:
   pipe gets up to 100 ms to die on its own first, so the signal that really ended it is seen.
 
 The job is in ``marshal`` format: one C call to decode in the child, where ``json.loads`` ran
-enough Python to write ~25 more pages per execution. That direction only: the trusted server
+enough Python to write ~30 more pages per execution. That direction only: the trusted server
 encodes it. What the child sends back is JSON, because ``marshal`` is not safe to decode from
 an adversary.
 """
