@@ -48,10 +48,10 @@ class _ChildSetup(NamedTuple):
     death_signal: bool  # False as a PID namespace's init, whose death kills the namespace
 
 
-def serve(ctl: socket.socket, scratch: str, uid: int, own_proc: bool) -> None:
+def serve(ctl: socket.socket, scratch: str, uid: int, mount_proc: bool) -> None:
     """The zygote's loop; never returns (exits when the server's end closes).
 
-    First, as the namespace's init and where ``own_proc`` (the worker has its own mount
+    First, as the namespace's init and where ``mount_proc`` (the worker has its own mount
     namespace), it mounts the namespace's ``/proc`` and tells the server whether it could:
     ``P1`` or ``P0``.
     """
@@ -61,7 +61,7 @@ def serve(ctl: socket.socket, scratch: str, uid: int, own_proc: bool) -> None:
         in_namespace = os.getpid() == 1
         if not in_namespace:  # orphans come to us, found through /proc
             isolation.prctl(isolation.PR_SET_CHILD_SUBREAPER, 1)
-        mounted = in_namespace and own_proc and isolation.mount_own_proc()
+        mounted = in_namespace and mount_proc and isolation.mount_own_proc()
         ctl.send(b"P1" if mounted else b"P0")
         setup = _ChildSetup(scratch, uid, os.open(os.devnull, os.O_RDONLY), not in_namespace)
         main = -1
