@@ -59,7 +59,7 @@ def serve(ctl: socket.socket, scratch: str, uid: int, mount_proc: bool) -> None:
     try:
         isolation.prctl(isolation.PR_SET_PDEATHSIG, signal.SIGKILL)
         in_namespace = os.getpid() == 1
-        if not in_namespace:  # orphans come to us, found through /proc
+        if not in_namespace:  # orphans come to us: isolation.kill_descendants reaches them
             isolation.prctl(isolation.PR_SET_CHILD_SUBREAPER, 1)
         mounted = in_namespace and mount_proc and isolation.mount_own_proc()
         ctl.send(b"P1" if mounted else b"P0")
@@ -76,7 +76,8 @@ def serve(ctl: socket.socket, scratch: str, uid: int, mount_proc: bool) -> None:
             else:
                 for fd in fds:
                     os.close(fd)
-                status, ours = _sweep(main, message[1:2] == b"1") if main > 0 else (None, True)
+                grace = message[1:2] == b"1"
+                status, ours = _sweep(main, grace, in_namespace) if main > 0 else (None, True)
                 main = -1
                 ctl.send(b"S" + STATUS.pack(status is not None, status or 0, ours))
     except BaseException:
@@ -98,9 +99,11 @@ def _start(fds: list[int], setup: _ChildSetup) -> int:
     return pid
 
 
-def _sweep(main: int, grace: bool) -> tuple[int | None, bool]:
-    """Kill every process of the execution; returns (the child's wait status, killed by us)."""
-    in_namespace = os.getpid() == 1
+def _sweep(main: int, grace: bool, in_namespace: bool) -> tuple[int | None, bool]:
+    """Kill every process of the execution; returns (the child's wait status, killed by us).
+
+    ``in_namespace``: the zygote is its PID namespace's init (found once, in :func:`serve`).
+    """
     if grace:
         for _ in range(100):
             pid, status = os.waitpid(main, os.WNOHANG)
