@@ -1,0 +1,21 @@
+"""What the sandbox pool tests share: a small pool's configuration and running one program."""
+
+from __future__ import annotations
+
+import textwrap
+
+from common.config import SandboxConfig
+from common.types import ExecutionJob, ExecutionResult
+from sandbox.pool import SandboxPool
+
+CONFIG = SandboxConfig(num_workers=2, timeout_s=3.0, test_timeout_s=1.0, memory_mb=256, cache=False)
+F_TESTS = ("assert f(1) == 2", "assert f(2) == 3")
+GOOD_F = "def f(x):\n    return x + 1\n"
+
+
+def run(
+    pool: SandboxPool, code: str, tests=F_TESTS, setup: str = "", stop: bool = False
+) -> ExecutionResult:
+    """One program (dedented) against ``tests`` through ``pool``."""
+    job = ExecutionJob(textwrap.dedent(code), tuple(tests), setup)
+    return pool.run([job], stop_at_first_failure=stop)[0]
