@@ -31,12 +31,17 @@ Each side also reports the CPU time it spent per execution, summed over this pro
 process under it (the pool's workers, zygotes and children; the subprocesses): unlike the rate,
 it does not depend on how much of each execution was spent waiting, so it moves less with the
 machine's state and shows what each execution really costs.
+
+Last, the pool's CPU and minor page faults per execution by role, for the samples and for
+empty programs: the front (this process), the servers, the zygotes and the executions' own
+processes. Where the fixed cost sits decides what could still be made cheaper.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -128,6 +133,33 @@ def tree_cpu_seconds() -> float:
     return sum(os.times()[:4]) + below / os.sysconf("SC_CLK_TCK")
 
 
+ROLES = ("front", "server", "zygote", "child")
+
+
+def role_costs() -> dict[str, tuple[float, int]]:
+    """CPU seconds and minor page faults so far of the pool's processes, by role: ``front``
+    (this process), ``server`` (its children, the workers), ``zygote`` (theirs) and
+    ``child`` (every execution's processes, from what the zygotes reaped)."""
+    below = descendants(os.getpid())
+    tick = os.sysconf("SC_CLK_TCK")
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    costs = {"front": [own.ru_utime + own.ru_stime, own.ru_minflt]}
+    costs.update({role: [0.0, 0] for role in ROLES[1:]})
+    for fields in below.values():
+        parent = int(fields[1])
+        if parent == os.getpid():
+            role = "server"
+        elif parent in below and int(below[parent][1]) == os.getpid():
+            role = "zygote"
+            costs["child"][0] += (int(fields[13]) + int(fields[14])) / tick
+            costs["child"][1] += int(fields[8])
+        else:
+            continue  # an execution still running: counted once its zygote reaps it
+        costs[role][0] += (int(fields[11]) + int(fields[12])) / tick
+        costs[role][1] += int(fields[7])
+    return {role: (cpu, faults) for role, (cpu, faults) in costs.items()}
+
+
 class _Run(NamedTuple):
     latencies_ms: list[float]
     seconds: float
@@ -149,6 +181,19 @@ def _run_pool(pool: SandboxPool, jobs: list[ExecutionJob]) -> tuple[list[Executi
         return [r.duration_ms for r in results]
 
     return results, _timed(run)
+
+
+def _by_role(pool: SandboxPool, jobs: list[ExecutionJob]) -> str:
+    """Run ``jobs`` through the pool; each role's CPU and minor page faults per execution."""
+    before = role_costs()
+    pool.run(jobs)
+    after = role_costs()
+    parts = []
+    for role in ROLES:
+        cpu_ms = (after[role][0] - before[role][0]) * 1000 / len(jobs)
+        faults = (after[role][1] - before[role][1]) / len(jobs)
+        parts.append(f"{role} {cpu_ms:.2f} ms ({faults:.0f} faults)")
+    return ", ".join(parts)
 
 
 def _run_subprocesses(jobs: list[ExecutionJob], workers: int) -> _Run:
@@ -237,6 +282,11 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"median speed-up without them: {speed_up:.1f}x"
             f" (cpu per execution: {cpu_ratio:.1f}x less; ceiling: {ceiling:.1f}x)"
+        )
+        print("pool CPU by role, per execution (one more run of each):")
+        print(f"  samples: {_by_role(pool, short)}")
+        print(
+            f"  empty:   {_by_role(pool, [ExecutionJob(code='pass', tests=())] * EMPTY_PROGRAMS)}"
         )
     return 0
 

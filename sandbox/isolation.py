@@ -16,7 +16,6 @@ import contextlib
 import ctypes
 import os
 import resource
-import shutil
 import signal
 import sys
 
@@ -391,6 +390,8 @@ def clean_scratch(scratch: str, level: str, owner: int) -> None:
     for entry in os.listdir(scratch):
         path = os.path.join(scratch, entry)
         if os.path.isdir(path) and not os.path.islink(path):
+            import shutil  # here: at the top it would load zlib, bz2 and lzma into every zygote
+
             shutil.rmtree(path, ignore_errors=True)
         else:
             os.unlink(path)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import os
 import select
 import signal
@@ -89,23 +90,17 @@ class WorkerHandle:
         self.outbox = bytearray()
         self.frames = Frames(MESSAGE_CAP, None)
         self.eof = False
-        args = [
-            "--index",
-            str(self.index),
-            "--fd",
-            str(theirs.fileno()),
-            "--scratch",
-            self.scratch,
-            "--memory-mb",
-            str(self.memory_mb),
-            "--isolation",
-            self.mode,
-        ]
-        if self.cpu is not None:
-            args += ["--cpu", str(self.cpu)]
+        options = {
+            "index": self.index,
+            "fd": theirs.fileno(),
+            "scratch": self.scratch,
+            "memory_mb": self.memory_mb,
+            "isolation": self.mode,
+            "cpu": self.cpu,  # pin to this CPU (the zygote and every child inherit it)
+        }
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-I", "-c", BOOT, *args],
+                [sys.executable, "-I", "-c", BOOT, json.dumps(options)],
                 env={},
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
