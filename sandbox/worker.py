@@ -348,6 +348,7 @@ def _prepare() -> None:
     isolation.single_malloc_arena()
     _warm_up()
     gc.collect()
+    isolation.release_free_memory()
     gc.freeze()  # a child's collections never scan (and so never copy) inherited objects
 
 
