@@ -403,6 +403,19 @@ def test_each_worker_is_pinned_to_its_own_cpu_by_default(pool):
     assert all(r.passed for r in pool.run(jobs))
 
 
+def test_zygote_maps_no_compression_library(pool):
+    """Every fork copies the zygote's mappings and every exit tears them down (~1 us each, a
+    library is five): the worker once parsed its options with argparse, whose help formatter
+    imports shutil and with it zlib, bz2 and lzma, six libraries that no program asked for."""
+    for worker in pool._workers:
+        (zygote,) = psutil.Process(worker.proc.pid).children()
+        with open(f"/proc/{zygote.pid}/maps") as fh:
+            files = {line.split()[-1].rsplit("/", 1)[-1] for line in fh if "/" in line}
+        assert any(name.startswith("libpython") for name in files)  # the listing is complete
+        compression = ("libz.", "libbz2.", "liblzma.", "zlib.", "_bz2.", "_lzma.")
+        assert [name for name in files if name.startswith(compression)] == []
+
+
 def test_cpu_affinity_list_and_none():
     last = ALLOWED_CPUS[-1]
     config = SandboxConfig(num_workers=2, cache=False, cpu_affinity=[last])
