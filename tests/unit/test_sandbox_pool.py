@@ -49,6 +49,21 @@ def test_honest_prints_imports_and_scratch_files_pass(pool):
     assert run(pool, code).verdict is Verdict.PASSED
 
 
+def test_modules_left_out_of_the_preloads_import_in_the_child(pool):
+    """The zygote preloads only what programs commonly import; the rest loads in the child,
+    C extensions included, from the read-only view of the interpreter's files."""
+    code = """
+        import datetime, decimal, fractions, random, statistics, unicodedata
+        def f(x):
+            assert datetime.date(2024, 1, 1).isoweekday() == 1
+            assert decimal.Decimal("0.1") * 3 == decimal.Decimal("0.3")
+            assert statistics.mean([fractions.Fraction(1, 2), 1]) == fractions.Fraction(3, 4)
+            assert unicodedata.name("a") == "LATIN SMALL LETTER A"
+            return x + 1 + int(random.random())
+    """
+    assert run(pool, code).verdict is Verdict.PASSED
+
+
 def test_slow_but_within_limit_passes(pool):
     assert run(pool, "import time\ndef f(x):\n    time.sleep(0.3)\n    return x + 1\n").passed
 
