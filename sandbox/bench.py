@@ -145,6 +145,8 @@ def role_costs() -> dict[str, tuple[float, int]]:
     own = resource.getrusage(resource.RUSAGE_SELF)
     costs = {"front": [own.ru_utime + own.ru_stime, own.ru_minflt]}
     costs.update({role: [0.0, 0] for role in ROLES[1:]})
+    # /proc/<pid>/stat after the command name: [1] parent, [7] minflt, [8] cminflt,
+    # [11] utime, [12] stime, [13] cutime, [14] cstime (the c- fields: reaped children)
     for fields in below.values():
         parent = int(fields[1])
         if parent == os.getpid():
