@@ -58,6 +58,7 @@ from sandbox.pool import SandboxPool
 from sandbox.problems import load_problems
 
 EMPTY_PROGRAMS = 200  # enough CPU (~0.4 s) for the clock-tick counters to be well above zero
+EMPTY_JOB = ExecutionJob(code="pass", tests=())  # the pool's fixed cost per execution, alone
 DEFAULT_PROBLEMS = os.path.join(
     os.path.dirname(__file__), "..", "..", "shared", "data", "mbpp.jsonl"
 )
@@ -140,7 +141,7 @@ def role_costs() -> dict[str, tuple[float, int]]:
     """CPU seconds and minor page faults so far of the pool's processes, by role: ``front``
     (this process), ``server`` (its children, the workers), ``zygote`` (theirs) and
     ``child`` (every execution's processes, from what the zygotes reaped)."""
-    below = descendants(os.getpid())
+    me, below = os.getpid(), descendants(os.getpid())
     tick = os.sysconf("SC_CLK_TCK")
     own = resource.getrusage(resource.RUSAGE_SELF)
     costs = {"front": [own.ru_utime + own.ru_stime, own.ru_minflt]}
@@ -149,9 +150,9 @@ def role_costs() -> dict[str, tuple[float, int]]:
     # [11] utime, [12] stime, [13] cutime, [14] cstime (the c- fields: reaped children)
     for fields in below.values():
         parent = int(fields[1])
-        if parent == os.getpid():
+        if parent == me:
             role = "server"
-        elif parent in below and int(below[parent][1]) == os.getpid():
+        elif parent in below and int(below[parent][1]) == me:
             role = "zygote"
             costs["child"][0] += (int(fields[13]) + int(fields[14])) / tick
             costs["child"][1] += int(fields[8])
@@ -237,7 +238,7 @@ def _compare(
     print(f"  speed-up: {pool_rate / naive_rate:.1f}x   cpu per execution: {cpu_ratio:.1f}x less")
     ceiling = float("nan")
     if empty:
-        _, empty_run = _run_pool(pool, [ExecutionJob(code="pass", tests=())] * empty)
+        _, empty_run = _run_pool(pool, [EMPTY_JOB] * empty)
         empty_rate, _ = _summary("pool, empty", empty_run)
         ceiling = empty_rate / naive_rate
         print(f"  ceiling: {ceiling:.1f}x (the speed-up if the programs cost nothing)")
@@ -287,9 +288,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         print("pool CPU by role, per execution (one more run of each):")
         print(f"  samples: {_by_role(pool, short)}")
-        print(
-            f"  empty:   {_by_role(pool, [ExecutionJob(code='pass', tests=())] * EMPTY_PROGRAMS)}"
-        )
+        print(f"  empty:   {_by_role(pool, [EMPTY_JOB] * EMPTY_PROGRAMS)}")
     return 0
 
 
