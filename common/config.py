@@ -149,6 +149,12 @@ class SandboxConfig(_Section):
         False, description="run without namespaces when the kernel allows none (unsafe)"
     )
     num_cpus: float = Field(0.0, ge=0)
+    pin_hot_pages: bool = Field(
+        True,
+        description="each worker's zygote pins the pages an execution writes (io_uring "
+        "buffers, ~1 MiB of RLIMIT_MEMLOCK per worker), so that a fork copies them at once "
+        "instead of faulting on each; falls back, and says why, where the kernel refuses",
+    )
     cpu_affinity: Literal["auto", "none"] | list[int] = Field(
         "auto",
         description="'auto': worker i (its zygote and every child) is pinned to the i-th CPU "

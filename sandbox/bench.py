@@ -254,6 +254,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--long-ms", type=float, default=1000.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument(
+        "--no-pin", action="store_true", help="sandbox.pin_hot_pages = false (for comparison)"
+    )
+    parser.add_argument(
         "--cpu-affinity", choices=("auto", "none"), default="auto", help="sandbox.cpu_affinity"
     )
     args = parser.parse_args(argv)
@@ -265,11 +268,13 @@ def main(argv: list[str] | None = None) -> int:
         test_timeout_s=10,
         cache=False,
         cpu_affinity=args.cpu_affinity,
+        pin_hot_pages=not args.no_pin,
     )
     print(f"{len(jobs)} MBPP reference solutions, {args.workers} workers, {os.cpu_count()} CPUs")
     print(_baseline_startup())
     with SandboxPool(config) as pool:
         print(f"pool isolation: {pool.isolation}; result cache off; workers' CPUs: {pool.cpus}")
+        print(f"pool {pool.pinning}")
         print("all samples:")
         results, _ = _compare(pool, jobs, args.workers)
         long = {i for i, r in enumerate(results) if r.duration_ms > args.long_ms}

@@ -56,6 +56,17 @@ def _check(result: int, what: str) -> None:
         raise OSError(err, f"{what}: {os.strerror(err)}")
 
 
+def syscall(number: int, *args: object, what: str) -> int:
+    """A raw system call (integers passed as C longs, as ``syscall(2)`` reads them); its
+    result, or OSError naming ``what``."""
+    values = [ctypes.c_long(a) if isinstance(a, int) else a for a in args]
+    result = _libc.syscall(ctypes.c_long(number), *values)
+    if result < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+    return result
+
+
 def unshare(flags: int) -> None:
     _check(_libc.unshare(ctypes.c_int(flags)), "unshare")
 

@@ -70,7 +70,14 @@ class SandboxPool:
             cpus = worker_cpus(config.cpu_affinity, config.num_workers)
             for index, cpu in enumerate(cpus):
                 self._workers.append(
-                    WorkerHandle(index, self._dir, config.memory_mb, isolation_mode, cpu)
+                    WorkerHandle(
+                        index,
+                        self._dir,
+                        config.memory_mb,
+                        isolation_mode,
+                        cpu,
+                        config.pin_hot_pages,
+                    )
                 )
             for worker in self._workers:
                 worker.wait_ready()
@@ -86,6 +93,7 @@ class SandboxPool:
             "own /proc" if self.own_proc else "programs see the host's /proc (command lines)",
             "not pinned to CPUs" if None in self.cpus else f"pinned to CPUs {self.cpus}",
         )
+        log.info("sandbox: %s", self.pinning)
         if not self.own_proc and self.isolation != isolation.LEVEL_RLIMITS:
             log.warning(
                 "sandbox: the kernel refused a /proc of the workers' PID namespaces (a container "
@@ -104,6 +112,24 @@ class SandboxPool:
         """Whether programs see only their PID namespace in ``/proc`` (every worker mounted
         its own; see ``isolation.mount_own_proc``), not the host's processes."""
         return all(worker.own_proc for worker in self._workers)
+
+    @property
+    def pinned_pages(self) -> list[int]:
+        """Hot pages each worker's zygote pinned, which its forks copy at once
+        (``sandbox/pinning.py``); 0 where it pinned none."""
+        return [worker.pinned for worker in self._workers]
+
+    @property
+    def pinning(self) -> str:
+        """One line on the pinned hot pages: how many per worker, or why there are none."""
+        if not self.config.pin_hot_pages:
+            return "hot pages not pinned (sandbox.pin_hot_pages = false)"
+        notes = "; ".join(sorted({w.pin_note for w in self._workers if not w.pinned}))
+        pinned = self.pinned_pages
+        if not any(pinned):
+            return f"hot pages not pinned: {notes}"
+        line = f"hot pages pinned: {pinned} per worker (forks copy them at once)"
+        return f"{line}; where 0: {notes}" if notes else line
 
     @property
     def cpus(self) -> list[int | None]:

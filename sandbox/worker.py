@@ -73,6 +73,15 @@ POLL_IN = select.POLLIN | select.POLLHUP | select.POLLERR
 WARM_UP_ROUNDS = 20
 WARM_UP_CODE = "import re\ndef f(x):\n    return [x + 1, 'a', (1, 2.5), {1: None}]\n"
 WARM_UP_PARTS = [{"kind": "value", "exprs": [f"f({i})"]} for i in range(3)]
+# The zygote's calibration (sandbox/pinning.py): the warm-up job, then a stop, so the zygote
+# can read which pages the child wrote.
+STOP_PART = {"kind": "exec", "src": "import os, signal\nos.kill(os.getpid(), signal.SIGSTOP)"}
+CALIBRATION_JOB = {
+    "code": WARM_UP_CODE,
+    "setup_code": "",
+    "parts": [*WARM_UP_PARTS, STOP_PART],
+    "limits": [],
+}
 
 
 class Channel:
@@ -302,20 +311,24 @@ def _start_zygote(args: types.SimpleNamespace, uid: int, level: str) -> socket.s
     socket. It gets neither the pool's socket nor our end of the control pair.
 
     Sets ``args.own_proc`` (the zygote mounted the namespace's ``/proc``, see
-    ``isolation.mount_own_proc``) and ``args.zygote_proc``, where we read the zygote's
-    ``/proc`` entry: that mount, shared with us, shows it as PID 1.
+    ``isolation.mount_own_proc``), ``args.zygote_proc``, where we read the zygote's
+    ``/proc`` entry: that mount, shared with us, shows it as PID 1, and ``args.pinned`` and
+    ``args.pin_note``: how many hot pages it pinned, or why none (``sandbox/pinning.py``).
     """
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    calibration = marshal.dumps(CALIBRATION_JOB) if args.pin else None
     pid = os.fork()
     if pid == 0:
         os.close(args.fd)
         ours.close()
-        zygote.serve(theirs, args.scratch, uid, level == isolation.LEVEL_FULL)
+        zygote.serve(theirs, args.scratch, uid, level == isolation.LEVEL_FULL, calibration)
     theirs.close()
-    reply = ours.recv(16)
-    if reply[:1] != b"P":
+    reply = ours.recv(4096)
+    if reply[:1] != b"P" or len(reply) < 2 + zygote.PINNED.size:
         raise RuntimeError("the zygote did not start")
-    args.own_proc = reply == b"P1"
+    args.own_proc = reply[1:2] == b"1"
+    (args.pinned,) = zygote.PINNED.unpack_from(reply, 2)
+    args.pin_note = reply[2 + zygote.PINNED.size :].decode(errors="replace")
     args.zygote_proc = 1 if args.own_proc else pid
     return ours
 
@@ -356,7 +369,7 @@ def main(argv: list[str]) -> None:
     """Isolate, prepare, fork the zygote, report ready, serve until the pool goes away.
 
     ``argv[0]`` is the pool's options as one JSON object (index, fd, scratch, memory_mb,
-    isolation, cpu): ``argparse`` would import ``shutil``, and with it zlib, bz2 and lzma,
+    isolation, cpu, pin): ``argparse`` would import ``shutil``, and with it zlib, bz2 and lzma,
     into the zygote, whose every mapping each fork copies and each exit tears down.
     """
     args = types.SimpleNamespace(**json.loads(argv[0]))
@@ -372,7 +385,16 @@ def main(argv: list[str]) -> None:
     ctl = _start_zygote(args, uid, level)
     args.clean_scratch = lambda: isolation.clean_scratch(args.scratch, level, uid)
     chan = Channel(args.fd)
-    chan.send({"op": "ready", "isolation": level, "pid": os.getpid(), "own_proc": args.own_proc})
+    chan.send(
+        {
+            "op": "ready",
+            "isolation": level,
+            "pid": os.getpid(),
+            "own_proc": args.own_proc,
+            "pinned": args.pinned,
+            "pin_note": args.pin_note,
+        }
+    )
     Worker(chan, ctl, args).serve()
 
 

@@ -69,15 +69,23 @@ class WorkerHandle:
     """One worker: its process, its socket and its jobs in flight, oldest (running) first."""
 
     def __init__(
-        self, index: int, root: str, memory_mb: int, mode: str, cpu: int | None = None
+        self,
+        index: int,
+        root: str,
+        memory_mb: int,
+        mode: str,
+        cpu: int | None = None,
+        pin: bool = True,
     ) -> None:
-        self.index, self.root, self.cpu = index, root, cpu
+        self.index, self.root, self.cpu, self.pin = index, root, cpu, pin
         self.memory_mb, self.mode = memory_mb, mode
         self.in_flight: deque[tuple[int, object]] = deque()  # (job id, task)
         self.backstop_s = 0.0
         self.deadline = 0.0
         self.isolation = ""
         self.own_proc = False  # programs see their PID namespace's /proc, not the host's
+        self.pinned = 0  # hot pages its zygote pinned (sandbox/pinning.py)
+        self.pin_note = ""  # why none were, if none were
         self._start()
 
     def _start(self) -> None:
@@ -97,6 +105,7 @@ class WorkerHandle:
             "memory_mb": self.memory_mb,
             "isolation": self.mode,
             "cpu": self.cpu,  # pin to this CPU (the zygote and every child inherit it)
+            "pin": self.pin,  # pin the zygote's hot pages (sandbox/pinning.py)
         }
         try:
             self.proc = subprocess.Popen(
@@ -160,6 +169,8 @@ class WorkerHandle:
                 if message.get("op") == "ready":
                     self.isolation = message["isolation"]
                     self.own_proc = bool(message.get("own_proc"))
+                    self.pinned = int(message.get("pinned", 0))
+                    self.pin_note = str(message.get("pin_note", ""))
                     self._ready = True
                     return
             if self.eof or self.proc.poll() is not None:

@@ -9,7 +9,9 @@ never forks, does the JSON, the polling and the talking to the pool.
 
 Protocol on a SOCK_SEQPACKET socketpair with the server:
 
-- First, unasked: ``P1`` if the zygote mounted its PID namespace's ``/proc``, else ``P0``.
+- First, unasked: ``P``, then ``1`` if the zygote mounted its PID namespace's ``/proc`` (else
+  ``0``), the number of hot pages it pinned (4 bytes, little-endian) and, if none, why not
+  (UTF-8 text; see ``sandbox/pinning.py``).
 - ``R`` + three descriptors (job pipe read end, value pipe and output pipe write ends):
   fork a child, which reads its job (code, setup code, test parts, rlimits) from the job
   pipe and then runs it. Replies ``F`` only if the fork failed.
@@ -34,9 +36,10 @@ import time
 from resource import setrlimit
 from typing import NamedTuple
 
-from sandbox import child, isolation
+from sandbox import child, isolation, pinning
 
 STATUS = struct.Struct("<iii")
+PINNED = struct.Struct("<I")
 
 
 class _ChildSetup(NamedTuple):
@@ -48,12 +51,14 @@ class _ChildSetup(NamedTuple):
     death_signal: bool  # False as a PID namespace's init, whose death kills the namespace
 
 
-def serve(ctl: socket.socket, scratch: str, uid: int, mount_proc: bool) -> None:
+def serve(
+    ctl: socket.socket, scratch: str, uid: int, mount_proc: bool, calibration: bytes | None
+) -> None:
     """The zygote's loop; never returns (exits when the server's end closes).
 
     First, as the namespace's init and where ``mount_proc`` (the worker has its own mount
-    namespace), it mounts the namespace's ``/proc`` and tells the server whether it could:
-    ``P1`` or ``P0``.
+    namespace), it mounts the namespace's ``/proc``; then, given a ``calibration`` job (see
+    :func:`_pin_hot_pages`), it pins its hot pages; it tells the server how both went.
     """
     code = 0
     try:
@@ -62,8 +67,9 @@ def serve(ctl: socket.socket, scratch: str, uid: int, mount_proc: bool) -> None:
         if not in_namespace:  # orphans come to us: isolation.kill_descendants reaches them
             isolation.prctl(isolation.PR_SET_CHILD_SUBREAPER, 1)
         mounted = in_namespace and mount_proc and isolation.mount_own_proc()
-        ctl.send(b"P1" if mounted else b"P0")
         setup = _ChildSetup(scratch, uid, os.open(os.devnull, os.O_RDONLY), not in_namespace)
+        pinned, note = _pin_hot_pages(calibration, setup) if calibration else (0, "off")
+        ctl.send(b"P" + (b"1" if mounted else b"0") + PINNED.pack(pinned) + note.encode())
         main = -1
         while True:
             message, fds, _, _ = socket.recv_fds(ctl, 16, 3)
@@ -84,6 +90,38 @@ def serve(ctl: socket.socket, scratch: str, uid: int, mount_proc: bool) -> None:
         code = 1
     finally:
         os._exit(code)
+
+
+def _pin_hot_pages(calibration: bytes, setup: _ChildSetup) -> tuple[int, str]:
+    """Run the ``calibration`` job (``marshal``, as real jobs; it must end by stopping
+    itself) in one child and pin the pages it copied; returns (pages pinned, why not).
+
+    The child runs the real child's code path, but keeps our uid: a process that changed its
+    uid is not dumpable, and we could not read its ``/proc/PID/pagemap``. The ring that holds
+    the pin stays open for the zygote's life; each child closes its copy with every other
+    descriptor before its job runs.
+    """
+    if os.readlink("/proc/self") != str(os.getpid()):
+        return 0, "/proc shows another PID namespace than the zygote's"
+    job_r, job_w = os.pipe()
+    val_r, val_w = os.pipe()
+    out_r, out_w = os.pipe()
+    try:
+        os.write(job_w, calibration)  # a few hundred bytes: fits in the pipe
+        os.close(job_w)
+        job_w = -1
+        fds = [job_r, val_w, out_w]
+        pages = pinning.calibrate(lambda: _child(fds, setup._replace(uid=os.geteuid())))
+        if not pages:
+            return 0, "the calibration child did not stop"
+        pinning.pin(pages)  # the ring's fd is never closed: the pin lasts as long as the ring
+    except OSError as exc:
+        return 0, exc.strerror or str(exc)
+    finally:
+        for fd in (job_r, job_w, val_r, val_w, out_r, out_w):
+            if fd >= 0:
+                os.close(fd)
+    return len(pages), ""
 
 
 def _start(fds: list[int], setup: _ChildSetup) -> int:

@@ -1,0 +1,173 @@
+"""The zygote's hot pages, pinned, so that every fork copies them at once instead of faulting.
+
+After a fork the zygote and its child share every page copy-on-write: the first write to a
+page, by either of them, is a page fault that copies it (~1.8 us on the 2-vCPU VM of
+docs/benchmarks.md, ~2.2 us with the trap). CPython writes a reference count into every
+object it touches, so a child that runs a three-line program still copies ~220 pages, and
+the zygote ~75 more as it goes round its loop.
+
+The kernel does not share a *pinned* anonymous page with a child: it copies it during the
+fork (Linux >= 5.8, "early COW"; the pin is for DMA, which must keep seeing the parent's
+page). That copy costs ~0.6 us a page, in one pass, and after it neither process faults on
+that page. So the zygote finds the pages an execution writes (``calibrate``: one fork that
+runs the warm-up job and stops; the pages its child holds alone by then were written by it
+or by the zygote) and pins them as io_uring buffers (``pin``), the one long-term pin an
+unprivileged process can take. A page that neither writes would cost a copy for nothing,
+so the calibration job is a small one: a richer one pinned ~440 pages instead of ~260 and
+was slower.
+
+Where io_uring is unavailable (disabled by sysctl or seccomp) or ``RLIMIT_MEMLOCK`` (per
+user, shared by every worker: ~1 MiB each) is used up, nothing is pinned and the pool says
+why; executions are the same, only dearer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import os
+import resource
+import signal
+import struct
+import time
+from collections.abc import Callable
+
+from sandbox import isolation
+
+SYS_IO_URING_SETUP = 425  # the same numbers on every architecture (asm-generic table)
+SYS_IO_URING_REGISTER = 427
+IORING_REGISTER_BUFFERS = 0
+IO_URING_PARAMS_BYTES = 120
+PAGE = os.sysconf("SC_PAGE_SIZE")
+PRESENT, EXCLUSIVE = 1 << 63, 1 << 56  # /proc/PID/pagemap: page present, mapped once only
+CALIBRATION_TIMEOUT_S = 10.0
+
+
+class _Iovec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+
+def private_ranges() -> list[tuple[int, int]]:
+    """This process's private writable mappings: what a fork shares copy-on-write.
+
+    The Python heap, the malloc heap, the stack and the libraries' data; not the kernel's
+    special mappings (vvar, vdso).
+    """
+    ranges = []
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split()
+            name = fields[5] if len(fields) > 5 else ""
+            if not fields[1].startswith("rw") or fields[1][3] != "p":
+                continue
+            if name.startswith("[") and name not in ("[heap]", "[stack]"):
+                continue
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            ranges.append((start, end))
+    return ranges
+
+
+def pages_with(pid: int | str, ranges: list[tuple[int, int]], bits: int) -> set[int]:
+    """The addresses of the pages in ``ranges`` whose ``/proc/PID/pagemap`` entry has ``bits``.
+
+    Read with ``pread`` on a raw descriptor: the fewer objects the caller touches, the fewer
+    of its own pages it copies while a calibration child is alive.
+    """
+    fd = os.open(f"/proc/{pid}/pagemap", os.O_RDONLY)
+    try:
+        entries = [
+            os.pread(fd, (end - start) // PAGE * 8, start // PAGE * 8) for start, end in ranges
+        ]
+    finally:
+        os.close(fd)
+    pages = set()
+    for (start, _), data in zip(ranges, entries):
+        for index, (entry,) in enumerate(struct.iter_unpack("<Q", data)):
+            if entry & bits == bits:
+                pages.add(start + index * PAGE)
+    return pages
+
+
+def calibrate(run_child: Callable[[], object]) -> list[int]:
+    """Fork ``run_child``, which must stop itself (SIGSTOP); returns the pages to pin.
+
+    Those are the pages of our private mappings that the stopped child maps alone, i.e. that
+    were copied since the fork because it or we wrote them, and that we have (a page we never
+    touched would be created by the pin). Empty if the child did not stop in time.
+    """
+    ranges = private_ranges()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            run_child()
+        finally:
+            os._exit(1)
+    try:
+        deadline = time.monotonic() + CALIBRATION_TIMEOUT_S
+        status = 0
+        while time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG | os.WUNTRACED)
+            if done:
+                break
+            time.sleep(0.001)
+        if not os.WIFSTOPPED(status):
+            return []
+        written = pages_with(pid, ranges, PRESENT | EXCLUSIVE)
+    finally:  # a child that exited instead of stopping was reaped above
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+    return sorted(written & pages_with("self", ranges, PRESENT))
+
+
+def pin(pages: list[int]) -> int:
+    """Pin ``pages`` (sorted addresses) as io_uring fixed buffers; returns the ring's fd.
+
+    The pin lasts as long as the ring: keep the fd open (and close it in every child).
+    Raises OSError (io_uring refused, or RLIMIT_MEMLOCK exceeded: ENOMEM).
+    """
+    try:
+        return _register(pages)
+    except OSError as exc:
+        raise OSError(exc.errno, _explain(exc, len(pages))) from exc
+
+
+def _register(pages: list[int]) -> int:
+    runs: list[list[int]] = []
+    for page in pages:
+        if runs and runs[-1][0] + runs[-1][1] == page:
+            runs[-1][1] += PAGE
+        else:
+            runs.append([page, PAGE])
+    params = ctypes.create_string_buffer(IO_URING_PARAMS_BYTES)
+    ring = isolation.syscall(SYS_IO_URING_SETUP, 1, params, what="io_uring_setup")
+    iovecs = (_Iovec * len(runs))(*[_Iovec(start, size) for start, size in runs])
+    try:
+        isolation.syscall(
+            SYS_IO_URING_REGISTER,
+            ring,
+            IORING_REGISTER_BUFFERS,
+            iovecs,
+            len(runs),
+            what="io_uring_register",
+        )
+    except OSError:
+        os.close(ring)
+        raise
+    return ring
+
+
+def _explain(exc: OSError, pages: int) -> str:
+    """What a refusal means for the person who reads the pool's log line."""
+    if exc.errno == errno.ENOMEM:
+        limit = resource.getrlimit(resource.RLIMIT_MEMLOCK)[0]
+        shown = "unlimited" if limit == resource.RLIM_INFINITY else f"{limit // 1024} KiB"
+        return (
+            f"{exc.strerror}: {pages * PAGE // 1024} KiB would exceed RLIMIT_MEMLOCK "
+            f"(ulimit -l: {shown}, shared by every worker of this user)"
+        )
+    if exc.errno in (errno.EPERM, errno.ENOSYS, errno.EACCES):
+        return f"{exc.strerror}: io_uring is disabled here (sysctl or seccomp)"
+    return str(exc.strerror)
