@@ -19,10 +19,13 @@ a child ~110 page faults (~0.3 ms), and every zmq message wakes an I/O thread.
 
 Per execution the server makes three pipes (job, values, output), hands the child's ends
 to the zygote, writes the job into the job pipe and watches: the value pipe (records), the
-merged stdout/stderr pipe (counted and discarded, so a print flood costs nothing) and the
-socket (``stop`` for this job; later ``run`` messages are queued, because the pool keeps two
-jobs in flight per worker so the worker never waits for the pool). Deadlines are enforced
-by having the zygote SIGKILL everything, which no ``except BaseException`` can swallow.
+merged stdout/stderr pipe (counted and discarded, so a print flood costs nothing) and, for a
+job whose records stream to the pool, the socket (``stop`` for this job; later ``run``
+messages are queued). The pool keeps two jobs in flight per worker, so the next ``run`` is
+usually already there; for other jobs it waits in the socket until this one is done, which
+saves a wake-up per execution (~20 us of CPU on the VM of docs/benchmarks.md). Deadlines are
+enforced by having the zygote SIGKILL everything, which no ``except BaseException`` can
+swallow.
 """
 
 from __future__ import annotations
@@ -162,11 +165,19 @@ class Worker:
 
         Records are sent on as they arrive only when the pool asked for it (it stops an
         execution at the first failure); otherwise they travel with ``done``, one message.
+        The job is written at once when the pipe takes it all (a job under 64 KiB), else as
+        the child reads it.
         """
         poller = select.poll()
-        for fd in (val_r, out_r, self.chan.fd, self.ctl.fileno()):
+        watched = [val_r, out_r, self.ctl.fileno()]
+        if job.get("stream"):  # the pool may send ``stop`` for this job
+            watched.append(self.chan.fd)
+        for fd in watched:
             poller.register(fd, POLL_IN)
-        poller.register(writer.fd, select.POLLOUT)
+        if writer.write():
+            writer.close()
+        else:
+            poller.register(writer.fd, select.POLLOUT)
         frames = Frames()
         overall = start + job["timeout_s"]
         phase = start + job["test_timeout_s"]
