@@ -242,8 +242,8 @@ class WorkerHandle:
         self.wait_ready()
 
     def kill(self) -> None:
-        """SIGKILL the worker's process group (its guard and server); the server's children die
-        with it, as its PID namespace ends (or by parent-death signal without one)."""
+        """SIGKILL the worker's process group (its server and zygote); the executions die with
+        the zygote, as its PID namespace ends (or by parent-death signal without one)."""
         if self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
