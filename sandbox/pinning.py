@@ -165,8 +165,8 @@ def _explain(exc: OSError, pages: int) -> str:
         limit = resource.getrlimit(resource.RLIMIT_MEMLOCK)[0]
         shown = "unlimited" if limit == resource.RLIM_INFINITY else f"{limit // 1024} KiB"
         return (
-            f"{exc.strerror}: {pages * PAGE // 1024} KiB would exceed RLIMIT_MEMLOCK "
-            f"(ulimit -l: {shown}, shared by every worker of this user)"
+            f"{exc.strerror}: RLIMIT_MEMLOCK is used up (ulimit -l: {shown}, shared by all of "
+            f"this user's workers, ~{pages * PAGE / 2**20:.1f} MiB each)"
         )
     if exc.errno in (errno.EPERM, errno.ENOSYS, errno.EACCES):
         return f"{exc.strerror}: io_uring is disabled here (sysctl or seccomp)"
