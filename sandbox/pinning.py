@@ -166,7 +166,7 @@ def _explain(exc: OSError, pages: int) -> str:
         shown = "unlimited" if limit == resource.RLIM_INFINITY else f"{limit // 1024} KiB"
         return (
             f"{exc.strerror}: RLIMIT_MEMLOCK is used up (ulimit -l: {shown}, shared by all of "
-            f"this user's workers, ~{pages * PAGE / 2**20:.1f} MiB each)"
+            f"this user's workers, ~{max(1, round(pages * PAGE / 2**20))} MiB each)"
         )
     if exc.errno in (errno.EPERM, errno.ENOSYS, errno.EACCES):
         return f"{exc.strerror}: io_uring is disabled here (sysctl or seccomp)"
