@@ -285,6 +285,7 @@ class SandboxPool:
         out["sandbox/worker_restarts"] = float(self._restarts)
         out["sandbox/pool_restarts"] = float(self._pool_restarts)
         out["sandbox/isolation_level"] = isolation.LEVEL_NUMBER[self.isolation]
+        out["sandbox/pinned_frac"] = sum(map(bool, self.pinned_pages)) / len(self._workers)
         self._executions.clear()
         self._durations.clear()
         self._cache_hits = self._restarts = self._pool_restarts = 0

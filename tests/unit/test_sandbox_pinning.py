@@ -106,10 +106,12 @@ def test_pool_reports_pinned_pages(tmp_path):
     with SandboxPool(CONFIG) as pool:
         assert all(100 < n < 2000 for n in pool.pinned_pages), pool.pinned_pages
         assert pool.pinning.startswith("hot pages pinned: [")
+        assert pool.stats()["sandbox/pinned_frac"] == 1.0
     off = SandboxConfig(num_workers=1, cache=False, pin_hot_pages=False)
     with SandboxPool(off) as pool:
         assert pool.pinned_pages == [0]
         assert pool.pinning == "hot pages not pinned (sandbox.pin_hot_pages = false)"
+        assert pool.stats()["sandbox/pinned_frac"] == 0.0
         assert run(pool, GOOD_F).passed
 
 
