@@ -7,7 +7,7 @@ object it touches, so a child that runs a three-line program still copies ~220 p
 the zygote ~75 more as it goes round its loop.
 
 The kernel does not share a *pinned* anonymous page with a child: it copies it during the
-fork (Linux >= 5.8, "early COW"; the pin is for DMA, which must keep seeing the parent's
+fork (Linux >= 5.9, "early COW"; the pin is for DMA, which must keep seeing the parent's
 page). That copy costs ~0.6 us a page, in one pass, and after it neither process faults on
 that page. So the zygote finds the pages an execution writes (``calibrate``: one fork that
 runs the warm-up job and stops; the pages its child holds alone by then were written by it

@@ -103,8 +103,11 @@ def _pin_hot_pages(calibration: bytes, setup: _ChildSetup) -> tuple[int, str]:
     the pin stays open for the zygote's life; each child closes its copy with every other
     descriptor before its job runs.
     """
-    if os.readlink("/proc/self") != str(os.getpid()):
-        return 0, "/proc shows another PID namespace than the zygote's"
+    try:
+        if os.readlink("/proc/self") != str(os.getpid()):
+            return 0, "/proc shows another PID namespace than the zygote's"
+    except OSError as exc:
+        return 0, f"no /proc: {exc}"
     job_r, job_w = os.pipe()
     val_r, val_w = os.pipe()
     out_r, out_w = os.pipe()
@@ -119,6 +122,8 @@ def _pin_hot_pages(calibration: bytes, setup: _ChildSetup) -> tuple[int, str]:
         pinning.pin(pages)  # the ring's fd is never closed: the pin lasts as long as the ring
     except OSError as exc:
         return 0, exc.strerror or str(exc)
+    except Exception as exc:  # an optimisation: whatever went wrong, serve unpinned
+        return 0, f"calibration failed: {exc!r}"
     finally:
         for fd in (job_r, job_w, val_r, val_w, out_r, out_w):
             if fd >= 0:
