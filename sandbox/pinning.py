@@ -8,13 +8,13 @@ the zygote ~75 more as it goes round its loop.
 
 The kernel does not share a *pinned* anonymous page with a child: it copies it during the
 fork (Linux >= 5.9, "early COW"; the pin is for DMA, which must keep seeing the parent's
-page). That copy costs ~0.6 us a page, in one pass, and after it neither process faults on
-that page. So the zygote finds the pages an execution writes (``calibrate``: one fork that
-runs the warm-up job and stops; the pages its child holds alone by then were written by it
-or by the zygote) and pins them as io_uring buffers (``pin``), the one long-term pin an
-unprivileged process can take. A page that neither writes would cost a copy for nothing,
-so the calibration job is a small one: a richer one pinned ~440 pages instead of ~260 and
-was slower.
+page). That copy costs ~1 us a page, freeing it at the child's exit included, in one pass
+inside ``fork()``, and after it neither process faults on that page. So the zygote finds
+the pages an execution writes (``calibrate``: one fork that runs the warm-up job and stops;
+the pages its child holds alone by then were written by it or by the zygote) and pins them
+as io_uring buffers (``pin``), the one long-term pin an unprivileged process can take. A
+page that neither writes would cost a copy for nothing, so the calibration job is a small
+one: a richer one pinned ~440 pages instead of ~260 and was slower.
 
 Where io_uring is unavailable (disabled by sysctl or seccomp) or ``RLIMIT_MEMLOCK`` (per
 user, shared by every worker: ~1 MiB each) is used up, nothing is pinned and the pool says
