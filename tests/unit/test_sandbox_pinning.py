@@ -8,6 +8,7 @@ import resource
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 from common.config import SandboxConfig
 from common.types import ExecutionJob
@@ -15,6 +16,7 @@ from sandbox.bench import role_costs
 from sandbox.pool import SandboxPool
 from tests.unit.sandbox_helpers import CONFIG, F_TESTS, GOOD_F, run
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
 # Run in a fresh interpreter: a pin marks the whole process (every later fork of it checks
 # for pinned pages), and a stopped or killed child must not be pytest's.
 PRELUDE = """
@@ -23,7 +25,6 @@ from sandbox import pinning
 PAGE = pinning.PAGE
 area = mmap.mmap(-1, 8 * PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
 area.write(b"x" * 8 * PAGE)  # every page present
-base = pinning.private_ranges()  # the mmap is one of them
 import ctypes
 start = ctypes.addressof(ctypes.c_char.from_buffer(area))
 pages = [start + i * PAGE for i in range(8)]
@@ -33,7 +34,12 @@ pages = [start + i * PAGE for i in range(8)]
 def _script(body: str) -> dict:
     code = PRELUDE + textwrap.dedent(body)
     done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        cwd=REPO_ROOT,
     )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
