@@ -51,6 +51,7 @@ class _MountAttr(ctypes.Structure):
 
 
 def _check(result: int, what: str) -> None:
+    """Raise the call's errno as an OSError naming ``what`` unless ``result`` is 0."""
     if result != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"{what}: {os.strerror(err)}")
@@ -61,9 +62,7 @@ def syscall(number: int, *args: object, what: str) -> int:
     result, or OSError naming ``what``."""
     values = [ctypes.c_long(a) if isinstance(a, int) else a for a in args]
     result = _libc.syscall(ctypes.c_long(number), *values)
-    if result < 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
+    _check(min(result, 0), what)  # a non-negative result (a descriptor, a count) is success
     return result
 
 
