@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 from common.config import SandboxConfig
 from common.types import ExecutionJob, ExecutionResult
 from sandbox.pool import SandboxPool
 
+REPO_ROOT = Path(__file__).resolve().parents[2]  # for scripts run in a fresh interpreter
 CONFIG = SandboxConfig(num_workers=2, timeout_s=3.0, test_timeout_s=1.0, memory_mb=256, cache=False)
 F_TESTS = ("assert f(1) == 2", "assert f(2) == 3")
 GOOD_F = "def f(x):\n    return x + 1\n"

@@ -8,15 +8,13 @@ import resource
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 from common.config import SandboxConfig
 from common.types import ExecutionJob
 from sandbox.bench import role_costs
 from sandbox.pool import SandboxPool
-from tests.unit.sandbox_helpers import CONFIG, F_TESTS, GOOD_F, run
+from tests.unit.sandbox_helpers import CONFIG, F_TESTS, GOOD_F, REPO_ROOT, run
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 # Run in a fresh interpreter: a pin marks the whole process (every later fork of it checks
 # for pinned pages), and a stopped or killed child must not be pytest's.
 PRELUDE = """

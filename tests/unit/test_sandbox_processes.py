@@ -17,7 +17,7 @@ import pytest
 from common.config import SandboxConfig
 from common.types import ExecutionJob, Verdict
 from sandbox.pool import SandboxPool
-from tests.unit.sandbox_helpers import CONFIG, F_TESTS, GOOD_F, run
+from tests.unit.sandbox_helpers import CONFIG, F_TESTS, GOOD_F, REPO_ROOT, run
 
 
 @pytest.fixture(scope="module")
@@ -135,8 +135,7 @@ def test_kill_descendants_reaches_a_grandchild_whose_parent_lives(scan):
     ones' children are re-parented to it), found in one small /proc file or, on a kernel
     without it, a scan of /proc."""
     marker = f"sandbox-chain-{scan}-{os.getpid()}-{time.time_ns()}"
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    script = _KILL_CHAIN.format(root=root, scan=scan, marker=marker)
+    script = _KILL_CHAIN.format(root=str(REPO_ROOT), scan=scan, marker=marker)
     done = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=30, check=False
     )
