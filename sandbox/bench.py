@@ -274,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     print(_baseline_startup())
     with SandboxPool(config) as pool:
         print(f"pool isolation: {pool.isolation}; result cache off; workers' CPUs: {pool.cpus}")
-        print(f"pool {pool.pinning}")
+        print(f"pool {pool.pinning}; {pool.zygote_loop}")
         print("all samples:")
         results, _ = _compare(pool, jobs, args.workers)
         long = {i for i, r in enumerate(results) if r.duration_ms > args.long_ms}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib.util
 import logging
 import os
 import select
@@ -77,6 +78,7 @@ class SandboxPool:
                         isolation_mode,
                         cpu,
                         config.pin_hot_pages,
+                        config.zygote_loop,
                     )
                 )
             for worker in self._workers:
@@ -93,7 +95,7 @@ class SandboxPool:
             "own /proc" if self.own_proc else "programs see the host's /proc (command lines)",
             "not pinned to CPUs" if None in self.cpus else f"pinned to CPUs {self.cpus}",
         )
-        log.info("sandbox: %s", self.pinning)
+        log.info("sandbox: %s; %s", self.pinning, self.zygote_loop)
         if not self.own_proc and self.isolation != isolation.LEVEL_RLIMITS:
             log.warning(
                 "sandbox: the kernel refused a /proc of the workers' PID namespaces (a container "
@@ -130,6 +132,20 @@ class SandboxPool:
             return f"hot pages not pinned: {notes}"
         line = f"hot pages pinned: {pinned} per worker (forks copy them at once)"
         return f"{line}; where 0: {notes}" if notes else line
+
+    @property
+    def zygote_loop(self) -> str:
+        """One line on the loop the zygotes run: in C (``sandbox/_zygote.c``) or Python."""
+        compiled = sum(worker.compiled_loop for worker in self._workers)
+        if compiled == len(self._workers):
+            return "zygote loop in C"
+        if self.config.zygote_loop == "python":
+            why = "sandbox.zygote_loop = 'python'"
+        elif importlib.util.find_spec("sandbox._zygote") is None:
+            why = "sandbox._zygote not built (no C compiler at install?)"
+        else:
+            why = "no PID namespace"
+        return f"zygote loop in Python in {len(self._workers) - compiled} workers ({why})"
 
     @property
     def cpus(self) -> list[int | None]:

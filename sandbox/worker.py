@@ -323,8 +323,9 @@ def _start_zygote(args: types.SimpleNamespace, uid: int, level: str) -> socket.s
 
     Sets ``args.own_proc`` (the zygote mounted the namespace's ``/proc``, see
     ``isolation.mount_own_proc``), ``args.zygote_proc``, where we read the zygote's
-    ``/proc`` entry: that mount, shared with us, shows it as PID 1, and ``args.pinned`` and
-    ``args.pin_note``: how many hot pages it pinned, or why none (``sandbox/pinning.py``).
+    ``/proc`` entry: that mount, shared with us, shows it as PID 1, ``args.pinned`` and
+    ``args.pin_note``: how many hot pages it pinned, or why none (``sandbox/pinning.py``), and
+    ``args.compiled_loop``: whether it runs its loop in C (``sandbox/_zygote.c``).
     """
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     calibration = marshal.dumps(CALIBRATION_JOB) if args.pin else None
@@ -332,14 +333,16 @@ def _start_zygote(args: types.SimpleNamespace, uid: int, level: str) -> socket.s
     if pid == 0:
         os.close(args.fd)
         ours.close()
-        zygote.serve(theirs, args.scratch, uid, level == isolation.LEVEL_FULL, calibration)
+        full = level == isolation.LEVEL_FULL
+        zygote.serve(theirs, args.scratch, uid, full, calibration, args.zygote_loop == "auto")
     theirs.close()
     reply = ours.recv(4096)
-    if reply[:1] != b"P" or len(reply) < 2 + zygote.PINNED.size:
+    if reply[:1] != b"P" or len(reply) < 3 + zygote.PINNED.size:
         raise RuntimeError("the zygote did not start")
     args.own_proc = reply[1:2] == b"1"
-    (args.pinned,) = zygote.PINNED.unpack_from(reply, 2)
-    args.pin_note = reply[2 + zygote.PINNED.size :].decode(errors="replace")
+    args.compiled_loop = reply[2:3] == b"c"
+    (args.pinned,) = zygote.PINNED.unpack_from(reply, 3)
+    args.pin_note = reply[3 + zygote.PINNED.size :].decode(errors="replace")
     args.zygote_proc = 1 if args.own_proc else pid
     return ours
 
@@ -380,8 +383,9 @@ def main(argv: list[str]) -> None:
     """Isolate, prepare, fork the zygote, report ready, serve until the pool goes away.
 
     ``argv[0]`` is the pool's options as one JSON object (index, fd, scratch, memory_mb,
-    isolation, cpu, pin): ``argparse`` would import ``shutil``, and with it zlib, bz2 and lzma,
-    into the zygote, whose every mapping each fork copies and each exit tears down.
+    isolation, cpu, pin, zygote_loop): ``argparse`` would import ``shutil``, and with it zlib,
+    bz2 and lzma, into the zygote, whose every mapping each fork copies and each exit tears
+    down.
     """
     args = types.SimpleNamespace(**json.loads(argv[0]))
     args.front_pid = os.getppid()
@@ -404,6 +408,7 @@ def main(argv: list[str]) -> None:
             "own_proc": args.own_proc,
             "pinned": args.pinned,
             "pin_note": args.pin_note,
+            "compiled_loop": args.compiled_loop,
         }
     )
     Worker(chan, ctl, args).serve()

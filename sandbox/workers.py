@@ -76,8 +76,10 @@ class WorkerHandle:
         mode: str,
         cpu: int | None = None,
         pin: bool = True,
+        zygote_loop: str = "auto",
     ) -> None:
         self.index, self.root, self.cpu, self.pin = index, root, cpu, pin
+        self.zygote_loop = zygote_loop
         self.memory_mb, self.mode = memory_mb, mode
         self.in_flight: deque[tuple[int, object]] = deque()  # (job id, task)
         self.backstop_s = 0.0
@@ -86,6 +88,7 @@ class WorkerHandle:
         self.own_proc = False  # programs see their PID namespace's /proc, not the host's
         self.pinned = 0  # hot pages its zygote pinned (sandbox/pinning.py)
         self.pin_note = ""  # why none were, if none were
+        self.compiled_loop = False  # its zygote runs the C loop (sandbox/_zygote.c)
         self._start()
 
     def _start(self) -> None:
@@ -106,11 +109,16 @@ class WorkerHandle:
             "isolation": self.mode,
             "cpu": self.cpu,  # pin to this CPU (the zygote and every child inherit it)
             "pin": self.pin,  # pin the zygote's hot pages (sandbox/pinning.py)
+            "zygote_loop": self.zygote_loop,  # "auto": in C where built; "python"
         }
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-I", "-c", BOOT, json.dumps(options)],
-                env={},
+                # Bind every symbol of the interpreter's libraries now, once: lazily bound,
+                # each child resolves (and copies the page of) every libc or libpython
+                # function the zygote had not called yet. The worker clears its environment
+                # before the zygote is forked: programs see an empty one.
+                env={"LD_BIND_NOW": "1"},
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 start_new_session=True,
@@ -171,6 +179,7 @@ class WorkerHandle:
                     self.own_proc = bool(message.get("own_proc"))
                     self.pinned = int(message.get("pinned", 0))
                     self.pin_note = str(message.get("pin_note", ""))
+                    self.compiled_loop = bool(message.get("compiled_loop"))
                     self._ready = True
                     return
             if self.eof or self.proc.poll() is not None:

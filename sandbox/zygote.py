@@ -12,8 +12,8 @@ once: ~100 faults per execution in the child instead of ~300, ~20 in the zygote 
 Protocol on a SOCK_SEQPACKET socketpair with the server:
 
 - First, unasked: ``P``, then ``1`` if the zygote mounted its PID namespace's ``/proc`` (else
-  ``0``), the number of hot pages it pinned (4 bytes, little-endian) and, if none, why not
-  (UTF-8 text; see ``sandbox/pinning.py``).
+  ``0``), ``c`` if it runs the compiled loop (else ``p``), the number of hot pages it pinned
+  (4 bytes, little-endian) and, if none, why not (UTF-8 text; see ``sandbox/pinning.py``).
 - ``R`` + three descriptors (job pipe read end, value pipe and output pipe write ends):
   fork a child, which reads its job (code, setup code, test parts, rlimits) from the job
   pipe and then runs it. Replies ``F`` only if the fork failed.
@@ -25,6 +25,13 @@ The job is in ``marshal`` format: one C call to decode in the child, where ``jso
 enough Python to write ~30 more pages per execution. That direction only: the trusted server
 encodes it. What the child sends back is JSON, because ``marshal`` is not safe to decode from
 an adversary.
+
+The loop itself runs in C (``sandbox/_zygote.c``) where that extension was built and the zygote
+is its namespace's init: the Python loop below allocates as it goes, and after each fork every
+page it writes is a copy-on-write fault (~20 per execution). The C loop writes only its stack
+(zygote 0.50-0.57 -> 0.40-0.47 ms of CPU per execution, docs/benchmarks.md). It returns to
+Python only in a new child. Without a namespace, or where the extension is missing
+(``sandbox.zygote_loop = "python"`` asks for this too), the Python loop does the same.
 """
 
 from __future__ import annotations
@@ -40,6 +47,11 @@ from typing import NamedTuple
 
 from sandbox import child, isolation, pinning
 
+try:
+    from sandbox import _zygote  # the loop in C, built by pip where a C compiler was found
+except ImportError:
+    _zygote = None
+
 STATUS = struct.Struct("<iii")
 PINNED = struct.Struct("<I")
 
@@ -54,13 +66,20 @@ class _ChildSetup(NamedTuple):
 
 
 def serve(
-    ctl: socket.socket, scratch: str, uid: int, mount_proc: bool, calibration: bytes | None
+    ctl: socket.socket,
+    scratch: str,
+    uid: int,
+    mount_proc: bool,
+    calibration: bytes | None,
+    compiled: bool = True,
 ) -> None:
     """The zygote's loop; never returns (exits when the server's end closes).
 
     First, as the namespace's init and where ``mount_proc`` (the worker has its own mount
     namespace), it mounts the namespace's ``/proc``; then, given a ``calibration`` job (see
-    :func:`_pin_hot_pages`), it pins its hot pages; it tells the server how both went.
+    :func:`_pin_hot_pages`), it pins its hot pages; it tells the server how both went, and
+    whether it runs the C loop: where ``compiled`` asks for it, the extension is built and the
+    zygote is its namespace's init.
     """
     code = 0
     try:
@@ -71,7 +90,14 @@ def serve(
         mounted = in_namespace and mount_proc and isolation.mount_own_proc()
         setup = _ChildSetup(scratch, uid, os.open(os.devnull, os.O_RDONLY), not in_namespace)
         pinned, note = _pin_hot_pages(calibration, setup) if calibration else (0, "off")
-        ctl.send(b"P" + (b"1" if mounted else b"0") + PINNED.pack(pinned) + note.encode())
+        in_c = compiled and in_namespace and _zygote is not None
+        flags = (b"1" if mounted else b"0") + (b"c" if in_c else b"p")
+        ctl.send(b"P" + flags + PINNED.pack(pinned) + note.encode())
+        if in_c:
+            fds = _zygote.serve(ctl.fileno())  # returns in a new child, or at the end
+            if fds is not None:
+                _child(list(fds), setup)
+            return
         main = -1
         while True:
             message, fds, _, _ = socket.recv_fds(ctl, 16, 3)

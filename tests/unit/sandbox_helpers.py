@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import textwrap
 from pathlib import Path
 
@@ -13,6 +14,15 @@ REPO_ROOT = Path(__file__).resolve().parents[2]  # for scripts run in a fresh in
 CONFIG = SandboxConfig(num_workers=2, timeout_s=3.0, test_timeout_s=1.0, memory_mb=256, cache=False)
 F_TESTS = ("assert f(1) == 2", "assert f(2) == 3")
 GOOD_F = "def f(x):\n    return x + 1\n"
+
+
+def shared_pool(zygote_loop: str):
+    """A pool with ``CONFIG`` and the zygote loop asked for: the hostile-program tests run under
+    both loops, since either may serve (C where the extension was built, else Python)."""
+    pool = SandboxPool(CONFIG.model_copy(update={"zygote_loop": zygote_loop}))
+    compiled = zygote_loop == "auto" and importlib.util.find_spec("sandbox._zygote") is not None
+    assert pool.zygote_loop.startswith("zygote loop in C" if compiled else "zygote loop in Python")
+    return pool
 
 
 def run(

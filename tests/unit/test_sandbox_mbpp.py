@@ -162,6 +162,7 @@ def test_bench_prints_both_rates_and_cpu_per_execution(capsys):
     assert summary and float(summary[1]) > 0
     assert "cpu per execution:" in out
     assert "baseline start-up imports from outside the standard library: " in out
+    assert re.search(r"^pool hot pages .*; zygote loop in (C|Python)", out, re.M)
     # the pool's cost by role, for the samples and for empty programs
     for kind in ("samples", "empty"):
         line = re.search(rf"^  {kind}: +(.*)$", out, re.M)
@@ -171,8 +172,9 @@ def test_bench_prints_both_rates_and_cpu_per_execution(capsys):
             for role, cpu, faults in re.findall(r"(\w+) ([\d.]+) ms \((\d+) faults\)", line[1])
         )
         assert list(roles) == ["front", "server", "zygote", "child"]
-        # fault counts are exact; an execution's processes always fault and use CPU
-        assert roles["child"][0] > 0 and roles["child"][1] > 0 and roles["zygote"][1] > 0
+        # fault counts are exact; an execution's processes always fault and use CPU (the
+        # zygote's C loop need not fault at all)
+        assert roles["child"][0] > 0 and roles["child"][1] > 0
 
 
 def test_startup_imports_names_a_pth_hook_and_not_what_it_imports(tmp_path):

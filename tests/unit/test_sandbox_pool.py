@@ -17,12 +17,12 @@ import pytest
 from common.config import SandboxConfig
 from common.types import ExecutionJob, Verdict
 from sandbox.pool import SandboxPool
-from tests.unit.sandbox_helpers import CONFIG, F_TESTS, GOOD_F, run
+from tests.unit.sandbox_helpers import CONFIG, F_TESTS, GOOD_F, run, shared_pool
 
 
-@pytest.fixture(scope="module")
-def pool():
-    with SandboxPool(CONFIG) as shared:
+@pytest.fixture(scope="module", params=["auto", "python"], ids=["c_loop", "python_loop"])
+def pool(request):
+    with shared_pool(request.param) as shared:
         yield shared
 
 
