@@ -17,6 +17,9 @@ FRAME_CAP = 2 * 1024 * 1024  # one record; canonical values are capped below thi
 VALUE_CAP = 16 * 1024 * 1024  # all records of one execution
 FILE_CAP = 16 * 1024 * 1024  # RLIMIT_FSIZE
 MESSAGE_CAP = 256 * 1024 * 1024  # one pool <-> worker message (a job, or a result's records)
+# Bytes asked of one read. Below glibc's mmap threshold (128 KiB): a 1 MiB read buffer was an
+# mmap, an mremap to the size read and a munmap every time, in the front and in every server.
+READ_BYTES = 64 * 1024
 
 
 # One decoder, and text rather than bytes: ``json.loads`` makes neither again on every call

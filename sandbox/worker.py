@@ -45,7 +45,7 @@ import types
 from collections import deque
 
 from sandbox import child, isolation, zygote
-from sandbox.frames import FILE_CAP, MESSAGE_CAP, Frames, encode
+from sandbox.frames import FILE_CAP, MESSAGE_CAP, READ_BYTES, Frames, encode
 
 # What programs import often enough that importing it in every child would cost more than
 # carrying it in every fork. A preloaded module is not free: each of its pages and mappings is
@@ -79,12 +79,11 @@ WARM_UP_PARTS = [{"kind": "value", "exprs": [f"f({i})"]} for i in range(3)]
 # The zygote's calibration (sandbox/pinning.py): the warm-up job, then a stop, so the zygote
 # can read which pages the child wrote.
 STOP_PART = {"kind": "exec", "src": "import os, signal\nos.kill(os.getpid(), signal.SIGSTOP)"}
-CALIBRATION_JOB = {
-    "code": WARM_UP_CODE,
-    "setup_code": "",
-    "parts": [*WARM_UP_PARTS, STOP_PART],
-    "limits": [],
-}
+
+
+def calibration_job() -> dict:
+    """The warm-up job and the stop, compiled as real jobs are."""
+    return {**child.precompiled(WARM_UP_CODE, "", [*WARM_UP_PARTS, STOP_PART]), "limits": []}
 
 
 class Channel:
@@ -102,7 +101,7 @@ class Channel:
     def receive(self) -> list[dict] | None:
         """The messages one read brings (maybe none); None when the pool has gone."""
         try:
-            data = os.read(self.fd, 1 << 20)
+            data = os.read(self.fd, READ_BYTES)
         except OSError:
             data = b""
         return self.frames.feed(data) if data else None
@@ -118,13 +117,19 @@ class Worker:
         self.executions, self.base_size = 0, 0
 
     def execute(self, job: dict) -> None:
-        """One execution: pipes to the zygote, watch, have it swept, report ``done``."""
+        """One execution: pipes to the zygote, watch, have it swept, report ``done``.
+
+        A program that does not compile is reported here, without a fork.
+        """
         start = time.monotonic()
+        payload = child.precompiled(job["code"], job["setup_code"], job["parts"])
+        if "load_error" in payload:
+            self._done(job, "end", 0, [payload["load_error"]], start)
+            return
+        payload["limits"] = self._limits(job)
         job_r, job_w = os.pipe()
         val_r, val_w = os.pipe()
         out_r, out_w = os.pipe()
-        payload = {k: job[k] for k in ("code", "setup_code", "parts")}
-        payload["limits"] = self._limits(job)
         records: list[dict] = []
         try:
             socket.send_fds(self.ctl, [b"R"], [job_r, val_w, out_w])
@@ -141,6 +146,9 @@ class Worker:
             writer.close()
         status, signum = self._finish(status)
         self.args.clean_scratch()
+        self._done(job, status, signum, records, start)
+
+    def _done(self, job: dict, status: str, signum: int, records: list, start: float) -> None:
         done = {"op": "done", "id": job["id"], "status": status, "signal": signum}
         done["recs"] = records
         done["duration_ms"] = (time.monotonic() - start) * 1000
@@ -195,14 +203,14 @@ class Worker:
                 poller.unregister(writer.fd)
                 writer.close()
             if out_r in events:
-                data = os.read(out_r, 65536)
+                data = os.read(out_r, READ_BYTES)
                 output += len(data)
                 if not data:
                     poller.unregister(out_r)
                 elif output > job["max_output_bytes"]:
                     return "output_limit"
             if val_r in events:
-                data = os.read(val_r, 65536)
+                data = os.read(val_r, READ_BYTES)
                 if not data:
                     return "eof"
                 try:
@@ -310,8 +318,9 @@ def _warm_up() -> None:
     """
     for _ in range(WARM_UP_ROUNDS):
         namespace = {"__name__": "__main__", "__builtins__": builtins}
-        child._load(WARM_UP_CODE, "", namespace)
-        for index, part in enumerate(WARM_UP_PARTS):
+        job = child.precompiled(WARM_UP_CODE, "", WARM_UP_PARTS)
+        child._load(job["code"], job["setup_code"], namespace)
+        for index, part in enumerate(job["parts"]):
             record = child._run_test(index, part, namespace, child.CLEAN_BUILTINS)
             Frames().feed(child.frame(record))
         isolation.prctl(isolation.PR_SET_NO_NEW_PRIVS, 1)
@@ -328,7 +337,7 @@ def _start_zygote(args: types.SimpleNamespace, uid: int, level: str) -> socket.s
     ``args.compiled_loop``: whether it runs its loop in C (``sandbox/_zygote.c``).
     """
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    calibration = marshal.dumps(CALIBRATION_JOB) if args.pin else None
+    calibration = marshal.dumps(calibration_job()) if args.pin else None
     pid = os.fork()
     if pid == 0:
         os.close(args.fd)

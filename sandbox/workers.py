@@ -24,7 +24,7 @@ import time
 from collections import deque
 from pathlib import Path
 
-from sandbox.frames import MESSAGE_CAP, Frames, encode
+from sandbox.frames import MESSAGE_CAP, READ_BYTES, Frames, encode
 
 ROOT = str(Path(__file__).resolve().parent.parent)
 # -I ignores PYTHONPATH and the working directory, so the package path is given explicitly.
@@ -152,7 +152,7 @@ class WorkerHandle:
         messages: list[dict] = []
         while not self.eof:
             try:
-                data = self.sock.recv(1 << 20)
+                data = self.sock.recv(READ_BYTES)
             except (BlockingIOError, InterruptedError):
                 break
             except OSError:

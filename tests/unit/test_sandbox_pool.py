@@ -16,6 +16,7 @@ import pytest
 
 from common.config import SandboxConfig
 from common.types import ExecutionJob, Verdict
+from sandbox.child import SERVER_COMPILE_MAX
 from sandbox.pool import SandboxPool
 from tests.unit.sandbox_helpers import CONFIG, F_TESTS, GOOD_F, run, shared_pool
 
@@ -360,12 +361,32 @@ def test_huge_file_hits_output_limit(pool):
     assert run(pool, code).verdict in (Verdict.OUTPUT_LIMIT, Verdict.RUNTIME_ERROR)
 
 
-def test_syntax_error(pool):
-    assert run(pool, "def f(x) return x").verdict is Verdict.SYNTAX_ERROR
+# The server compiles programs up to child.SERVER_COMPILE_MAX; a larger one is compiled in the
+# child. Either way a program must behave as under ``python FILE``.
+PADDING = {"compiled_by_server": "", "compiled_in_child": "#" * (SERVER_COMPILE_MAX + 1) + "\n"}
 
 
-def test_nul_bytes_are_syntax_error(pool):
-    assert run(pool, "def f(x):\n    return x + 1\x00\n").verdict is Verdict.SYNTAX_ERROR
+@pytest.mark.parametrize("where", PADDING)
+def test_syntax_error(pool, where):
+    result = run(pool, PADDING[where] + "def f(x) return x")
+    assert result.verdict is Verdict.SYNTAX_ERROR
+    assert result.detail.startswith("SyntaxError: ")
+
+
+@pytest.mark.parametrize("where", PADDING)
+def test_nul_bytes_are_syntax_error(pool, where):
+    code = PADDING[where] + "def f(x):\n    return x + 1\x00\n"
+    assert run(pool, code).verdict is Verdict.SYNTAX_ERROR
+
+
+@pytest.mark.parametrize("where", PADDING)
+def test_annotations_are_evaluated_as_python_does(pool, where):
+    """No ``from __future__ import annotations`` leaks from the harness into the program."""
+    code = PADDING[where] + "def f(x: int) -> int:\n    return x + 1\n"
+    assert run(pool, code, ("assert f.__annotations__['x'] is int", *F_TESTS)).passed
+    undefined = run(pool, PADDING[where] + "def f(x: Undefined):\n    return x + 1\n")
+    assert undefined.verdict is Verdict.RUNTIME_ERROR
+    assert "NameError" in undefined.detail
 
 
 def test_huge_source_is_rejected(pool):
