@@ -157,9 +157,10 @@ class SandboxConfig(_Section):
     )
     zygote_loop: Literal["auto", "python"] = Field(
         "auto",
-        description="'auto': each zygote runs its loop in C (sandbox/_zygote.c, built at "
-        "install where a C compiler is found) when it is its PID namespace's init; 'python': "
-        "the Python loop, which does the same with ~0.1 ms more CPU per execution",
+        description="'auto': each zygote runs its loop in C (sandbox/_zygote.c, built on "
+        "first use with the host's C compiler and cached) when it is its PID namespace's "
+        "init; 'python': the Python loop, which does the same with ~0.1 ms more CPU per "
+        "execution",
     )
     cpu_affinity: Literal["auto", "none"] | list[int] = Field(
         "auto",

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib.util
 import logging
 import os
 import select
@@ -26,7 +25,7 @@ from collections import Counter, deque
 
 from common.config import SandboxConfig
 from common.types import ExecutionJob, ExecutionResult, Verdict
-from sandbox import isolation, testplan
+from sandbox import isolation, native, testplan
 from sandbox.cache import ResultCache, job_key
 from sandbox.judging import Judgement
 from sandbox.workers import WorkerHandle, worker_cpus
@@ -67,6 +66,9 @@ class SandboxPool:
         self._pool_restarts = int(_restarted_by_ray())  # reported once, by the next stats()
         self._closed = False
         self._workers: list[WorkerHandle] = []
+        self._loop, self._loop_note = None, "sandbox.zygote_loop = 'python'"
+        if config.zygote_loop == "auto":  # built once per node and source version, then cached
+            self._loop, self._loop_note = native.build()
         try:
             cpus = worker_cpus(config.cpu_affinity, config.num_workers)
             for index, cpu in enumerate(cpus):
@@ -78,7 +80,7 @@ class SandboxPool:
                         isolation_mode,
                         cpu,
                         config.pin_hot_pages,
-                        config.zygote_loop,
+                        self._loop,
                     )
                 )
             for worker in self._workers:
@@ -135,16 +137,12 @@ class SandboxPool:
 
     @property
     def zygote_loop(self) -> str:
-        """One line on the loop the zygotes run: in C (``sandbox/_zygote.c``) or Python."""
+        """One line on the loop the zygotes run: in C (``sandbox/_zygote.c``) or in Python,
+        and why."""
         compiled = sum(worker.compiled_loop for worker in self._workers)
         if compiled == len(self._workers):
             return "zygote loop in C"
-        if self.config.zygote_loop == "python":
-            why = "sandbox.zygote_loop = 'python'"
-        elif importlib.util.find_spec("sandbox._zygote") is None:
-            why = "sandbox._zygote not built (no C compiler at install?)"
-        else:
-            why = "no PID namespace"
+        why = self._loop_note or "no PID namespace"
         return f"zygote loop in Python in {len(self._workers) - compiled} workers ({why})"
 
     @property

@@ -33,6 +33,7 @@ from __future__ import annotations
 import builtins
 import gc
 import importlib
+import importlib.machinery
 import json
 import marshal
 import math
@@ -343,7 +344,7 @@ def _start_zygote(args: types.SimpleNamespace, uid: int, level: str) -> socket.s
         os.close(args.fd)
         ours.close()
         full = level == isolation.LEVEL_FULL
-        zygote.serve(theirs, args.scratch, uid, full, calibration, args.zygote_loop == "auto")
+        zygote.serve(theirs, args.scratch, uid, full, calibration, args.loop)
     theirs.close()
     reply = ours.recv(4096)
     if reply[:1] != b"P" or len(reply) < 3 + zygote.PINNED.size:
@@ -354,6 +355,17 @@ def _start_zygote(args: types.SimpleNamespace, uid: int, level: str) -> socket.s
     args.pin_note = reply[3 + zygote.PINNED.size :].decode(errors="replace")
     args.zygote_proc = 1 if args.own_proc else pid
     return ours
+
+
+def load_loop(path: str | None) -> types.ModuleType | None:
+    """The zygote's C loop, from the library the pool built (``sandbox/native.py``); None
+    without one. Loaded before the zygote is forked, which inherits it."""
+    if path is None:
+        return None
+    loader = importlib.machinery.ExtensionFileLoader("sandbox._zygote", path)
+    module = loader.create_module(importlib.machinery.ModuleSpec(loader.name, loader, origin=path))
+    loader.exec_module(module)
+    return module
 
 
 def _pid_namespace(level: str) -> str:
@@ -392,14 +404,15 @@ def main(argv: list[str]) -> None:
     """Isolate, prepare, fork the zygote, report ready, serve until the pool goes away.
 
     ``argv[0]`` is the pool's options as one JSON object (index, fd, scratch, memory_mb,
-    isolation, cpu, pin, zygote_loop): ``argparse`` would import ``shutil``, and with it zlib,
-    bz2 and lzma, into the zygote, whose every mapping each fork copies and each exit tears
-    down.
+    isolation, cpu, pin, zygote_loop: the path of the C loop's library or None):
+    ``argparse`` would import ``shutil``, and with it zlib, bz2 and lzma, into the zygote,
+    whose every mapping each fork copies and each exit tears down.
     """
     args = types.SimpleNamespace(**json.loads(argv[0]))
     args.front_pid = os.getppid()
     if args.cpu is not None:  # first: the zygote and every child inherit it
         os.sched_setaffinity(0, {args.cpu})
+    args.loop = load_loop(args.zygote_loop)  # before the namespaces: paths as the pool saw them
     if args.isolation == "auto":
         level, uid = isolation.setup_worker(args.index, args.scratch)
     else:

@@ -26,12 +26,13 @@ enough Python to write ~30 more pages per execution. That direction only: the tr
 encodes it. What the child sends back is JSON, because ``marshal`` is not safe to decode from
 an adversary.
 
-The loop itself runs in C (``sandbox/_zygote.c``) where that extension was built and the zygote
-is its namespace's init: the Python loop below allocates as it goes, and after each fork every
-page it writes is a copy-on-write fault (~20 per execution). The C loop writes only its stack
-(zygote 0.50-0.57 -> 0.40-0.47 ms of CPU per execution, docs/benchmarks.md). It returns to
-Python only in a new child. Without a namespace, or where the extension is missing
-(``sandbox.zygote_loop = "python"`` asks for this too), the Python loop does the same.
+The loop itself runs in C (``sandbox/_zygote.c``, built by ``sandbox/native.py``) where it
+could be built and the zygote is its namespace's init: the Python loop below allocates as it
+goes, and after each fork every page it writes is a copy-on-write fault (~20 per execution).
+The C loop writes only its stack (zygote 0.50-0.57 -> 0.40-0.47 ms of CPU per execution,
+docs/benchmarks.md). It returns to Python only in a new child. Without a namespace, or where
+it could not be built (``sandbox.zygote_loop = "python"`` asks for this too), the Python loop
+does the same.
 """
 
 from __future__ import annotations
@@ -42,15 +43,11 @@ import signal
 import socket
 import struct
 import time
+import types
 from resource import setrlimit
 from typing import NamedTuple
 
 from sandbox import child, isolation, pinning
-
-try:
-    from sandbox import _zygote  # the loop in C, built by pip where a C compiler was found
-except ImportError:
-    _zygote = None
 
 STATUS = struct.Struct("<iii")
 PINNED = struct.Struct("<I")
@@ -71,15 +68,15 @@ def serve(
     uid: int,
     mount_proc: bool,
     calibration: bytes | None,
-    compiled: bool = True,
+    loop: types.ModuleType | None = None,
 ) -> None:
     """The zygote's loop; never returns (exits when the server's end closes).
 
     First, as the namespace's init and where ``mount_proc`` (the worker has its own mount
     namespace), it mounts the namespace's ``/proc``; then, given a ``calibration`` job (see
     :func:`_pin_hot_pages`), it pins its hot pages; it tells the server how both went, and
-    whether it runs the C loop: where ``compiled`` asks for it, the extension is built and the
-    zygote is its namespace's init.
+    whether it runs the C loop: given one (``loop``, ``sandbox/_zygote.c``) and as its
+    namespace's init.
     """
     code = 0
     try:
@@ -90,11 +87,11 @@ def serve(
         mounted = in_namespace and mount_proc and isolation.mount_own_proc()
         setup = _ChildSetup(scratch, uid, os.open(os.devnull, os.O_RDONLY), not in_namespace)
         pinned, note = _pin_hot_pages(calibration, setup) if calibration else (0, "off")
-        in_c = compiled and in_namespace and _zygote is not None
+        in_c = loop is not None and in_namespace
         flags = (b"1" if mounted else b"0") + (b"c" if in_c else b"p")
         ctl.send(b"P" + flags + PINNED.pack(pinned) + note.encode())
         if in_c:
-            fds = _zygote.serve(ctl.fileno())  # returns in a new child, or at the end
+            fds = loop.serve(ctl.fileno())  # returns in a new child, or at the end
             if fds is not None:
                 _child(list(fds), setup)
             return

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import textwrap
 from pathlib import Path
 
 from common.config import SandboxConfig
 from common.types import ExecutionJob, ExecutionResult
+from sandbox import native
 from sandbox.pool import SandboxPool
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # for scripts run in a fresh interpreter
@@ -20,7 +20,7 @@ def shared_pool(zygote_loop: str):
     """A pool with ``CONFIG`` and the zygote loop asked for: the hostile-program tests run under
     both loops, since either may serve (C where the extension was built, else Python)."""
     pool = SandboxPool(CONFIG.model_copy(update={"zygote_loop": zygote_loop}))
-    compiled = zygote_loop == "auto" and importlib.util.find_spec("sandbox._zygote") is not None
+    compiled = zygote_loop == "auto" and native.build()[0] is not None
     assert pool.zygote_loop.startswith("zygote loop in C" if compiled else "zygote loop in Python")
     return pool
 

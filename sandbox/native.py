@@ -1,0 +1,76 @@
+"""The zygote's loop in C (``sandbox/_zygote.c``), built on first use with the host's compiler.
+
+Built here, at run time, rather than by ``pip install``: under ``ray job submit --working-dir``
+(the cluster recipe of the README) every process imports the uploaded copy of this project,
+and Ray leaves out of the upload whatever ``.gitignore`` names, build outputs included. The
+source travels with the code; the library is built from it on each node, once, into the user's
+cache directory under a name that hashes the source and the interpreter, so a node never loads
+a library built from another version of the protocol. This is what Triton does with its own C
+helpers.
+
+The pool's front builds it (it has the user's environment, ``PATH`` and all; the workers start
+with an empty one) and passes the path to its workers, which load it before forking their
+zygote (``worker.load_loop``: this module, which imports ``subprocess`` and ``tempfile``,
+stays out of the workers). Where there is no compiler or no ``Python.h``, the build fails,
+the pool says why, and the zygotes run the same loop in Python.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import os
+import shlex
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+
+SOURCE = Path(__file__).with_name("_zygote.c")
+BUILD_TIMEOUT_S = 120.0
+
+
+def cache_dir() -> Path:
+    """Where built libraries are kept: ``$XDG_CACHE_HOME/grpo-code`` (``~/.cache/grpo-code``)."""
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(root) / "grpo-code"
+
+
+def compiler() -> list[str]:
+    """The C compiler: ``$CC`` as build tools honour it, else the interpreter's own, else cc."""
+    return shlex.split(os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc")
+
+
+def build(source: Path = SOURCE) -> tuple[str | None, str]:
+    """The path of the library built from ``source`` (built now if not cached), or None and
+    why it could not be built."""
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    key = hashlib.sha256(source.read_bytes() + sys.version.encode() + suffix.encode())
+    target = cache_dir() / f"{source.stem}-{key.hexdigest()[:16]}{suffix}"
+    if target.exists():
+        return str(target), ""
+    include = sysconfig.get_paths()["include"]
+    if not os.path.exists(os.path.join(include, "Python.h")):
+        return None, f"no Python.h in {include} (install the interpreter's headers)"
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, partial = tempfile.mkstemp(suffix=suffix, dir=target.parent)
+        os.close(fd)
+    except OSError as exc:
+        return None, f"cannot write {target.parent}: {exc.strerror}"
+    command = [*compiler(), "-O2", "-fPIC", "-shared", "-I", include, str(source), "-o", partial]
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, check=False
+        )
+        if done.returncode != 0:
+            first = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[0]
+            return None, f"{shlex.join(command[:1])} failed: {first}"
+        os.replace(partial, target)  # atomic: pools starting together each build, one wins
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, f"cannot run the C compiler {shlex.join(command[:1])}: {exc}"
+    finally:
+        if os.path.exists(partial):
+            os.unlink(partial)
+    return str(target), ""

@@ -1,0 +1,43 @@
+"""The zygote's C loop is built on first use, cached per source and interpreter, and where it
+cannot be built the pool says why and serves with the Python loop."""
+
+from __future__ import annotations
+
+import os
+
+from common.types import Verdict
+from sandbox import native
+from sandbox.pool import SandboxPool
+from tests.unit.sandbox_helpers import CONFIG, GOOD_F, run
+
+
+def test_built_once_then_taken_from_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    path, why = native.build()
+    assert path is not None, why
+    assert os.path.dirname(path) == str(tmp_path / "grpo-code")
+    built_at = os.stat(path).st_mtime_ns
+    monkeypatch.setenv("CC", "false")  # a second build would fail: the cached one is used
+    assert native.build() == (path, "")
+    assert os.stat(path).st_mtime_ns == built_at
+    assert os.listdir(tmp_path / "grpo-code") == [os.path.basename(path)]  # no partial left
+
+
+def test_another_source_is_another_library(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    changed = tmp_path / "_zygote.c"
+    changed.write_text(native.SOURCE.read_text() + "/* another version */\n")
+    first, second = native.build()[0], native.build(changed)[0]
+    assert first and second and first != second
+
+
+def test_without_a_compiler_the_pool_says_why_and_serves(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("CC", "false")
+    path, why = native.build()
+    assert path is None and why.startswith("false failed")
+    with SandboxPool(CONFIG) as pool:
+        assert pool.zygote_loop == f"zygote loop in Python in 2 workers ({why})"
+        assert run(pool, GOOD_F).verdict is Verdict.PASSED
+        assert run(pool, "while True: pass").verdict is Verdict.TIMEOUT
+    assert os.listdir(tmp_path / "grpo-code") == []  # the failed build left nothing
