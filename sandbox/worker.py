@@ -46,7 +46,7 @@ import types
 from collections import deque
 
 from sandbox import child, isolation, zygote
-from sandbox.frames import FILE_CAP, MESSAGE_CAP, READ_BYTES, Frames, encode
+from sandbox.frames import FILE_CAP, MESSAGE_CAP, READ_BYTES, Frames, decode_message, encode
 
 # What programs import often enough that importing it in every child would cost more than
 # carrying it in every fork. A preloaded module is not free: each of its pages and mappings is
@@ -92,7 +92,7 @@ class Channel:
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
-        self.frames = Frames(MESSAGE_CAP, None)
+        self.frames = Frames(MESSAGE_CAP, None, decode_message)
 
     def send(self, message: dict) -> None:
         data = memoryview(encode(message))

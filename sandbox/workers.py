@@ -24,7 +24,7 @@ import time
 from collections import deque
 from pathlib import Path
 
-from sandbox.frames import MESSAGE_CAP, READ_BYTES, Frames, encode
+from sandbox.frames import MESSAGE_CAP, READ_BYTES, Frames, decode_message, encode
 
 ROOT = str(Path(__file__).resolve().parent.parent)
 # -I ignores PYTHONPATH and the working directory, so the package path is given explicitly.
@@ -99,7 +99,7 @@ class WorkerHandle:
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.setblocking(False)
         self.outbox = bytearray()
-        self.frames = Frames(MESSAGE_CAP, None)
+        self.frames = Frames(MESSAGE_CAP, None, decode_message)
         self.eof = False
         options = {
             "index": self.index,

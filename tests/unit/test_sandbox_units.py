@@ -13,7 +13,7 @@ from common.types import ExecutionJob, ExecutionResult, Verdict
 from sandbox import child, testplan
 from sandbox.cache import ResultCache, job_key
 from sandbox.canonical import Unserialisable, canonicalise, rebuild
-from sandbox.frames import Frames, encode
+from sandbox.frames import MESSAGE_CAP, Frames, decode_message, encode
 from sandbox.problems import humaneval_tests
 from sandbox.reward import execution_reward
 
@@ -163,7 +163,7 @@ def test_cache_key_depends_on_every_input_and_returns_copies():
 
 
 def test_frames_reassemble_split_reads_and_enforce_caps():
-    stream = encode({"t": "loaded"}) + encode({"t": "end"})
+    stream = child.frame({"t": "loaded"}) + child.frame({"t": "end"})
     frames = Frames()
     assert frames.feed(stream[:3]) == []
     assert frames.feed(stream[3:]) == [{"t": "loaded"}, {"t": "end"}]
@@ -172,6 +172,13 @@ def test_frames_reassemble_split_reads_and_enforce_caps():
         Frames(frame_cap=10).feed(struct.pack(">I", 11))
     with pytest.raises(ValueError):
         Frames(total_cap=100).feed(b"\0" * 101)
+
+
+def test_pool_worker_messages_round_trip_and_records_never_decode_as_marshal():
+    message = {"op": "done", "id": 3, "recs": [{"t": "test", "values": [["int", "0x2"]]}]}
+    frames = Frames(MESSAGE_CAP, None, decode_message)
+    assert frames.feed(encode(message) + encode({"op": "ready"})) == [message, {"op": "ready"}]
+    assert Frames().feed(encode(message)) == [{"t": "garbled"}]  # a child's pipe: JSON only
 
 
 def test_server_compiles_program_setup_and_tests_as_python_would():
