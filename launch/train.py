@@ -124,6 +124,7 @@ def train(config: Config, resume: bool = False, overwrite: bool = False) -> Path
         config.sandbox.num_workers,
     )
     fleet = start_fleet(config, model_path, run_id=config.run.name)
+    logger.info("sandbox: %s", ray.get(fleet.sandbox.describe.remote()))
     try:
         if state is not None:
             checkpoint = run_dir / "checkpoint"

@@ -90,14 +90,7 @@ class SandboxPool:
             raise
         levels = [w.isolation for w in self._workers]
         self.isolation: str = min(levels, key=lambda level: isolation.LEVEL_NUMBER[level])
-        log.info(
-            "sandbox: %d workers, isolation %s, %s, %s",
-            len(self._workers),
-            self.isolation,
-            "own /proc" if self.own_proc else "programs see the host's /proc (command lines)",
-            "not pinned to CPUs" if None in self.cpus else f"pinned to CPUs {self.cpus}",
-        )
-        log.info("sandbox: %s; %s", self.pinning, self.zygote_loop)
+        log.info("sandbox: %s", self.describe())
         if not self.own_proc and self.isolation != isolation.LEVEL_RLIMITS:
             log.warning(
                 "sandbox: the kernel refused a /proc of the workers' PID namespaces (a container "
@@ -110,6 +103,19 @@ class SandboxPool:
                 "the kernel allows no user/network/PID namespaces here, so untrusted code would "
                 "run with rlimits only; set sandbox.allow_unisolated = true to accept that"
             )
+
+    def describe(self) -> str:
+        """One line on how the pool runs: isolation, CPUs, pinned pages, the zygote's loop
+        (what ``launch.train`` logs once the pool is up, from the pool's Ray actor)."""
+        return "; ".join(
+            [
+                f"{len(self._workers)} workers, isolation {self.isolation}",
+                "own /proc" if self.own_proc else "programs see the host's /proc (command lines)",
+                "not pinned to CPUs" if None in self.cpus else f"pinned to CPUs {self.cpus}",
+                self.pinning,
+                self.zygote_loop,
+            ]
+        )
 
     @property
     def own_proc(self) -> bool:

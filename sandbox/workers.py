@@ -5,8 +5,9 @@ when it finishes one, so it never sits idle while the pool judges the last resul
 it more work. Messages from the worker carry the job id; only the oldest job in flight runs.
 
 The pool talks to each worker over a Unix socketpair (no path a child could connect to)
-with length-prefixed JSON frames. The pool's end is non-blocking with an outbox, so the
-pool never blocks on a worker that is itself busy writing a large result.
+with length-prefixed marshal frames (``sandbox/frames.py``). The pool's end is non-blocking
+with an outbox, so the pool never blocks on a worker that is itself busy writing a large
+result.
 """
 
 from __future__ import annotations

@@ -30,6 +30,9 @@ def pool(request):
 def test_isolation_is_probed_and_reported(pool):
     assert pool.isolation == "namespaces(user,net,pid,mount)+rlimits"
     assert pool.stats()["sandbox/isolation_level"] == 2.0
+    line = pool.describe()  # what launch.train logs
+    assert line.startswith("2 workers, isolation namespaces(user,net,pid,mount)+rlimits; ")
+    assert pool.pinning in line and line.endswith(pool.zygote_loop)
 
 
 def test_honest_solution_passes(pool):
