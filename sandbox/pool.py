@@ -148,7 +148,8 @@ class SandboxPool:
         compiled = sum(worker.compiled_loop for worker in self._workers)
         if compiled == len(self._workers):
             return "zygote loop in C"
-        why = self._loop_note or "no PID namespace"
+        notes = sorted({w.loop_note for w in self._workers if w.loop_note})
+        why = self._loop_note or "; ".join(notes) or "no PID namespace"
         return f"zygote loop in Python in {len(self._workers) - compiled} workers ({why})"
 
     @property

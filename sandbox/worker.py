@@ -357,15 +357,20 @@ def _start_zygote(args: types.SimpleNamespace, uid: int, level: str) -> socket.s
     return ours
 
 
-def load_loop(path: str | None) -> types.ModuleType | None:
-    """The zygote's C loop, from the library the pool built (``sandbox/native.py``); None
-    without one. Loaded before the zygote is forked, which inherits it."""
+def load_loop(path: str | None) -> tuple[types.ModuleType | None, str]:
+    """The zygote's C loop, from the library the pool built (``sandbox/native.py``), or None
+    and why not (the zygote then runs the Python loop). Loaded before the zygote is forked,
+    which inherits it."""
     if path is None:
-        return None
+        return None, ""
     loader = importlib.machinery.ExtensionFileLoader("sandbox._zygote", path)
-    module = loader.create_module(importlib.machinery.ModuleSpec(loader.name, loader, origin=path))
-    loader.exec_module(module)
-    return module
+    try:
+        spec = importlib.machinery.ModuleSpec(loader.name, loader, origin=path)
+        module = loader.create_module(spec)
+        loader.exec_module(module)
+    except (ImportError, OSError) as exc:
+        return None, f"could not load {path}: {exc}"
+    return module, ""
 
 
 def _pid_namespace(level: str) -> str:
@@ -412,7 +417,7 @@ def main(argv: list[str]) -> None:
     args.front_pid = os.getppid()
     if args.cpu is not None:  # first: the zygote and every child inherit it
         os.sched_setaffinity(0, {args.cpu})
-    args.loop = load_loop(args.zygote_loop)  # before the namespaces: paths as the pool saw them
+    args.loop, args.loop_note = load_loop(args.zygote_loop)  # before the namespaces
     if args.isolation == "auto":
         level, uid = isolation.setup_worker(args.index, args.scratch)
     else:
@@ -431,6 +436,7 @@ def main(argv: list[str]) -> None:
             "pinned": args.pinned,
             "pin_note": args.pin_note,
             "compiled_loop": args.compiled_loop,
+            "loop_note": args.loop_note,
         }
     )
     Worker(chan, ctl, args).serve()

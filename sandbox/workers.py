@@ -90,6 +90,7 @@ class WorkerHandle:
         self.pinned = 0  # hot pages its zygote pinned (sandbox/pinning.py)
         self.pin_note = ""  # why none were, if none were
         self.compiled_loop = False  # its zygote runs the C loop (sandbox/_zygote.c)
+        self.loop_note = ""  # why it could not load that loop, if it could not
         self._start()
 
     def _start(self) -> None:
@@ -181,6 +182,7 @@ class WorkerHandle:
                     self.pinned = int(message.get("pinned", 0))
                     self.pin_note = str(message.get("pin_note", ""))
                     self.compiled_loop = bool(message.get("compiled_loop"))
+                    self.loop_note = str(message.get("loop_note", ""))
                     self._ready = True
                     return
             if self.eof or self.proc.poll() is not None:

@@ -41,3 +41,14 @@ def test_without_a_compiler_the_pool_says_why_and_serves(tmp_path, monkeypatch):
         assert run(pool, GOOD_F).verdict is Verdict.PASSED
         assert run(pool, "while True: pass").verdict is Verdict.TIMEOUT
     assert os.listdir(tmp_path / "grpo-code") == []  # the failed build left nothing
+
+
+def test_a_library_that_does_not_load_leaves_the_python_loop(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    path, why = native.build()
+    assert path is not None, why
+    with open(path, "wb") as library:  # as if another machine's build were in a shared home
+        library.write(b"not an ELF file")
+    with SandboxPool(CONFIG) as pool:
+        assert pool.zygote_loop.startswith("zygote loop in Python in 2 workers (could not load ")
+        assert run(pool, GOOD_F).verdict is Verdict.PASSED
