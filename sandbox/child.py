@@ -115,9 +115,9 @@ def _try_compile(source: str, filename: str, mode: str) -> Source:
 
 
 @functools.lru_cache(maxsize=4096)
-def _test_code(source: str, mode: str) -> Source:
-    """A test's code (the dataset's; a group's G completions share their problem's tests)."""
-    return _try_compile(source, "<test>", mode)
+def _dataset_code(source: str, filename: str, mode: str) -> Source:
+    """A test's or the setup's code: the dataset's, shared by a group's G completions."""
+    return _try_compile(source, filename, mode)
 
 
 def precompiled(code: str, setup_code: str, parts: list[dict]) -> dict:
@@ -134,12 +134,13 @@ def precompiled(code: str, setup_code: str, parts: list[dict]) -> dict:
     compiled: list[dict] = []
     for part in parts:
         if part["kind"] == "exec":
-            compiled.append({**part, "src": _test_code(part["src"], "exec")})
+            compiled.append({**part, "src": _dataset_code(part["src"], "<test>", "exec")})
         else:
-            compiled.append({**part, "exprs": [_test_code(e, "eval") for e in part["exprs"]]})
+            exprs = [_dataset_code(e, "<test>", "eval") for e in part["exprs"]]
+            compiled.append({**part, "exprs": exprs})
     job = {
         "code": code,
-        "setup_code": _try_compile(setup_code, "<setup>", "exec") if setup_code else "",
+        "setup_code": _dataset_code(setup_code, "<setup>", "exec") if setup_code else "",
         "parts": compiled,
     }
     if len(code) <= SERVER_COMPILE_MAX:

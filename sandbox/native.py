@@ -21,6 +21,7 @@ import hashlib
 import importlib.machinery
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -38,8 +39,12 @@ def cache_dir() -> Path:
 
 
 def compiler() -> list[str]:
-    """The C compiler: ``$CC`` as build tools honour it, else the interpreter's own, else cc."""
-    return shlex.split(os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc")
+    """The C compiler: ``$CC`` as build tools honour it, else the one the interpreter was built
+    with if this host has it (a conda interpreter names conda's own), else ``cc``."""
+    if os.environ.get("CC"):
+        return shlex.split(os.environ["CC"])
+    built_with = shlex.split(sysconfig.get_config_var("CC") or "")
+    return built_with if built_with and shutil.which(built_with[0]) else ["cc"]
 
 
 def build(source: Path = SOURCE) -> tuple[str | None, str]:

@@ -52,3 +52,11 @@ def test_a_library_that_does_not_load_leaves_the_python_loop(tmp_path, monkeypat
     with SandboxPool(CONFIG) as pool:
         assert pool.zygote_loop.startswith("zygote loop in Python in 2 workers (could not load ")
         assert run(pool, GOOD_F).verdict is Verdict.PASSED
+
+
+def test_compiler_is_cc_where_the_interpreters_own_is_missing(monkeypatch):
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setattr(native.sysconfig, "get_config_var", lambda name: "no-such-cc -pthread")
+    assert native.compiler() == ["cc"]
+    monkeypatch.setenv("CC", "gcc -O1")
+    assert native.compiler() == ["gcc", "-O1"]
