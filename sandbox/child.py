@@ -148,8 +148,8 @@ def precompiled(code: str, setup_code: str, parts: list[dict]) -> dict:
             job["code"] = _quiet_compile(code, "<candidate>", "exec")
         except COMPILE_ERRORS as exc:
             job["load_error"] = _syntax_error(exc)
-        except Exception:  # not a known compile error: the child compiles it, as before
-            job["code"] = code
+        except Exception:  # not a known compile error: the text goes, the child compiles it
+            pass
     return job
 
 

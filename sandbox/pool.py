@@ -66,9 +66,9 @@ class SandboxPool:
         self._pool_restarts = int(_restarted_by_ray())  # reported once, by the next stats()
         self._closed = False
         self._workers: list[WorkerHandle] = []
-        self._loop, self._loop_note = None, "sandbox.zygote_loop = 'python'"
+        loop_library, self._loop_note = None, "sandbox.zygote_loop = 'python'"
         if config.zygote_loop == "auto":  # built once per node and source version, then cached
-            self._loop, self._loop_note = native.build()
+            loop_library, self._loop_note = native.build()
         try:
             cpus = worker_cpus(config.cpu_affinity, config.num_workers)
             for index, cpu in enumerate(cpus):
@@ -80,7 +80,7 @@ class SandboxPool:
                         isolation_mode,
                         cpu,
                         config.pin_hot_pages,
-                        self._loop,
+                        loop_library,
                     )
                 )
             for worker in self._workers:

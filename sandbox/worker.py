@@ -317,9 +317,9 @@ def _warm_up() -> None:
     with ``random``'s after-fork reseed, warmed too while ``random`` was preloaded). Only
     this fixed, trusted snippet runs in the worker.
     """
+    job = child.precompiled(WARM_UP_CODE, "", WARM_UP_PARTS)  # code objects, as children get
     for _ in range(WARM_UP_ROUNDS):
         namespace = {"__name__": "__main__", "__builtins__": builtins}
-        job = child.precompiled(WARM_UP_CODE, "", WARM_UP_PARTS)
         child._load(job["code"], job["setup_code"], namespace)
         for index, part in enumerate(job["parts"]):
             record = child._run_test(index, part, namespace, child.CLEAN_BUILTINS)
@@ -409,7 +409,7 @@ def main(argv: list[str]) -> None:
     """Isolate, prepare, fork the zygote, report ready, serve until the pool goes away.
 
     ``argv[0]`` is the pool's options as one JSON object (index, fd, scratch, memory_mb,
-    isolation, cpu, pin, zygote_loop: the path of the C loop's library or None):
+    isolation, cpu, pin, loop_library: the path of the zygote's C loop, or None):
     ``argparse`` would import ``shutil``, and with it zlib, bz2 and lzma, into the zygote,
     whose every mapping each fork copies and each exit tears down.
     """
@@ -417,7 +417,7 @@ def main(argv: list[str]) -> None:
     args.front_pid = os.getppid()
     if args.cpu is not None:  # first: the zygote and every child inherit it
         os.sched_setaffinity(0, {args.cpu})
-    args.loop, args.loop_note = load_loop(args.zygote_loop)  # before the namespaces
+    args.loop, args.loop_note = load_loop(args.loop_library)  # before the namespaces
     if args.isolation == "auto":
         level, uid = isolation.setup_worker(args.index, args.scratch)
     else:

@@ -77,10 +77,10 @@ class WorkerHandle:
         mode: str,
         cpu: int | None = None,
         pin: bool = True,
-        zygote_loop: str | None = None,
+        loop_library: str | None = None,
     ) -> None:
         self.index, self.root, self.cpu, self.pin = index, root, cpu, pin
-        self.zygote_loop = zygote_loop  # the C loop's library (sandbox/native.py), or None
+        self.loop_library = loop_library  # the zygote's C loop (sandbox/native.py), or None
         self.memory_mb, self.mode = memory_mb, mode
         self.in_flight: deque[tuple[int, object]] = deque()  # (job id, task)
         self.backstop_s = 0.0
@@ -111,7 +111,7 @@ class WorkerHandle:
             "isolation": self.mode,
             "cpu": self.cpu,  # pin to this CPU (the zygote and every child inherit it)
             "pin": self.pin,  # pin the zygote's hot pages (sandbox/pinning.py)
-            "zygote_loop": self.zygote_loop,  # the zygote's C loop (a library path) or None
+            "loop_library": self.loop_library,  # the zygote's C loop, or None: Python
         }
         try:
             self.proc = subprocess.Popen(
