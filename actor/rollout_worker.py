@@ -28,10 +28,10 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from common.config import ModelConfig, RolloutConfig
-from common.types import Completion, RolloutRequest, WeightUpdate
+from common.types import Completion, RolloutRequest, TrainSample, WeightUpdate
 from common.weight_transport import LORA_ADAPTER
 
 logger = logging.getLogger(__name__)
@@ -72,9 +72,6 @@ class RolloutWorker:
         self.weight_version = 0
         self.lora_request = None  # the current LoRA adapter, when updates arrive as adapters
         self._calls = 0  # makes engine request ids unique across calls
-        lora = (
-            {"enable_lora": True, "max_lora_rank": lora_rank, "max_loras": 1} if lora_rank else {}
-        )
         start = time.perf_counter()
         self.llm = LLM(
             model=model_path,
@@ -86,7 +83,8 @@ class RolloutWorker:
             logprobs_mode="processed_logprobs",
             worker_extension_cls="actor.weight_receiver.WeightReceiverExtension",
             enable_prefix_caching=True,
-            **lora,
+            **_lora_options(lora_rank),
+            **_scheduler_options(rollout, model),
         )
         self.tokenizer = self.llm.get_tokenizer()
         logger.info(
@@ -201,23 +199,71 @@ class RolloutWorker:
             "direct_load": float(direct),  # 1: loaded without vLLM's layerwise session
         }
 
-    def score(self, prompt_token_ids: list[int], completion_token_ids: list[int]) -> list[float]:
-        """Logprobs the engine assigns to a fixed completion (teacher forcing via prompt logprobs).
+    def score(self, samples: Sequence[TrainSample]) -> tuple[int, list[list[float]]]:
+        """The engine's logprobs of fixed completions and the weight version they come from.
 
-        Used to prove that a weight push reached the engine: compare with the learner.
+        Teacher forcing through prompt logprobs, which vLLM computes from the raw logits
+        (temperature 1): the parity probe compares them with the learner's own after every push
+        (``weights/parity_probe_diff``), which tells a push that did not reach the engine from
+        the sampler's ordinary numerics. The adapter in use (``lora.export = "adapter"``) applies.
         """
         from vllm import SamplingParams
 
-        tokens = list(prompt_token_ids) + list(completion_token_ids)
+        sequences = [list(s.prompt_token_ids) + list(s.completion_token_ids) for s in samples]
         params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0)
-        output = self.llm.generate(
-            [{"prompt_token_ids": tokens}], params, use_tqdm=False, lora_request=self.lora_request
-        )[0]
-        positions = range(len(prompt_token_ids), len(tokens))
-        return [output.prompt_logprobs[pos][tokens[pos]].logprob for pos in positions]
+        outputs = self.llm.generate(
+            [{"prompt_token_ids": tokens} for tokens in sequences],
+            params,
+            use_tqdm=False,
+            lora_request=self.lora_request,
+        )
+        logprobs = []
+        for sample, tokens, output in zip(samples, sequences, outputs, strict=True):
+            positions = range(len(sample.prompt_token_ids), len(tokens))
+            logprobs.append([output.prompt_logprobs[i][tokens[i]].logprob for i in positions])
+        return self.weight_version, logprobs
 
     def weight_checksum(self) -> float:
         return float(self.llm.collective_rpc("weight_checksum")[0])
+
+
+#: The ranks vLLM accepts as ``max_lora_rank``: an adapter of rank r needs the next one up.
+_VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def _lora_options(rank: int) -> dict:
+    """Engine options to serve LoRA adapters of ``rank`` (none for rank 0: no adapters)."""
+    if not rank:
+        return {}
+    fits = [r for r in _VLLM_LORA_RANKS if r >= rank]
+    if not fits:
+        raise ValueError(f"vLLM serves LoRA adapters up to rank {_VLLM_LORA_RANKS[-1]}, got {rank}")
+    return {"enable_lora": True, "max_lora_rank": fits[0], "max_loras": 1}
+
+
+def _scheduler_options(rollout: RolloutConfig, model: ModelConfig) -> dict:
+    """The engine step's token budget, and on CPU hosts no prompt split across engine steps.
+
+    A prompt split across steps (chunked prefill) samples a token at the end of every partial
+    step and then rewinds the request's seeded generator to discard it; vLLM does that with
+    ``Generator.set_offset``, which CPU generators do not have ("CPU Generator does not use
+    offset"). Without chunking, prompts that do not fit in a step's budget wait for the next
+    one whole, which is what vLLM itself does for models it cannot chunk on CPU; the budget
+    must then hold the longest sequence.
+    """
+    from vllm.platforms import current_platform
+
+    budget = rollout.max_num_batched_tokens or None
+    if not current_platform.is_cpu():
+        return {"max_num_batched_tokens": budget} if budget else {}
+    return {
+        "enable_chunked_prefill": False,
+        "max_num_batched_tokens": max(budget or _CPU_STEP_TOKENS, model.max_model_len),
+    }
+
+
+#: vLLM's own default token budget of an engine step on CPU hosts (``LLM`` class).
+_CPU_STEP_TOKENS = 4096
 
 
 def _sample_index(completion: Completion) -> int:

@@ -99,6 +99,12 @@ class RolloutConfig(_Section):
     num_cpus: float = Field(1.0, ge=0)
     num_gpus: float = Field(0.0, ge=0)
     enforce_eager: bool = True
+    max_num_batched_tokens: int = Field(
+        0,
+        ge=0,
+        description="tokens one engine step processes (prefill and decode); 0: vLLM's default. "
+        "On CPU hosts prompts are never split across steps, so at least model.max_model_len",
+    )
     engine_process: Literal["actor", "separate"] = Field(
         "actor",
         description="actor: vLLM's engine core runs inside the rollout actor's process (no "
@@ -282,6 +288,12 @@ class WeightsConfig(_Section):
         "bucket at a time, so a push never holds a second copy of the whole model there "
         "(and small buckets load faster: docs/benchmarks.md, weight push)",
     )
+    parity_probe: int = Field(
+        4,
+        ge=0,
+        description="sequences the learner and every engine score after each push "
+        "(weights/parity_probe_diff: does every engine serve the learner's weights?); 0: off",
+    )
 
 
 class RayConfig(_Section):
@@ -317,6 +329,13 @@ class Config(_Section):
     @property
     def run_dir(self) -> Path:
         return Path(self.run.output_dir) / self.run.name
+
+    @property
+    def served_lora_rank(self) -> int:
+        """Rank of the LoRA adapters the engines must serve: the learner's rank when updates
+        travel as adapters (``lora.export = "adapter"``), else 0 (merged weights, no adapters)."""
+        lora = self.learner.lora
+        return lora.rank if lora.enabled and lora.export == "adapter" else 0
 
     @model_validator(mode="after")
     def _check_learner_threads(self) -> Config:

@@ -39,6 +39,7 @@ from launch.checkpoint import DriverState, save_checkpoint
 from launch.cluster import Fleet
 from launch.control import CONTROL_FILE, ControlFile
 from launch.groups import GroupCollector
+from launch.parity import ParityProbe
 from launch.pipeline import (
     Batch,
     OnDemandBatches,
@@ -142,6 +143,7 @@ class Driver:
         self.eval_problems = self._load_eval_problems() if config.eval.every else []
         self.control = ControlFile(run_dir / CONTROL_FILE)
         self._stop_signal: int | None = None
+        self.probe = ParityProbe(config.weights.parity_probe)
         self._batches: OnDemandBatches | PipelinedBatches = OnDemandBatches(self._collect)
 
     def run(self) -> None:
@@ -274,6 +276,7 @@ class Driver:
         timer.restart()
         keys = [group.index for group in groups]
         samples, kl_metrics = self._train_samples(completions, rewards, keys, step)
+        self.probe.choose(completions)
         timer.lap("train")  # preparing the samples counts as training
         train_metrics, sync_marks = self._train_and_sync(samples)
         sync_marks["time/train_s"] += timer.marks["time/train_s"]
@@ -303,9 +306,10 @@ class Driver:
         import ray
 
         if not samples:
-            return {}, dict.fromkeys(
+            marks = dict.fromkeys(
                 ("time/train_s", "time/weight_sync_s", "time/weight_export_s"), 0.0
             )
+            return self._measure_parity(self._start_probe()), marks
         runs_ahead = self._batches.runs_ahead
         start = time.perf_counter()
         call = self.fleet.learner.train_and_export.options(num_returns=2)
@@ -314,13 +318,16 @@ class Driver:
         # engine before the producer's generation of the next batch, which would then wait
         # for this step (no overlap).
         pending = None if runs_ahead else self.fleet.rollout.start_push(update)
+        probe = None if runs_ahead else self._start_probe()
         metrics = ray.get(metrics_ref)
         trained = time.perf_counter()
         if pending is None:
             pending = self.fleet.rollout.start_push(update)
+            probe = self._start_probe()
         pushed = self.fleet.rollout.finish_push(pending)
         push_s = time.perf_counter() - trained
         self.weight_version = int(pushed["version"])
+        metrics.update(self._measure_parity(probe))
         export_s = metrics.pop("time/weight_export_s")
         marks = {"time/train_s": trained - start - export_s, "time/weight_export_s": export_s}
         if not runs_ahead:
@@ -328,6 +335,17 @@ class Driver:
         load_s = min(push_s, pushed["load_s"])
         marks.update({"time/weight_sync_s": export_s + load_s, "time/push_wait_s": push_s - load_s})
         return metrics, marks
+
+    def _start_probe(self):
+        return self.probe.start(self.fleet.learner, self.fleet.rollout)
+
+    def _measure_parity(self, pending) -> dict[str, float]:
+        """The parity probe's metrics and the time its answers took after the push."""
+        start = time.perf_counter()
+        metrics = self.probe.finish(pending, self.weight_version)
+        if metrics:
+            metrics["time/parity_probe_s"] = time.perf_counter() - start
+        return metrics
 
     def _observe(self, group) -> None:
         """Feed the curriculum the group's pass rate (sandbox failures say nothing)."""

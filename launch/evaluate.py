@@ -313,7 +313,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     add("--format", default="auto", choices=["auto", "mbpp", "humaneval", "generic"])
     add("--template", default="auto", choices=["auto", "chat", "plain"], help="prompt template")
     add("--n", type=int, default=10, help="samples per problem")
-    add("--k", type=parse_ks, default=[1, 10], help="comma-separated k values, e.g. 1,10")
+    add(
+        "--k",
+        type=parse_ks,
+        default=None,
+        help="comma-separated k values, e.g. 1,10; default: those of 1,10 that --n allows",
+    )
     add("--temperature", type=float, default=0.8, help="0 for greedy decoding")
     add("--max-new-tokens", type=int, default=512)
     add("--stop", action="append", help="stop string (repeatable)")
@@ -329,6 +334,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.n < 1 or args.max_new_tokens < 1 or args.limit < 0 or args.temperature < 0:
         parser.error("--n and --max-new-tokens must be >= 1, --limit and --temperature >= 0")
+    if args.k is None:
+        args.k = [k for k in (1, 10) if k <= args.n]
     if max(args.k) > args.n:
         parser.error(f"--k {max(args.k)} needs at least that many samples: raise --n")
     return args

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from common.config import Config
-from common.types import Completion, RolloutRequest
+from common.types import Completion, RolloutRequest, TrainSample
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +61,7 @@ class RolloutFleet:
             self.config.model,
             seed=self.config.run.seed,
             worker_index=index,
+            lora_rank=self.config.served_lora_rank,
         )
 
     def start(self, count: int) -> None:
@@ -127,6 +128,11 @@ class RolloutFleet:
         version = max(load["version"] for load in loads)
         self.version = int(version)
         return {"version": version, "load_s": max(load["seconds"] for load in loads)}
+
+    def start_score(self, samples: list[TrainSample]) -> dict[int, Any]:
+        """Queue ``RolloutWorker.score`` of fixed sequences on every actor (the parity probe);
+        each answers ``(weight version, logprobs)`` once its earlier calls are done."""
+        return {i: actor.score.remote(samples) for i, actor in enumerate(self.actors)}
 
     def generate(self, requests: list[RolloutRequest]) -> list[Completion]:
         """Every completion of ``requests``, in no particular order (:meth:`generate_stream`

@@ -147,26 +147,35 @@ class Learner:
         """The KL weight inside the loss: 0 when the KL is charged in the reward instead."""
         return self.config.beta if self.kl_in == "loss" else 0.0
 
-    def _logprobs(self, batch: MicroBatch, model=None, return_entropy: bool = False):
+    def _logprobs(
+        self,
+        batch: MicroBatch,
+        model=None,
+        return_entropy: bool = False,
+        temperature: float | None = None,
+    ):
         with autocast(self.device, self.autocast_dtype):
             return completion_logprobs(
                 self.model if model is None else model,
                 batch.input_ids,
                 batch.attention_mask,
                 batch.completion_mask,
-                self.temperature,
+                self.temperature if temperature is None else temperature,
                 chunk_tokens=self.logprob_chunk_tokens,
                 return_entropy=return_entropy,
             )
 
     @torch.no_grad()
-    def _per_sample_logprobs(self, samples: Sequence[TrainSample], model) -> list[Tensor]:
+    def _per_sample_logprobs(
+        self, samples: Sequence[TrainSample], model, temperature: float | None = None
+    ) -> list[Tensor]:
         """Logprobs of each sample's completion tokens under ``model``: 1-D CPU tensors."""
         result: list[Tensor] = [torch.empty(0)] * len(samples)
         for indices in pack_micro_batches(samples, self.config.micro_batch_tokens):
             self._apply_compute_threads()
             batch = collate(samples, indices, self.pad_token_id, self.device)
-            rows = completion_rows(self._logprobs(batch, model), samples, indices)
+            logprobs = self._logprobs(batch, model, temperature=temperature)
+            rows = completion_rows(logprobs, samples, indices)
             for i, row in zip(indices, rows, strict=True):
                 result[i] = row
         return result
@@ -178,12 +187,15 @@ class Learner:
         with self.reference.active() as model:
             return self._per_sample_logprobs(samples, model)
 
-    def policy_logprobs(self, samples: Sequence[TrainSample]) -> list[Tensor]:
-        """Current-policy logprobs of every completion token, without gradient (eval mode)."""
+    def policy_logprobs(
+        self, samples: Sequence[TrainSample], temperature: float | None = None
+    ) -> list[Tensor]:
+        """Current-policy logprobs of every completion token, without gradient (eval mode), at
+        the sampling temperature unless told otherwise."""
         was_training = self.model.training
         self.model.eval()
         try:
-            return self._per_sample_logprobs(samples, self.model)
+            return self._per_sample_logprobs(samples, self.model, temperature)
         finally:
             self.model.train(was_training)
 
@@ -347,10 +359,12 @@ class Learner:
         result["train/optimizer_steps"] = float(every.count)
         return result
 
-    def compute_logprobs(self, samples: Sequence[TrainSample]) -> list[list[float]]:
-        """Current policy logprob of every completion token, one list per sample."""
+    def score(self, samples: Sequence[TrainSample]) -> list[list[float]]:
+        """Current policy logprob of every completion token at temperature 1, one list per
+        sample: the learner's side of the parity probe (``RolloutWorker.score`` is the engine's),
+        on the raw logits as vLLM's prompt logprobs are."""
         validate_samples(samples)
-        return [row.tolist() for row in self.policy_logprobs(samples)]
+        return [row.tolist() for row in self.policy_logprobs(samples, temperature=1.0)]
 
     def train_and_export(self, samples: Sequence[TrainSample]) -> tuple[dict, WeightUpdate]:
         """``train_step`` then ``export_weights`` in one call, ``time/weight_export_s`` added

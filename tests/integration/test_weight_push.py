@@ -39,20 +39,25 @@ def _sample(worker, prompt_text: str, completion_text: str) -> TrainSample:
     return TrainSample(prompt, completion, [0.0] * len(completion), 0.0, 0)
 
 
+def _engine_logprobs(worker, sample: TrainSample) -> list[float]:
+    version, [logprobs] = worker.score([sample])
+    assert version == worker.weight_version
+    return logprobs
+
+
 def _push_perturbed(worker, learner, sample: TrainSample, seed: int, more_buckets_than: int = 0):
     """Perturb the learner, check the engine no longer agrees, push the export, and check the
     engine now serves exactly the learner's new weights; returns the update."""
-    prompt, completion = sample.prompt_token_ids, sample.completion_token_ids
     learner.perturb_weights_(0.05, seed=seed)
-    changed = learner.compute_logprobs([sample])[0]
-    stale = worker.score(prompt, completion)
+    changed = learner.score([sample])[0]
+    stale = _engine_logprobs(worker, sample)
     assert _mean_abs_diff(stale, changed) > 10 * BF16_TOLERANCE, "perturbation too small to test"
 
     update = learner.export_weights()
     assert len(update.payload) > more_buckets_than
     worker.update_weights(update)
     assert worker.weight_version == update.version == learner.weight_version
-    assert _mean_abs_diff(worker.score(prompt, completion), changed) < BF16_TOLERANCE
+    assert _mean_abs_diff(_engine_logprobs(worker, sample), changed) < BF16_TOLERANCE
     return update
 
 
@@ -61,8 +66,8 @@ def test_push_makes_engine_logprobs_match_the_learner(engine_and_learner):
     sample = _sample(
         worker, "# Return the number 3.\ndef answer():\n    return ", "3 + 4 * x\nprint(answer())"
     )
-    before_engine = worker.score(sample.prompt_token_ids, sample.completion_token_ids)
-    assert _mean_abs_diff(before_engine, learner.compute_logprobs([sample])[0]) < BF16_TOLERANCE
+    before_engine = _engine_logprobs(worker, sample)
+    assert _mean_abs_diff(before_engine, learner.score([sample])[0]) < BF16_TOLERANCE
     _push_perturbed(worker, learner, sample, seed=7)
 
 
@@ -87,7 +92,6 @@ def test_one_bucket_load_serves_what_the_layerwise_reload_serves(engine_and_lear
     bitwise unchanged, in both orders: every linear layer re-packed, the tied LM head too."""
     worker, learner = engine_and_learner
     sample = _sample(worker, "# Return the number 9.\n", "9 - 3 * z\nprint(answer())")
-    prompt, completion = sample.prompt_token_ids, sample.completion_token_ids
     default = learner.sender.bucket_bytes
     try:
         for seed in (21, 22):
@@ -96,11 +100,11 @@ def test_one_bucket_load_serves_what_the_layerwise_reload_serves(engine_and_lear
             assert len(one_bucket.payload) == 1
             learner.sender.bucket_bytes = 16 << 10
             many_buckets = learner.export_weights()
-            direct = worker.score(prompt, completion)
+            direct = _engine_logprobs(worker, sample)
             assert worker.update_weights(many_buckets)["direct_load"] == 0.0
-            assert worker.score(prompt, completion) == direct
+            assert _engine_logprobs(worker, sample) == direct
             assert worker.update_weights(one_bucket)["direct_load"] == 1.0
-            assert worker.score(prompt, completion) == direct
+            assert _engine_logprobs(worker, sample) == direct
     finally:
         learner.sender.bucket_bytes = default
 
@@ -141,7 +145,7 @@ def test_sampled_logprobs_are_tagged_and_match_the_learner(engine_and_learner):
         TrainSample(list(prompt), c.token_ids, c.sampler_logprobs, 0.0, c.weight_version)
         for c in completions
     ]
-    learner_logprobs = learner.compute_logprobs(samples)
+    learner_logprobs = learner.score(samples)
     for completion, mine in zip(completions, learner_logprobs, strict=True):
         assert _mean_abs_diff(completion.sampler_logprobs, mine) < BF16_TOLERANCE
 

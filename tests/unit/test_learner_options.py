@@ -58,9 +58,9 @@ def test_precomputed_reference_equals_frozen_copy(tied_model):
     for mode in ("frozen_copy", "precomputed"):
         learner = Learner(tied_model, _config(beta=0.05, reference=mode))
         learner.perturb_weights_(0.02, seed=1)
-        policy_before = learner.compute_logprobs(samples)
+        policy_before = learner.score(samples)
         ref = learner.reference_logprobs(samples)
-        assert learner.compute_logprobs(samples) == policy_before  # weights swapped back
+        assert learner.score(samples) == policy_before  # weights swapped back
         metrics = learner.train_step(samples)
         results.append((ref, metrics["train/kl"], _snapshot(learner)))
     (ref_a, kl_a, params_a), (ref_b, kl_b, params_b) = results

@@ -167,13 +167,13 @@ def test_chunked_logprobs_match_full_logits(tied_model, lora):
 def test_logprob_diff_is_zero_when_sampler_agrees(tied_model):
     learner = Learner(tied_model, _config())
     samples = _samples()
-    logprobs = learner.compute_logprobs(samples)
+    logprobs = learner.score(samples)
     assert [len(lp) for lp in logprobs] == [len(s.completion_token_ids) for s in samples]
     for sample, lp in zip(samples, logprobs):
         sample.sampler_logprobs = lp
     metrics = learner.train_step(samples)
     assert metrics["train/logprob_diff_mean"] < 1e-5
-    after = learner.compute_logprobs(samples)
+    after = learner.score(samples)
     assert after != logprobs  # the step changed the policy
 
 
@@ -209,7 +209,7 @@ def test_export_lora_equals_peft_merge_and_keeps_the_adapter(tied_model):
     learner.perturb_weights_(0.1, seed=3)  # lora_B is zero at init; make the delta non-zero
     learner.export_dtype = torch.float32  # compare without bf16 rounding
     samples = _samples()
-    logprobs_before = learner.compute_logprobs(samples)
+    logprobs_before = learner.score(samples)
     _, tensors = _decoded(learner)
     merged = copy.deepcopy(learner.model).merge_and_unload().state_dict()
     assert set(tensors) == set(merged) - {"lm_head.weight"}
@@ -222,7 +222,7 @@ def test_export_lora_equals_peft_merge_and_keeps_the_adapter(tied_model):
             "model.layers.0.self_attn.q_proj.base_layer.weight"
         ],
     )
-    assert learner.compute_logprobs(samples) == logprobs_before  # adapter still live, unmerged
+    assert learner.score(samples) == logprobs_before  # adapter still live, unmerged
 
 
 @pytest.mark.parametrize("modules_to_save", [["model.norm"], ["norm"]])
@@ -282,10 +282,10 @@ def test_exported_lora_policy_serves_the_learners_logits(tied_model, modules_to_
 
 def test_perturb_changes_weights_and_version(tied_model):
     learner = Learner(tied_model, _config())
-    before = learner.compute_logprobs(_samples())
+    before = learner.score(_samples())
     learner.perturb_weights_(0.05, seed=0)
     assert learner.weight_version == 1
-    assert learner.compute_logprobs(_samples()) != before
+    assert learner.score(_samples()) != before
 
 
 def test_checkpoint_round_trip(tied_model, tmp_path):
@@ -299,7 +299,7 @@ def test_checkpoint_round_trip(tied_model, tmp_path):
     resumed = Learner(str(tmp_path / "ckpt"), _config())
     resumed.load_training_state(str(tmp_path / "ckpt"))
     assert resumed.weight_version == 1
-    got, want = resumed.compute_logprobs(_samples()), learner.compute_logprobs(_samples())
+    got, want = resumed.score(_samples()), learner.score(_samples())
     for got_row, want_row in zip(got, want):
         torch.testing.assert_close(torch.tensor(got_row), torch.tensor(want_row))
 
