@@ -281,9 +281,9 @@ class AsyncConfig(_Section):
 
 class WeightsConfig(_Section):
     transport: Literal["cpu_safetensors"] = "cpu_safetensors"
-    bucket_mib: int = Field(
+    bucket_mib: float = Field(
         16,
-        ge=1,
+        gt=0,
         description="bound on one bucket of a weight update: each engine decodes and loads one "
         "bucket at a time, so a push never holds a second copy of the whole model there "
         "(and small buckets load faster: docs/benchmarks.md, weight push)",
@@ -329,6 +329,11 @@ class Config(_Section):
     @property
     def run_dir(self) -> Path:
         return Path(self.run.output_dir) / self.run.name
+
+    @property
+    def bucket_bytes(self) -> int:
+        """``weights.bucket_mib`` in bytes."""
+        return int(self.weights.bucket_mib * (1 << 20))
 
     @property
     def served_lora_rank(self) -> int:

@@ -181,7 +181,7 @@ def start_fleet(config: Config, model_path: str, run_id: str) -> Fleet:
         transport=config.weights.transport,
         export_dtype=config.model.dtype,
         adapter_dir=str((config.run_dir / "adapters").resolve()),
-        bucket_bytes=config.weights.bucket_mib << 20,
+        bucket_bytes=config.bucket_bytes,
     )
     rollout = RolloutFleet(config, model_path, run_id, placement)
     rollout.start(config.rollout.num_actors)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import random
 import sys
 import time
@@ -222,9 +223,12 @@ def run_evaluation(args: argparse.Namespace, worker=None) -> dict:
     """
     from common.config import SandboxConfig
     from common.data import load_rendered
+    from common.model_source import locate_model
     from sandbox.pool import SandboxPool
 
     started = time.perf_counter()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    args.model = locate_model(args.model, "--model")
     worker_tokenizer = _load_tokenizer(args.model)
     problems = load_rendered(
         args.problems, args.split, args.format, args.template, worker_tokenizer, args.limit
@@ -260,11 +264,8 @@ def run_evaluation(args: argparse.Namespace, worker=None) -> dict:
 
 
 def _load_tokenizer(model_path: str):
-    import os
-
     from transformers import AutoTokenizer
 
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     return AutoTokenizer.from_pretrained(model_path)
 
 
@@ -342,6 +343,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None, worker=None) -> int:
+    from common.config import ConfigError
     from common.datasets import DatasetError
     from common.prompts import PromptError
     from sandbox.pool import SandboxIsolationError
@@ -349,7 +351,7 @@ def main(argv: list[str] | None = None, worker=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         summary = run_evaluation(args, worker)
-    except (DatasetError, PromptError, EvalError, SandboxIsolationError) as exc:
+    except (ConfigError, DatasetError, PromptError, EvalError, SandboxIsolationError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     scores = "  ".join(f"pass@{k} {_fmt(summary[f'pass@{k}'])}" for k in args.k)

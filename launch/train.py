@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 
 from common.config import Config, ConfigError, load_config
+from common.datasets import DatasetError
+from common.prompts import PromptError
 
 logger = logging.getLogger("launch.train")
 
@@ -43,7 +45,9 @@ def resolve_model(config: Config) -> str:
         from common.tiny_model import build_tiny_model
 
         return str(build_tiny_model(Path(config.run.output_dir) / "_models" / "tiny").resolve())
-    return config.model.path
+    from common.model_source import locate_model
+
+    return locate_model(config.model.path)
 
 
 def prepare_run_dir(config: Config, overwrite: bool) -> Path:
@@ -105,6 +109,16 @@ def train(config: Config, resume: bool = False, overwrite: bool = False) -> Path
     from launch.plot import plot_rewards
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    # The model and the problems first: a mistake in either leaves no run directory behind.
+    model_path = resolve_model(config)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_path)
+    except OSError as exc:  # a hub download that failed, or files missing from the directory
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(
+            f"model.path: cannot load the tokenizer of {model_path}: {first}"
+        ) from None
+    problems = load_problems(config.data, tokenizer)
     state = None
     if resume:
         run_dir = config.run_dir
@@ -114,9 +128,6 @@ def train(config: Config, resume: bool = False, overwrite: bool = False) -> Path
         (run_dir / "config.toml").write_text(config.to_toml())
     else:
         run_dir = prepare_run_dir(config, overwrite)
-    model_path = resolve_model(config)
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    problems = load_problems(config.data, tokenizer)
     connect(config.ray)
     logger.info(
         "starting %d rollout worker(s), the learner and a sandbox pool of %d worker(s)",
@@ -162,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.resume and config.run_dir.resolve() != Path(args.resume).resolve():
             raise ConfigError("--resume: run.name and run.output_dir cannot be overridden")
         train(config, resume=bool(args.resume), overwrite=args.overwrite)
-    except (ConfigError, FileNotFoundError) as exc:
+    except (ConfigError, DatasetError, PromptError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except RunAborted as exc:

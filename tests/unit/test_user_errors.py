@@ -1,0 +1,92 @@
+"""User mistakes end the commands with one line naming what is wrong and exit status 2, before
+any actor starts and before a run directory is written."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+MBPP = REPO_ROOT.parent / "shared" / "data" / "mbpp.jsonl"
+
+
+@pytest.fixture
+def empty_hub_cache(tmp_path, monkeypatch):
+    """No model in the Hugging Face cache, and the hub off (as on CI and in launch's default)."""
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def _train(capsys, *args: str) -> tuple[int, list[str]]:
+    from launch.train import main
+
+    status = main(list(args))
+    return status, capsys.readouterr().err.strip().splitlines()
+
+
+def test_a_shipped_gpu_config_without_its_model_says_how_to_get_it(
+    tmp_path, capsys, empty_hub_cache
+):
+    config = str(REPO_ROOT / "configs" / "qwen2.5-coder-1.5b-mbpp.toml")
+    status, lines = _train(capsys, "--config", config, "--run.output_dir", str(tmp_path))
+    assert status == 2 and len(lines) == 1
+    assert lines[0].startswith("error: model.path: Qwen/Qwen2.5-Coder-1.5B-Instruct is neither")
+    assert "hf download Qwen/Qwen2.5-Coder-1.5B-Instruct" in lines[0]
+    assert not (tmp_path / "qwen2.5-coder-1.5b-mbpp").exists()
+
+
+@pytest.mark.parametrize(
+    ("path", "said"),
+    [
+        ("/nonexistent/model", "is not a local directory, nor a Hugging Face hub name"),
+        (str(REPO_ROOT / "README.md"), "is a file; give the model's directory"),
+        (str(REPO_ROOT), "has no config.json"),
+    ],
+)
+def test_a_model_path_that_is_no_model_is_refused(tmp_path, capsys, path, said):
+    demo = str(REPO_ROOT / "configs" / "demo.toml")
+    status, lines = _train(
+        capsys, "--config", demo, "--model.path", path, "--run.output_dir", str(tmp_path)
+    )
+    assert status == 2 and len(lines) == 1 and said in lines[0]
+
+
+def test_a_malformed_problems_file_names_its_line(tmp_path, capsys, tiny_model_path):
+    problems = tmp_path / "problems.jsonl"
+    good = MBPP.read_text().splitlines()[0] if MBPP.is_file() else "{}"
+    problems.write_text(good + "\n" + '{"task_id": 2, "text": "x"\n')
+    demo = str(REPO_ROOT / "configs" / "demo.toml")
+    status, lines = _train(
+        capsys,
+        "--config", demo,
+        "--model.path", tiny_model_path,
+        "--data.source", str(problems),
+        "--data.split", "all",
+        "--run.output_dir", str(tmp_path / "runs"),
+    )  # fmt: skip
+    assert status == 2 and len(lines) == 1
+    assert lines[0].startswith(f"error: {problems}:")
+    assert not (tmp_path / "runs" / "demo").exists()
+
+
+def test_a_missing_problems_file_is_named(tmp_path, capsys, tiny_model_path):
+    demo = str(REPO_ROOT / "configs" / "demo.toml")
+    missing = tmp_path / "missing.jsonl"
+    status, lines = _train(
+        capsys,
+        "--config", demo,
+        "--model.path", tiny_model_path,
+        "--data.source", str(missing),
+        "--run.output_dir", str(tmp_path / "runs"),
+    )  # fmt: skip
+    assert (status, lines) == (2, [f"error: problems file {missing} does not exist"])
+
+
+def test_evaluate_without_its_model_says_how_to_get_it(tmp_path, capsys, empty_hub_cache):
+    from launch.evaluate import main
+
+    args = ["--model", "Qwen/Qwen2.5-Coder-0.5B", "--problems", str(MBPP), "--n", "2"]
+    assert main([*args, "--out", str(tmp_path / "eval")]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --model: Qwen/Qwen2.5-Coder-0.5B is")
