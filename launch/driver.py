@@ -33,8 +33,13 @@ from common.config import Config
 from common.curriculum import make_curriculum
 from common.metrics import MetricsLog
 from common.prompts import encode_prompt
-from common.rewards import KalmanBaseline
 from common.types import Completion, Problem, TrainSample, Verdict
+from launch.advantage import (
+    KalmanBaseline,
+    kl_penalised_rewards,
+    masked_group_advantages,
+    zero_std_fraction,
+)
 from launch.checkpoint import DriverState, save_checkpoint
 from launch.cluster import Fleet
 from launch.control import CONTROL_FILE, ControlFile
@@ -49,46 +54,6 @@ from launch.pipeline import (
 )
 
 logger = logging.getLogger(__name__)
-
-
-def group_advantages_masked(
-    rewards: list[float | None], group_size: int, eps: float, scale: str = "group_std"
-) -> list[float | None]:
-    """Group-normalised advantages; ``None`` rewards stay ``None`` and are left out of the stats.
-
-    A group with fewer than two rewarded samples has no baseline, so its samples get ``None``.
-    With ``batch_std`` the divisor is the std of every rewarded sample in the batch.
-    """
-    import statistics
-
-    import torch
-
-    from learner.grpo import group_advantages
-
-    scored = [r for r in rewards if r is not None]
-    batch_scale = statistics.pstdev(scored) + eps if len(scored) > 1 else 1.0
-    advantages: list[float | None] = [None] * len(rewards)
-    for start in range(0, len(rewards), group_size):
-        kept = [i for i in range(start, start + group_size) if rewards[i] is not None]
-        if len(kept) < 2:
-            continue
-        values = torch.tensor([rewards[i] for i in kept], dtype=torch.float64)
-        group_scale = "none" if scale == "batch_std" else scale
-        group = group_advantages(values, len(kept), eps=eps, scale=group_scale)
-        if scale == "batch_std":
-            group = group / batch_scale
-        for i, adv in zip(kept, group.tolist(), strict=True):
-            advantages[i] = adv
-    return advantages
-
-
-def zero_std_fraction(rewards: list[float | None], group_size: int) -> float:
-    """Fraction of groups whose rewarded samples all scored the same (no learning signal);
-    the same rule dynamic sampling uses to drop a group."""
-    from learner.sampling import is_informative
-
-    groups = [rewards[i : i + group_size] for i in range(0, len(rewards), group_size)]
-    return sum(not is_informative(group) for group in groups) / max(len(groups), 1)
 
 
 @dataclass
@@ -370,7 +335,7 @@ class Driver:
         if self.baseline is not None:
             advantages = self.baseline.advantages(shaped, size, keys, step)
         else:
-            advantages = group_advantages_masked(
+            advantages = masked_group_advantages(
                 shaped, size, learner_cfg.advantage_eps, learner_cfg.advantage_scale
             )
         samples = [
@@ -393,8 +358,6 @@ class Driver:
         """r - beta * KL(sequence), with the KL from the learner's policy and reference."""
         import ray
         import torch
-
-        from learner.grpo import kl_penalised_rewards
 
         kept = [i for i, r in enumerate(rewards) if r is not None and completions[i].token_ids]
         probes = [

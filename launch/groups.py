@@ -81,7 +81,7 @@ class GroupCollector:
 
     def collect(self, step: int, next_indices) -> tuple[list[Group], dict[str, float]]:
         """The step's groups; ``next_indices(count)`` draws prompts (the curriculum's sampler)."""
-        from learner.sampling import dynamic_sample
+        from launch.advantage import dynamic_sample
 
         self.seconds = {"rollout": 0.0, "reward": 0.0}
         rollout = self.config.rollout

@@ -1,4 +1,7 @@
-"""GRPO as pure functions on tensors: group advantages, KL estimators and the clipped loss.
+"""GRPO's loss as pure functions on tensors: KL estimators, TIS weights and the clipped loss.
+
+The advantages it consumes are computed on the driver's side (``launch.advantage``: group
+normalisation, the Kalman baseline, dynamic sampling, KL-in-reward shaping).
 
 The algorithm (Shao et al. 2024, "DeepSeekMath", section 4.1):
 
@@ -16,13 +19,8 @@ The algorithm (Shao et al. 2024, "DeepSeekMath", section 4.1):
 
 Where this departs from the paper, and why:
 
-- Standard deviation is the *population* std (``unbiased=False``); TRL uses torch's default
-  (Bessel-corrected). The group is the whole population being normalised, not a sample of a
-  larger one, and with population std the advantages of a group have exactly unit variance
-  whatever G is (with G=2 Bessel's correction shrinks them to +-0.707 instead of +-1).
-- A group whose rewards are all equal carries no learning signal; its advantages are set to
-  exactly 0 explicitly, instead of relying on 0 / (0 + eps), which is not exactly 0 when
-  floating-point rounding leaves the centred rewards at 1e-9 instead of 0.
+- Group statistics (population std, zero advantage for uniform groups): see
+  ``launch.advantage.group``.
 - Options from later work: asymmetric clipping (DAPO "clip-higher", eps_high > eps_low),
   token-level aggregation (DAPO), and Dr. GRPO's unscaled advantages plus a constant
   length normaliser, which remove GRPO's bias towards long wrong answers and short right ones.
@@ -35,7 +33,8 @@ Where this departs from the paper, and why:
   "Your efficient RL framework secretly brings you off-policy RL training"): every token's
   policy-gradient term is multiplied by w = min(pi_old / pi_sampler, C), detached.
 - KL either in the loss (above) or in the reward (InstructGPT style): r_i - beta * sum_t KL_t
-  before the advantages are normalised (``kl_penalised_rewards``); then the loss has no KL.
+  before the advantages are normalised (``launch.advantage.kl_penalised_rewards``); then the
+  loss has no KL.
 - DGRO-style decoupled scaling: ``reward_scale`` multiplies the advantages independently of
   beta, so the strength of the reward signal and of the KL pull are tuned separately.
 - Optional entropy bonus (off by default), subtracted per token.
@@ -48,58 +47,8 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-AdvantageScale = Literal["group_std", "batch_std", "none"]
 KLEstimator = Literal["k1", "k2", "k3"]
 Aggregation = Literal["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"]
-
-
-def _grouped(rewards: Tensor, group_size: int) -> Tensor:
-    if rewards.dim() != 1:
-        raise ValueError(
-            f"rewards must be 1-D (one per completion), got shape {tuple(rewards.shape)}"
-        )
-    if group_size < 1 or rewards.numel() % group_size:
-        raise ValueError(
-            f"number of rewards ({rewards.numel()}) must be a multiple of group_size "
-            f"({group_size}): advantages are normalised within each group of completions"
-        )
-    return rewards.float().view(-1, group_size)  # (N/G, G)
-
-
-def group_advantages(
-    rewards: Tensor,  # (N,) grouped contiguously: completions [k*G, (k+1)*G) share a prompt
-    group_size: int,
-    eps: float = 1e-4,
-    scale: AdvantageScale = "group_std",
-    reward_scale: float = 1.0,
-) -> Tensor:  # (N,)
-    """Rewards centred on their group's mean, optionally scaled (see the module docstring).
-
-    ``scale``: "group_std" divides by the group's population std (GRPO), "batch_std" by the
-    std of all rewards in the batch (more robust when groups are nearly uniform), "none" keeps
-    the centred rewards (Dr. GRPO). ``reward_scale`` then multiplies every advantage (DGRO's
-    coefficient, decoupled from beta): A = (r - mean) * reward_scale / (std + eps).
-    Zero-variance groups get advantage exactly 0.
-    """
-    grouped = _grouped(rewards, group_size)  # (N/G, G)
-    centred = grouped - grouped.mean(dim=1, keepdim=True)  # (N/G, G)
-    if scale == "group_std":
-        advantages = centred / (grouped.std(dim=1, unbiased=False, keepdim=True) + eps)
-    elif scale == "batch_std":
-        advantages = centred / (rewards.float().std(unbiased=False) + eps)
-    elif scale == "none":
-        advantages = centred
-    else:
-        raise ValueError(f"unknown advantage scale {scale!r}; use group_std, batch_std or none")
-    uniform = grouped.amax(dim=1, keepdim=True) == grouped.amin(dim=1, keepdim=True)  # (N/G, 1)
-    advantages = advantages * reward_scale
-    return torch.where(uniform, torch.zeros_like(advantages), advantages).view(-1)
-
-
-def zero_std_fraction(rewards: Tensor, group_size: int) -> float:
-    """Fraction of groups whose rewards are all equal, i.e. that teach the policy nothing."""
-    grouped = _grouped(rewards, group_size)
-    return (grouped.amax(dim=1) == grouped.amin(dim=1)).float().mean().item()
 
 
 def kl_divergence(logprobs: Tensor, ref_logprobs: Tensor, estimator: KLEstimator = "k3") -> Tensor:
@@ -135,24 +84,6 @@ def sequence_kl(
         logprobs.masked_fill(~keep, 0.0), ref_logprobs.masked_fill(~keep, 0.0), estimator
     )
     return (per_token * keep.to(per_token.dtype)).sum(dim=1)
-
-
-def kl_penalised_rewards(
-    rewards: Tensor,  # (N,)
-    kl: Tensor,  # (N,) per-sequence KL, e.g. from ``sequence_kl``
-    beta: float,
-) -> Tensor:  # (N,)
-    """r_i - beta * KL_i: the KL-in-reward variant, applied before advantage normalisation.
-
-    The penalty then competes with the task reward inside each group (a completion that drifted
-    further from the reference ranks lower), instead of being a separate loss term.
-    """
-    if rewards.shape != kl.shape:
-        raise ValueError(
-            f"rewards {tuple(rewards.shape)} and kl {tuple(kl.shape)} must have the same shape: "
-            "one KL per completion"
-        )
-    return rewards.float() - beta * kl.float()
 
 
 def tis_weights(

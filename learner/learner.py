@@ -203,7 +203,7 @@ class Learner:
         """Per-sample KL(pi || pi_ref) summed over completion tokens, for ``kl_in = "reward"``.
 
         The driver subtracts ``beta * kl`` from each reward before normalising advantages
-        (``grpo.kl_penalised_rewards``). Zeros when beta = 0: there is no reference.
+        (``launch.advantage.kl_penalised_rewards``). Zeros when beta = 0: there is no reference.
         """
         validate_samples(samples)
         if self.reference is None:

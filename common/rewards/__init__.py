@@ -1,7 +1,7 @@
 """Composable rewards: the term contract, built-in and user-defined terms, their weighted sum,
-and baselines beyond the group mean. See docs/rewards.md."""
+and the baseline options (the baselines themselves are in ``launch.advantage``). See
+docs/rewards.md."""
 
-from common.rewards.baseline import BaselineState, KalmanBaseline, kalman_advantages, kalman_update
 from common.rewards.config import (
     BaselineConfig,
     LengthOptions,
@@ -28,9 +28,7 @@ from common.rewards.terms import (
 
 __all__ = [
     "BaselineConfig",
-    "BaselineState",
     "ComposedReward",
-    "KalmanBaseline",
     "LengthOptions",
     "RewardConfig",
     "RewardInput",
@@ -46,8 +44,6 @@ __all__ = [
     "build_tiny_scorer",
     "execution_reward",
     "format_term",
-    "kalman_advantages",
-    "kalman_update",
     "length_penalty",
     "load_user_term",
     "resolve_scorer_path",

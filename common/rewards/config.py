@@ -118,7 +118,7 @@ class RewardTermConfig(_Section):
 
 
 class BaselineConfig(_Section):
-    """What the advantage is measured against (see ``common.rewards.baseline``)."""
+    """What the advantage is measured against (see ``launch.advantage.kalman``)."""
 
     kind: Literal["group_mean", "kalman"] = Field(
         "group_mean", description="group_mean: GRPO; kalman: a per-problem running estimate"

@@ -9,14 +9,14 @@ import pytest
 from common.data import PromptSampler
 from common.prompts import build_program, extract_code
 from common.tasks import synthetic_problem
-from launch.driver import group_advantages_masked, zero_std_fraction
+from launch.advantage import masked_group_advantages, zero_std_fraction
 
 
 def test_advantages_are_normalised_per_group_by_hand():
     # group 1: [1, 0, 0, 1] mean 0.5, population std 0.5 -> +-1 (eps 0)
     # group 2: [0.5, 0.5, 0.5, 0.5] zero variance -> exactly 0, not NaN
     rewards = [1.0, 0.0, 0.0, 1.0, 0.5, 0.5, 0.5, 0.5]
-    advantages = group_advantages_masked(rewards, group_size=4, eps=0.0)
+    advantages = masked_group_advantages(rewards, group_size=4, eps=0.0)
     assert advantages[:4] == pytest.approx([1.0, -1.0, -1.0, 1.0])
     assert advantages[4:] == [0.0, 0.0, 0.0, 0.0]
     assert not any(math.isnan(a) for a in advantages)
@@ -25,17 +25,17 @@ def test_advantages_are_normalised_per_group_by_hand():
 def test_masked_samples_stay_out_of_the_group_statistics():
     # None is "no reward" (sandbox failure): the group is normalised over [1, 0] alone.
     rewards = [1.0, None, 0.0, None]
-    advantages = group_advantages_masked(rewards, group_size=4, eps=0.0)
+    advantages = masked_group_advantages(rewards, group_size=4, eps=0.0)
     assert advantages == [pytest.approx(1.0), None, pytest.approx(-1.0), None]
 
 
 def test_group_with_one_reward_has_no_baseline():
-    assert group_advantages_masked([None, 1.0, None, None], 4, eps=1e-4) == [None] * 4
+    assert masked_group_advantages([None, 1.0, None, None], 4, eps=1e-4) == [None] * 4
 
 
 def test_batch_std_scale_divides_by_the_std_of_all_rewards():
     rewards = [1.0, 0.0, 0.0, 0.0]  # batch mean 0.25, population std sqrt(3)/4
-    advantages = group_advantages_masked(rewards, 2, eps=0.0, scale="batch_std")
+    advantages = masked_group_advantages(rewards, 2, eps=0.0, scale="batch_std")
     std = math.sqrt(3) / 4
     assert advantages == pytest.approx([0.5 / std, -0.5 / std, 0.0, 0.0])
 

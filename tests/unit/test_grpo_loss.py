@@ -7,15 +7,12 @@ import math
 import pytest
 import torch
 
-from learner.grpo import (
+from launch.advantage import (
     group_advantages,
-    grpo_loss,
-    kl_divergence,
     kl_penalised_rewards,
-    sequence_kl,
-    tis_weights,
     zero_std_fraction,
 )
+from learner.grpo import grpo_loss, kl_divergence, sequence_kl, tis_weights
 
 # Three groups of G=4: mixed, uniform (0.1 is not exact in binary), one outlier.
 REWARDS = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.1, 0.1, 0.1, 0.1, 0.0, 0.0, 0.0, 2.0])
@@ -27,12 +24,14 @@ def test_group_std_advantages_by_hand():
     # group 3: mean 0.5, centred (-.5, -.5, -.5, 1.5), var (3 * .25 + 2.25) / 4 = .75
     s = math.sqrt(0.75)
     expected = [1, -1, -1, 1, 0, 0, 0, 0, -0.5 / s, -0.5 / s, -0.5 / s, 1.5 / s]
-    torch.testing.assert_close(adv, torch.tensor(expected), atol=1e-6, rtol=0)
+    torch.testing.assert_close(adv, torch.tensor(expected, dtype=torch.float64), atol=1e-6, rtol=0)
 
 
 def test_group_std_advantages_include_eps():
     adv = group_advantages(REWARDS[:4], group_size=4, eps=1e-4)
-    torch.testing.assert_close(adv, torch.tensor([1, -1, -1, 1]) * 0.5 / 0.5001)
+    torch.testing.assert_close(
+        adv, torch.tensor([1.0, -1, -1, 1], dtype=torch.float64) * 0.5 / 0.5001
+    )
 
 
 def test_uniform_group_gets_exactly_zero_advantage():
@@ -47,7 +46,7 @@ def test_uniform_group_gets_exactly_zero_advantage():
 def test_population_std_gives_unit_advantages_for_pairs():
     # Bessel's correction would give +-0.707 here; population std gives +-1.
     adv = group_advantages(torch.tensor([1.0, 0.0]), group_size=2, eps=0.0)
-    torch.testing.assert_close(adv, torch.tensor([1.0, -1.0]))
+    torch.testing.assert_close(adv, torch.tensor([1.0, -1.0], dtype=torch.float64))
 
 
 def test_batch_std_advantages_by_hand():
@@ -58,17 +57,17 @@ def test_batch_std_advantages_by_hand():
     s = math.sqrt(1 / 3)
     expected = [0.5 / s, -0.5 / s, -0.5 / s, 0.5 / s, 0, 0, 0, 0]
     expected += [-0.5 / s, -0.5 / s, -0.5 / s, 1.5 / s]
-    torch.testing.assert_close(adv, torch.tensor(expected), atol=1e-6, rtol=0)
+    torch.testing.assert_close(adv, torch.tensor(expected, dtype=torch.float64), atol=1e-6, rtol=0)
 
 
 def test_unscaled_advantages_are_centred_rewards():
     adv = group_advantages(REWARDS, group_size=4, scale="none")
     expected = [0.5, -0.5, -0.5, 0.5, 0, 0, 0, 0, -0.5, -0.5, -0.5, 1.5]
-    torch.testing.assert_close(adv, torch.tensor(expected))
+    torch.testing.assert_close(adv, torch.tensor(expected, dtype=torch.float64))
 
 
 def test_zero_std_fraction():
-    assert zero_std_fraction(REWARDS, 4) == pytest.approx(1 / 3)
+    assert zero_std_fraction(REWARDS.tolist(), 4) == pytest.approx(1 / 3)
 
 
 def test_rewards_not_a_multiple_of_group_size_is_refused():
@@ -245,10 +244,10 @@ def test_kl_in_reward_arithmetic_by_hand():
     kl = torch.tensor([2.0, 0.0, 0.0, 4.0])
     penalised = kl_penalised_rewards(rewards, kl, beta=0.1)
     # 1 - .2, 0 - 0, 1 - 0, 1 - .4
-    torch.testing.assert_close(penalised, torch.tensor([0.8, 0.0, 1.0, 0.6]))
+    torch.testing.assert_close(penalised, torch.tensor([0.8, 0.0, 1.0, 0.6], dtype=torch.float64))
     # Group 2 was uniform (1, 1) and gets a signal from the penalty alone: +-1 with group std.
     adv = group_advantages(penalised, group_size=2, eps=0.0)
-    torch.testing.assert_close(adv, torch.tensor([1.0, -1.0, 1.0, -1.0]))
+    torch.testing.assert_close(adv, torch.tensor([1.0, -1.0, 1.0, -1.0], dtype=torch.float64))
     with pytest.raises(ValueError, match="same shape"):
         kl_penalised_rewards(rewards, kl[:3], beta=0.1)
 

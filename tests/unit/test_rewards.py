@@ -9,7 +9,6 @@ import pytest
 from common.rewards import (
     BaselineConfig,
     ComposedReward,
-    KalmanBaseline,
     RewardConfig,
     RewardInput,
     RewardTermConfig,
@@ -18,7 +17,6 @@ from common.rewards import (
     aggregate_steps,
     build_reward,
     format_term,
-    kalman_advantages,
     length_penalty,
     load_user_term,
     split_steps,
@@ -27,6 +25,7 @@ from common.rewards import (
 )
 from common.rewards.config import term_options
 from common.types import ExecutionResult, Problem, Verdict
+from launch.advantage import KalmanBaseline, kalman_advantages
 
 PROBLEM = Problem("p", "Write add.", ("assert add(1, 2) == 3",))
 PREFIX_PROBLEM = Problem(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from learner.sampling import GroupAccumulator, dynamic_sample, is_informative
+from launch.advantage import GroupAccumulator, dynamic_sample, is_informative
 
 
 def test_is_informative():

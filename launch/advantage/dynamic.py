@@ -20,17 +20,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from launch.advantage.group import is_informative
+
 Group = TypeVar("Group")
-
-
-def is_informative(rewards: Sequence[float | None]) -> bool:
-    """True when at least two scored completions got different rewards.
-
-    ``None`` (no reward: the sandbox failed) is left out, as in advantage normalisation: a group
-    with fewer than two scored completions has no baseline, so it is uninformative too.
-    """
-    scored = {r for r in rewards if r is not None}
-    return len(scored) >= 2
 
 
 @dataclass
