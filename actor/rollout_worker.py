@@ -249,7 +249,9 @@ def _scheduler_options(rollout: RolloutConfig, model: ModelConfig) -> dict:
     ``Generator.set_offset``, which CPU generators do not have ("CPU Generator does not use
     offset"). Without chunking, prompts that do not fit in a step's budget wait for the next
     one whole, which is what vLLM itself does for models it cannot chunk on CPU; the budget
-    must then hold the longest sequence.
+    must then hold the longest sequence. (vLLM warns that the model "does not officially
+    support disabling chunked prefill"; the parity probe of every mode-matrix run checks that
+    the engine's logprobs still match the learner's.)
     """
     from vllm.platforms import current_platform
 

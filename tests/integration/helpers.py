@@ -85,6 +85,22 @@ def private_ray(num_cpus: int = 2) -> Iterator[None]:
             ray.shutdown()
 
 
+def kill_for_good(actor) -> None:
+    """``ray.kill`` without restart, returning once calls to the actor fail: the kill is
+    asynchronous, so the old process may still answer a call or two."""
+    import ray
+
+    ray.kill(actor, no_restart=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.__ray_ready__.remote(), timeout=60)
+        except ray.exceptions.RayActorError:
+            return
+        time.sleep(0.1)
+    raise AssertionError("the killed actor still answers")
+
+
 def crash_and_wait(actor, probe: Callable[[Any], Any]) -> tuple[Any, Any]:
     """Kill ``actor`` as a crash would (Ray restarts it) and wait for its new process, told
     apart by ``probe(actor)`` (an ObjectRef) answering differently than before the kill: the

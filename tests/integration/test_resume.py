@@ -38,21 +38,15 @@ def test_resumed_run_sees_the_same_prompts(tmp_path, tiny_model_path):
 
 
 def test_a_dead_learner_ends_the_run_with_the_step_to_resume_from(tmp_path, tiny_model_path):
-    import ray
-
     from launch.train import RunAborted, train
-    from tests.integration.helpers import before_steps
+    from tests.integration.helpers import before_steps, kill_for_good
 
     config = short_config(tmp_path, "lost", tiny_model_path, 6, "--run.checkpoint_every", "2")
 
-    def kill_learner(driver) -> None:
-        """As a crash would, and confirmed dead before step 4 needs it (its state lives only in
-        its process: no restart can help)."""
-        ray.kill(driver.fleet.learner, no_restart=True)
-        with pytest.raises(ray.exceptions.RayActorError):
-            ray.get(driver.fleet.learner.__ray_ready__.remote(), timeout=60)
-
-    with before_steps({4: kill_learner}), pytest.raises(RunAborted) as aborted:
+    # Dead before step 4 needs it, as after a crash (its state lives only in its process: no
+    # restart can help).
+    kill_learner = {4: lambda driver: kill_for_good(driver.fleet.learner)}
+    with before_steps(kill_learner), pytest.raises(RunAborted) as aborted:
         train(config)
     message = str(aborted.value)
     assert f"learner-{config.run.name} died" in message
