@@ -112,12 +112,6 @@ class RolloutConfig(_Section):
         "for cores); separate: vLLM's own engine-core process, which overlaps scheduling with "
         "GPU execution",
     )
-    dynamic_sampling: bool = Field(
-        False, description="drop groups whose rewards are all equal and sample more prompts"
-    )
-    max_sampling_rounds: int = Field(
-        4, ge=1, description="rollout rounds per step, the ordinary one included"
-    )
 
     @model_validator(mode="after")
     def _check_group(self) -> RolloutConfig:
@@ -149,7 +143,6 @@ class SandboxConfig(_Section):
     test_timeout_s: float = Field(5.0, gt=0, description="wall-clock limit for one test")
     memory_mb: int = Field(512, ge=32)
     max_output_bytes: int = Field(64 * 1024, ge=1024)
-    reward: Literal["binary", "partial"] = "partial"
     cache: bool = True
     allow_unisolated: bool = Field(
         False, description="run without namespaces when the kernel allows none (unsafe)"
@@ -181,6 +174,56 @@ class SandboxConfig(_Section):
             not self.cpu_affinity or min(self.cpu_affinity) < 0
         ):
             raise ValueError("cpu_affinity must be 'auto', 'none' or a non-empty list of CPU ids")
+        return self
+
+
+class KalmanConfig(_Section):
+    """The per-problem running baseline (``advantage.baseline = "kalman"``; see
+    ``launch.advantage.kalman``)."""
+
+    process_noise: float = Field(
+        0.01, ge=0, description="Q: variance a problem's mean reward drifts by per step"
+    )
+    reward_variance: float = Field(
+        0.25, gt=0, description="R x n: variance of one completion's reward around its mean"
+    )
+    initial_mean: float = 0.0
+    initial_variance: float = Field(1.0, gt=0, description="P0: uncertainty of a new problem")
+    std_floor: float = Field(
+        0.1, gt=0, description="scale = group_std: the smallest divisor (a uniform group has 0)"
+    )
+
+
+class AdvantageConfig(_Section):
+    """From a step's rewards to each sample's advantage (``launch.advantage``)."""
+
+    baseline: Literal["group_mean", "kalman"] = Field(
+        "group_mean", description="group_mean: GRPO; kalman: a per-problem running estimate"
+    )
+    scale: Literal["group_std", "batch_std", "none"] = Field(
+        "group_std",
+        description="divide the centred rewards by the group's std (GRPO), the batch's, or "
+        "nothing (Dr. GRPO); with the Kalman baseline group_std or none",
+    )
+    eps: float = Field(1e-4, gt=0, description="added to the std (group_mean baseline)")
+    reward_scale: float = Field(
+        1.0, gt=0, description="DGRO: multiplies advantages, decoupled from beta"
+    )
+    kalman: KalmanConfig = KalmanConfig()
+    dynamic_sampling: bool = Field(
+        False, description="drop groups whose rewards are all equal and sample more prompts"
+    )
+    max_sampling_rounds: int = Field(
+        4, ge=1, description="rollout rounds per step, the ordinary one included"
+    )
+
+    @model_validator(mode="after")
+    def _check_scale(self) -> AdvantageConfig:
+        if self.baseline == "kalman" and self.scale == "batch_std":
+            raise ValueError(
+                "scale = 'batch_std' is not defined for the Kalman baseline: use group_std "
+                "(divided by max(group std, kalman.std_floor)) or none"
+            )
         return self
 
 
@@ -227,8 +270,6 @@ class LearnerConfig(_Section):
     kl_estimator: Literal["k1", "k2", "k3"] = "k3"
     clip_eps_low: float = Field(0.2, ge=0)
     clip_eps_high: float = Field(0.2, ge=0)
-    advantage_eps: float = Field(1e-4, gt=0)
-    advantage_scale: Literal["group_std", "batch_std", "none"] = "group_std"
     aggregation: Literal["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"] = (
         "seq_mean_token_mean"
     )
@@ -242,9 +283,6 @@ class LearnerConfig(_Section):
     mini_batches: int = Field(1, ge=1, description="optimiser steps per epoch")
     tis_cap: float = Field(
         2.0, ge=0, description="truncated importance-sampling cap on pi_old/pi_sampler; 0: off"
-    )
-    reward_scale: float = Field(
-        1.0, gt=0, description="DGRO: multiplies advantages, decoupled from beta"
     )
     reference: Literal["frozen_copy", "precomputed"] = Field(
         "frozen_copy",
@@ -319,6 +357,7 @@ class Config(_Section):
     rollout: RolloutConfig = RolloutConfig()
     sandbox: SandboxConfig = SandboxConfig()
     reward: RewardConfig = RewardConfig()
+    advantage: AdvantageConfig = AdvantageConfig()
     learner: LearnerConfig = LearnerConfig()
     # ``async`` is a Python keyword: the attribute is ``async_``, the key in files and on the
     # command line is ``async`` (``--async.max_staleness 1``).
@@ -390,6 +429,38 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
     return data
 
 
+#: Keys that moved, by their old place: a config that still uses one is refused with its new
+#: place, instead of "unknown key".
+MOVED_KEYS = {
+    "learner.advantage_scale": "advantage.scale",
+    "learner.advantage_eps": "advantage.eps",
+    "learner.reward_scale": "advantage.reward_scale",
+    "rollout.dynamic_sampling": "advantage.dynamic_sampling",
+    "rollout.max_sampling_rounds": "advantage.max_sampling_rounds",
+    "reward.baseline.kind": "advantage.baseline",
+    "reward.baseline.scale": "advantage.scale",
+    "reward.baseline.process_noise": "advantage.kalman.process_noise",
+    "reward.baseline.reward_variance": "advantage.kalman.reward_variance",
+    "reward.baseline.initial_mean": "advantage.kalman.initial_mean",
+    "reward.baseline.initial_variance": "advantage.kalman.initial_variance",
+    "reward.baseline.std_floor": "advantage.kalman.std_floor",
+    "sandbox.reward": "reward.terms.execution.options.mode",
+}
+
+
+def _moved(data: dict) -> list[str]:
+    """One line per moved key that ``data`` still uses."""
+    lines = []
+    for old, new in MOVED_KEYS.items():
+        *sections, key = old.split(".")
+        node: Any = data
+        for section in sections:
+            node = node.get(section) if isinstance(node, dict) else None
+        if isinstance(node, dict) and key in node:
+            lines.append(f"  {old} moved to {new}")
+    return lines
+
+
 def _format_error(err: ValidationError) -> str:
     lines = []
     for item in err.errors():
@@ -412,7 +483,14 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
             data = tomllib.loads(path.read_text())
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    data = apply_overrides(data, overrides or [])
+    return validate_config(apply_overrides(data, overrides or []))
+
+
+def validate_config(data: dict) -> Config:
+    """A config dict (file plus overrides) as a validated Config; moved keys name their place."""
+    moved = _moved(data)
+    if moved:
+        raise ConfigError("invalid configuration:\n" + "\n".join(moved))
     try:
         return Config.model_validate(data)
     except ValidationError as exc:

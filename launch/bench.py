@@ -88,15 +88,9 @@ def load_bench_config(path: str | None, overrides: list[str]) -> tuple[Config, d
             f"bench: steps ({bench['steps']}) must exceed warmup ({bench['warmup']}): "
             "the warm-up steps are not measured"
         )
-    from pydantic import ValidationError
+    from common.config import validate_config
 
-    from common.config import _format_error
-
-    try:
-        config = Config.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(_format_error(exc)) from None
-    return config, bench
+    return validate_config(data), bench
 
 
 def _merge(defaults: dict, given: dict) -> dict:

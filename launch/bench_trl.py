@@ -119,7 +119,7 @@ def run_trl(
         epsilon_high=learner.clip_eps_high,
         num_iterations=learner.ppo_epochs,
         loss_type=_LOSS_TYPE[learner.aggregation],
-        scale_rewards="group" if learner.advantage_scale == "group_std" else "none",
+        scale_rewards="group" if config.advantage.scale == "group_std" else "none",
         use_vllm=False,
         use_cpu=True,
         bf16=learner.dtype == "bfloat16",
@@ -139,7 +139,7 @@ def run_trl(
     run = TrlRun(trl_version=trl.__version__)
     timing = {"reward": 0.0, "generate": 0.0, "tokens": 0, "samples": 0}
     pool = SandboxPool(config.sandbox)
-    mode = config.sandbox.reward
+    mode = "binary" if config.reward.stops_at_first_failure() else "partial"
 
     def code_execution_reward(prompts, completions, completion_ids, problem_index, **_):
         start = time.perf_counter()

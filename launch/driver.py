@@ -101,8 +101,12 @@ class Driver:
         )
         if state is not None:
             self.curriculum.load_state_dict(state.curriculum)
-        baseline = config.reward.baseline
-        self.baseline = KalmanBaseline(baseline) if baseline.kind == "kalman" else None
+        advantage = config.advantage
+        self.baseline = (
+            KalmanBaseline(advantage.kalman, advantage.scale)
+            if advantage.baseline == "kalman"
+            else None
+        )
         if state is not None and self.baseline is not None:
             self.baseline.load_state_dict(state.baseline)
         self.eval_problems = self._load_eval_problems() if config.eval.every else []
@@ -326,7 +330,7 @@ class Driver:
         step: int,
     ) -> tuple[list[TrainSample], dict[str, float]]:
         """Advantages for every rewarded completion (KL folded into the reward if configured)."""
-        learner_cfg = self.config.learner
+        learner_cfg, advantage = self.config.learner, self.config.advantage
         metrics: dict[str, float] = {}
         shaped = list(rewards)
         if learner_cfg.beta > 0 and learner_cfg.kl_in == "reward":
@@ -335,15 +339,13 @@ class Driver:
         if self.baseline is not None:
             advantages = self.baseline.advantages(shaped, size, keys, step)
         else:
-            advantages = masked_group_advantages(
-                shaped, size, learner_cfg.advantage_eps, learner_cfg.advantage_scale
-            )
+            advantages = masked_group_advantages(shaped, size, advantage.eps, advantage.scale)
         samples = [
             TrainSample(
                 prompt_token_ids=c.prompt_token_ids,
                 completion_token_ids=c.token_ids,
                 sampler_logprobs=c.sampler_logprobs,
-                advantage=adv * learner_cfg.reward_scale,
+                advantage=adv * advantage.reward_scale,
                 weight_version=c.weight_version,
                 group_index=i // size,
             )

@@ -1,8 +1,8 @@
 """Collecting a step's groups: rollout, execution, rewards, and dynamic sampling around them.
 
 A *group* is one problem with its G completions, their sandbox results and rewards. With
-``rollout.dynamic_sampling`` a group whose rewards are all equal (no learning signal, zero
-advantage) is dropped and more prompts are sampled, up to ``rollout.max_sampling_rounds``
+``advantage.dynamic_sampling`` a group whose rewards are all equal (no learning signal, zero
+advantage) is dropped and more prompts are sampled, up to ``advantage.max_sampling_rounds``
 rounds, until the step has ``prompts_per_step`` informative groups (DAPO's dynamic sampling).
 
 Rewards are the weighted sum of the configured terms (``common.rewards``; by default the
@@ -74,7 +74,6 @@ class GroupCollector:
         scorers = getattr(fleet, "scorers", None) or {}
         self.reward = build_reward(
             config.reward,
-            config.sandbox.reward,
             config.rollout.max_new_tokens,
             {name: ScorerTerm(handle) for name, handle in scorers.items()},
         )
@@ -92,11 +91,12 @@ class GroupCollector:
                 f"{step}.{round_index}" if round_index else str(step), next_indices(count)
             )
 
-        if not rollout.dynamic_sampling:
+        advantage = self.config.advantage
+        if not advantage.dynamic_sampling:
             groups, metrics = sample_round(0, wanted), {}
         else:
             groups, metrics = dynamic_sample(
-                sample_round, lambda group: group.rewards, wanted, rollout.max_sampling_rounds
+                sample_round, lambda group: group.rewards, wanted, advantage.max_sampling_rounds
             )
         self.term_means = term_metrics(
             {name: [v for g in groups for v in g.terms.get(name, [])] for name in self._names()}
@@ -118,7 +118,7 @@ class GroupCollector:
 
         start = time.perf_counter()
         size = self.config.rollout.group_size
-        stop_early = self.config.sandbox.reward == "binary"
+        stop_early = self.config.reward.stops_at_first_failure()
         requests = self._requests(tag, indices)
         position = {request.request_id: k for k, request in enumerate(requests)}
         completions: list[list[Completion]] = [[] for _ in requests]

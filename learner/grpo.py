@@ -35,8 +35,9 @@ Where this departs from the paper, and why:
 - KL either in the loss (above) or in the reward (InstructGPT style): r_i - beta * sum_t KL_t
   before the advantages are normalised (``launch.advantage.kl_penalised_rewards``); then the
   loss has no KL.
-- DGRO-style decoupled scaling: ``reward_scale`` multiplies the advantages independently of
-  beta, so the strength of the reward signal and of the KL pull are tuned separately.
+- DGRO-style decoupled scaling: ``advantage.reward_scale`` multiplies the advantages
+  independently of beta, so the strength of the reward signal and of the KL pull are tuned
+  separately.
 - Optional entropy bonus (off by default), subtracted per token.
 """
 

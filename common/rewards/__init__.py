@@ -3,7 +3,7 @@ and the baseline options (the baselines themselves are in ``launch.advantage``).
 docs/rewards.md."""
 
 from common.rewards.config import (
-    BaselineConfig,
+    ExecutionOptions,
     LengthOptions,
     RewardConfig,
     RewardTermConfig,
@@ -27,8 +27,8 @@ from common.rewards.terms import (
 )
 
 __all__ = [
-    "BaselineConfig",
     "ComposedReward",
+    "ExecutionOptions",
     "LengthOptions",
     "RewardConfig",
     "RewardInput",

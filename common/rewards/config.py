@@ -36,8 +36,15 @@ class _Section(BaseModel):
 
 
 class NoOptions(_Section):
-    """``execution`` (its mode is ``sandbox.reward``, which also decides how the sandbox runs)
-    and ``format`` take no options."""
+    """``format`` takes no options."""
+
+
+class ExecutionOptions(_Section):
+    mode: Literal["binary", "partial"] = Field(
+        "partial",
+        description="binary: 1 iff every test passes (the sandbox stops at the first failure, "
+        "when every execution term is binary); partial: the fraction of tests passed",
+    )
 
 
 class LengthOptions(_Section):
@@ -96,7 +103,7 @@ class ScorerOptions(_Section):
 
 
 OPTIONS = {
-    "execution": NoOptions,
+    "execution": ExecutionOptions,
     "format": NoOptions,
     "length": LengthOptions,
     "scorer": ScorerOptions,
@@ -117,33 +124,12 @@ class RewardTermConfig(_Section):
     )
 
 
-class BaselineConfig(_Section):
-    """What the advantage is measured against (see ``launch.advantage.kalman``)."""
-
-    kind: Literal["group_mean", "kalman"] = Field(
-        "group_mean", description="group_mean: GRPO; kalman: a per-problem running estimate"
-    )
-    process_noise: float = Field(
-        0.01, ge=0, description="Q: variance a problem's mean reward drifts by per step"
-    )
-    reward_variance: float = Field(
-        0.25, gt=0, description="R x n: variance of one completion's reward around its mean"
-    )
-    initial_mean: float = 0.0
-    initial_variance: float = Field(1.0, gt=0, description="P0: uncertainty of a new problem")
-    scale: Literal["none", "group_std"] = "none"
-    std_floor: float = Field(
-        0.1, gt=0, description="group_std: the smallest divisor (an all-equal group has std 0)"
-    )
-
-
 def _default_terms() -> dict[str, RewardTermConfig]:
     return {"execution": RewardTermConfig()}
 
 
 class RewardConfig(_Section):
     terms: dict[str, RewardTermConfig] = Field(default_factory=_default_terms)
-    baseline: BaselineConfig = BaselineConfig()
 
     @model_validator(mode="after")
     def _check_terms(self) -> RewardConfig:
@@ -156,6 +142,16 @@ class RewardConfig(_Section):
 
                 load_user_term(name, term.function, term.options)
         return self
+
+    def stops_at_first_failure(self) -> bool:
+        """Whether the sandbox may stop a completion's tests at the first failure: only when
+        every execution term is binary (a partial one, or none at all, needs every verdict)."""
+        modes = [
+            term_options(name, term).mode  # type: ignore[union-attr]
+            for name, term in self.terms.items()
+            if builtin_kind(name, term) == "execution"
+        ]
+        return bool(modes) and all(mode == "binary" for mode in modes)
 
     def scorer_terms(self) -> dict[str, ScorerOptions]:
         """The learned-scorer terms (each gets its own actor), by name."""

@@ -25,7 +25,13 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from common.prompts import continues_prefix, entry_point_from_tests, extract_code, is_code
-from common.rewards.config import LengthOptions, RewardConfig, builtin_kind, term_options
+from common.rewards.config import (
+    ExecutionOptions,
+    LengthOptions,
+    RewardConfig,
+    builtin_kind,
+    term_options,
+)
 from common.types import ExecutionResult, Problem, Verdict
 
 
@@ -70,7 +76,7 @@ def execution_reward(result: ExecutionResult, mode: str) -> float | None:
 
 @dataclass(frozen=True)
 class ExecutionTerm:
-    """The sandbox's verdict as a reward (``sandbox.reward``: binary or partial credit)."""
+    """The sandbox's verdict as a reward (option ``mode``: binary or partial credit)."""
 
     mode: str
 
@@ -249,7 +255,6 @@ def term_metrics(by_term: Mapping[str, list[float | None]]) -> dict[str, float]:
 
 def build_reward(
     config: RewardConfig,
-    sandbox_mode: str,
     max_new_tokens: int,
     scorers: Mapping[str, RewardTerm] | None = None,
 ) -> ComposedReward:
@@ -263,7 +268,8 @@ def build_reward(
         if kind is None:
             term = load_user_term(name, term_config.function, term_config.options)
         elif kind == "execution":
-            term = ExecutionTerm(sandbox_mode)
+            assert isinstance(options, ExecutionOptions)
+            term = ExecutionTerm(options.mode)
         elif kind == "format":
             term = format_term
         elif kind == "length":

@@ -14,7 +14,7 @@ Each time a problem's group is scored at step t:
    ``R = reward_variance / n``: gain ``K = P / (P + R)``, ``mean += K * (y - mean)``,
    ``variance = (1 - K) * P``;
 3. advantage ``A_i = r_i - mean`` (the updated estimate), divided by
-   ``max(std(group), std_floor)`` when ``scale = "group_std"``.
+   ``max(std(group), kalman.std_floor)`` when ``advantage.scale = "group_std"``.
 
 On a problem's first visit (``initial_variance`` >> R) the gain is close to 1 and the baseline
 close to the group mean, i.e. GRPO; later visits lean on history, so an all-correct group of a
@@ -29,7 +29,7 @@ import statistics
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
-from common.rewards.config import BaselineConfig
+from common.config import KalmanConfig
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class BaselineState:
 
 
 def kalman_update(
-    state: BaselineState, observation: float, count: int, step: int, config: BaselineConfig
+    state: BaselineState, observation: float, count: int, step: int, config: KalmanConfig
 ) -> BaselineState:
     """The state after observing a group mean ``observation`` of ``count`` rewards at ``step``."""
     prior = state.variance + config.process_noise * max(step - state.step, 0)
@@ -59,13 +59,14 @@ def kalman_advantages(
     keys: Sequence[Hashable],
     step: int,
     states: dict,
-    config: BaselineConfig,
+    config: KalmanConfig,
+    scale: str = "none",
 ) -> tuple[list[float | None], dict]:
     """Advantages against each problem's updated estimate; returns them and the new states.
 
     ``rewards`` are grouped contiguously, ``keys[k]`` names the problem of group k (the same
     problem may appear twice in one batch: its groups update the state in order). ``states`` is
-    not modified.
+    not modified. ``scale = "group_std"`` divides by max(group std, ``config.std_floor``).
     """
     if len(rewards) != group_size * len(keys):
         raise ValueError(
@@ -82,7 +83,7 @@ def kalman_advantages(
         state = kalman_update(state, statistics.fmean(scored), len(scored), step, config)
         states[key] = state
         divisor = 1.0
-        if config.scale == "group_std":
+        if scale == "group_std":
             divisor = max(statistics.pstdev(scored), config.std_floor)
         for i in span:
             if rewards[i] is not None:
@@ -93,8 +94,9 @@ def kalman_advantages(
 class KalmanBaseline:
     """The filter's states for a run, with ``state_dict`` for checkpoints (JSON-safe)."""
 
-    def __init__(self, config: BaselineConfig) -> None:
+    def __init__(self, config: KalmanConfig, scale: str = "none") -> None:
         self.config = config
+        self.scale = scale
         self.states: dict[int, BaselineState] = {}
 
     def advantages(
@@ -102,7 +104,7 @@ class KalmanBaseline:
     ) -> list[float | None]:
         """Advantages for one batch; updates the states of the problems in it."""
         advantages, self.states = kalman_advantages(
-            rewards, group_size, keys, step, self.states, self.config
+            rewards, group_size, keys, step, self.states, self.config, self.scale
         )
         return advantages
 

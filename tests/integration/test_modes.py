@@ -173,7 +173,7 @@ def test_lora_adapter_async_kalman_separate_engine(tmp_path, tiny_model_path):
         "--learner.lora.modules_to_save", "[]",
         "--learner.lora.export", "adapter",
         "--async.max_staleness", "1",
-        "--reward.baseline.kind", "kalman",
+        "--advantage.baseline", "kalman",
         "--data.curriculum", "easy_to_hard",
         "--rollout.engine_process", "separate",
         config=DEMO_LORA,
@@ -188,8 +188,8 @@ def test_lora_merged_kl_in_reward_dynamic_sampling_resumed(tmp_path, tiny_model_
     args = [
         "--learner.kl_in", "reward",
         "--learner.beta", "0.04",
-        "--rollout.dynamic_sampling", "true",
-        "--rollout.max_sampling_rounds", "2",
+        "--advantage.dynamic_sampling", "true",
+        "--advantage.max_sampling_rounds", "2",
         "--run.checkpoint_every", "2",
     ]  # fmt: skip
     run_dir = _train(

@@ -6,8 +6,8 @@ import textwrap
 
 import pytest
 
+from common.config import KalmanConfig
 from common.rewards import (
-    BaselineConfig,
     ComposedReward,
     RewardConfig,
     RewardInput,
@@ -94,7 +94,7 @@ def test_a_term_returning_the_wrong_count_or_nan_is_refused():
 
 
 def test_default_config_is_the_execution_reward_exactly():
-    reward = build_reward(RewardConfig(), "partial", max_new_tokens=4)
+    reward = build_reward(RewardConfig(), max_new_tokens=4)
     batch = [
         item(verdict=Verdict.PASSED, passed=1),
         RewardInput(PROBLEM, "x", "x", ExecutionResult(Verdict.FAILED, 1, 3), 1),
@@ -121,7 +121,7 @@ def test_length_penalty_follows_dapo_soft_overlong_punishment():
 
 def test_length_term_defaults_to_max_new_tokens_and_a_quarter_cache():
     config = RewardConfig(terms={"length": {}})
-    reward = build_reward(config, "partial", max_new_tokens=8)  # free up to 6 tokens
+    reward = build_reward(config, max_new_tokens=8)  # free up to 6 tokens
     scores = reward([item(tokens=n) for n in (6, 7, 8)]).rewards
     assert scores == [0.0, -0.5, -1.0]
 
@@ -162,7 +162,7 @@ def test_scorer_terms_are_found_by_kind():
     )
     assert {k: v.path for k, v in config.scorer_terms().items()} == {"orm": "a", "scorer": "b"}
     with pytest.raises(RewardTermError, match="'orm' needs its scorer actor"):
-        build_reward(config, "partial", 4)
+        build_reward(config, 4)
 
 
 # ---- user-defined terms ----------------------------------------------------------------------
@@ -194,11 +194,12 @@ def user_module(tmp_path, monkeypatch):
 def test_user_term_is_loaded_and_composed_with_its_options(user_module):
     config = RewardConfig(
         terms={
-            "execution": {},
+            "execution": {"options": {"mode": "binary"}},
             "short": {"function": "my_rewards:brevity", "weight": 0.5, "options": {"scale": 2.0}},
         }
     )
-    reward = build_reward(config, "binary", 4)
+    assert config.stops_at_first_failure()
+    reward = build_reward(config, 4)
     scored = reward([item(tokens=3), item(tokens=1, verdict=Verdict.FAILED, passed=0)])
     # 1 + 0.5 * 2/4 = 1.25;  0 + 0.5 * 2/2 = 0.5
     assert scored.rewards == [1.25, 0.5]
@@ -278,8 +279,8 @@ def test_aggregate_steps():
 
 # ---- Kalman baseline -------------------------------------------------------------------------
 
-KALMAN = BaselineConfig(
-    kind="kalman", process_noise=0.01, reward_variance=0.25, initial_mean=0.0, initial_variance=1.0
+KALMAN = KalmanConfig(
+    process_noise=0.01, reward_variance=0.25, initial_mean=0.0, initial_variance=1.0
 )
 
 
@@ -305,9 +306,9 @@ def test_kalman_carries_the_estimate_across_steps():
 
 
 def test_kalman_group_std_scaling_and_masked_groups():
-    config = KALMAN.model_copy(update={"scale": "group_std", "std_floor": 0.1})
+    config = KALMAN.model_copy(update={"std_floor": 0.1})
     advantages, states = kalman_advantages(
-        [1.0, 0.0, None, None, 1.0, 1.0], 2, ["a", "b", "c"], 1, {}, config
+        [1.0, 0.0, None, None, 1.0, 1.0], 2, ["a", "b", "c"], 1, {}, config, scale="group_std"
     )
     # group a: R = 1/8, K = 8/9, mean = 4/9, std 0.5;  group c: std 0 -> floor 0.1
     assert advantages[:2] == pytest.approx([(5 / 9) / 0.5, (-4 / 9) / 0.5])

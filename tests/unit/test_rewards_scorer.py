@@ -96,7 +96,7 @@ def test_scorer_term_composes_with_execution(scorer_path):
     config = RewardConfig(
         terms={"execution": {}, "scorer": {"weight": 0.1, "options": {"path": scorer_path}}}
     )
-    reward = build_reward(config, "partial", 4, {"scorer": ScorerTerm(local)})
+    reward = build_reward(config, 4, {"scorer": ScorerTerm(local)})
     batch = [
         RewardInput(Problem("p", p, ()), c, c, ExecutionResult(Verdict.PASSED, 1, 1), 2)
         for p, c in zip(PROMPTS, COMPLETIONS)
