@@ -223,9 +223,6 @@ class RolloutWorker:
             logprobs.append([output.prompt_logprobs[i][tokens[i]].logprob for i in positions])
         return self.weight_version, logprobs
 
-    def weight_checksum(self) -> float:
-        return float(self.llm.collective_rpc("weight_checksum")[0])
-
 
 #: The ranks vLLM accepts as ``max_lora_rank``: an adapter of rank r needs the next one up.
 _VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)

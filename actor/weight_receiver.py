@@ -81,11 +81,6 @@ class WeightReceiverExtension:
             self._direct_load = supports_direct_load(model, self.vllm_config)  # type: ignore[attr-defined]
         return self._direct_load
 
-    def weight_checksum(self) -> float:
-        """Sum of the embedding matrix: a cheap way for tests to see which weights are live."""
-        model = self.model_runner.get_model()  # type: ignore[attr-defined]
-        return float(model.model.embed_tokens.weight.float().sum())
-
 
 @torch.no_grad()
 def _refresh_tied_lm_head(model: torch.nn.Module) -> None:

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from actor.rollout_worker import StaleWeightsError
-from common.types import Completion, RolloutRequest
+from common.types import Completion, RolloutRequest, TrainSample
 from tests.integration.helpers import crash_and_wait, private_ray, short_config
 
 pytestmark = pytest.mark.integration
@@ -124,15 +124,18 @@ def test_real_engine_restarted_after_a_push_generates_from_the_pushed_weights(
         fleet.start(1)
         try:
             actor = fleet.actors[0]
-            base = ray.get(actor.weight_checksum.remote())
+            # which weights are live: the engine's logprobs of a fixed sequence (the parity
+            # probe's own call), bitwise the same for the same weights
+            probe = [TrainSample([1, 2, 3], [4, 5, 6], [0.0] * 3, 0.0, 0)]
+            base = ray.get(actor.score.remote(probe))
             fleet.push(ray.put(learner.export_weights()))
-            pushed = ray.get(actor.weight_checksum.remote())
-            assert pushed != base
+            pushed = ray.get(actor.score.remote(probe))
+            assert pushed[0] == 1 and pushed[1] != base[1]
             _restart(actor)
-            assert ray.get(actor.weight_checksum.remote()) == base  # the update is lost
+            assert ray.get(actor.score.remote(probe)) == base  # the update is lost
             completions = fleet.generate([RolloutRequest("p0", (1, 2, 3), (7, 8))])
             assert {c.weight_version for c in completions} == {1}
-            assert ray.get(actor.weight_checksum.remote()) == pushed
+            assert ray.get(actor.score.remote(probe)) == pushed
             assert fleet.counters["faults/rollout_restarts"] == 1
         finally:
             fleet.shutdown()
