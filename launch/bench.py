@@ -196,8 +196,8 @@ def run_ours(
     from transformers import AutoTokenizer
 
     from common.data import load_problems
-    from launch.cluster import start_fleet
     from launch.driver import Driver
+    from launch.fleet import start_fleet
     from launch.train import prepare_run_dir
 
     run_dir = prepare_run_dir(config, overwrite=True)

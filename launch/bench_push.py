@@ -86,8 +86,8 @@ def measure_through_ray(
 
     from actor.rollout_worker import RolloutWorker
     from common.config import Config, LearnerConfig, ModelConfig
+    from launch.actors import actor_options, learner_actor_class
     from launch.bench import connect_own
-    from launch.cluster import actor_options, learner_actor_class
 
     connect_own(Config())
     try:

@@ -16,6 +16,10 @@ import json
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from launch.clients import LearnerClient
 
 DRIVER_STATE = "driver_state.json"
 
@@ -29,14 +33,12 @@ class DriverState:
     baseline: dict = field(default_factory=dict)  # the running per-problem reward baseline
 
 
-def save_checkpoint(run_dir: Path, learner, state: DriverState) -> Path:
+def save_checkpoint(run_dir: Path, learner: LearnerClient, state: DriverState) -> Path:
     """Save learner and driver state atomically; returns the checkpoint directory."""
-    import ray
-
     final = run_dir / "checkpoint"
     partial = run_dir / "checkpoint.tmp"
     shutil.rmtree(partial, ignore_errors=True)
-    ray.get(learner.save_checkpoint.remote(str(partial.resolve())))
+    learner.save_checkpoint(str(partial.resolve()))
     (partial / DRIVER_STATE).write_text(json.dumps(asdict(state), indent=2) + "\n")
     backup = run_dir / "checkpoint.old"
     shutil.rmtree(backup, ignore_errors=True)

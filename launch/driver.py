@@ -41,8 +41,8 @@ from launch.advantage import (
     zero_std_fraction,
 )
 from launch.checkpoint import DriverState, save_checkpoint
-from launch.cluster import Fleet
 from launch.control import CONTROL_FILE, ControlFile
+from launch.fleet import Fleet
 from launch.groups import GroupCollector
 from launch.parity import ParityProbe
 from launch.pipeline import (
@@ -117,13 +117,14 @@ class Driver:
 
     def run(self) -> None:
         """Train up to ``run.steps``; checkpoint every N steps, on SIGTERM and at the end."""
+        from launch.actors import start_metrics
         from launch.telemetry import Telemetry
 
         total = self.config.run.steps
         log = MetricsLog(
             self.run_dir / "metrics.jsonl", total_steps=total, first_step=self.start_step
         )
-        telemetry = Telemetry(self.run_dir, self.config.run.name)
+        telemetry = Telemetry(self.run_dir, start_metrics(self.config.run.name))
         restore = _install_stop_handler(self._request_stop)
         try:
             with contextlib.closing(self.records(self.start_step + 1, total)) as records:
@@ -179,7 +180,6 @@ class Driver:
 
     def _collect(self, step: int) -> Batch:
         """Step ``step``'s scored groups (runs in the producer thread in async mode)."""
-        import ray
 
         before = self.curriculum.state_dict()
         groups, sampling_metrics = self.collector.collect(step, self.curriculum.next_indices)
@@ -190,7 +190,7 @@ class Driver:
             dict(self.collector.seconds),
             dict(self.collector.term_means),
             before,
-            ray.get(self.fleet.sandbox.stats.remote()),
+            self.fleet.sandbox.stats(),
         )
 
     def _collect_beside_learner(self, step: int) -> Batch:
@@ -198,14 +198,12 @@ class Driver:
         torch threads meanwhile: on shared CPU cores the engine and the learner then each have
         their own, and the learner takes them all back once the batch is in (rather than run
         on fewer threads for the whole step, or oversubscribe the cores while both compute)."""
-        import ray
-
-        control = self.fleet.learner.set_compute_threads.options(concurrency_group="control")
-        ray.get(control.remote(self.config.async_.learner_threads_during_rollout))
+        learner = self.fleet.learner
+        learner.set_compute_threads(self.config.async_.learner_threads_during_rollout)
         try:
             return self._collect(step)
         finally:
-            ray.get(control.remote(0))
+            learner.set_compute_threads(0)
 
     def step(self, step: int) -> dict[str, float]:
         """One GRPO step (see the module docstring); returns the step's metric record."""
@@ -281,8 +279,7 @@ class Driver:
             return self._measure_parity(self._start_probe()), marks
         runs_ahead = self._batches.runs_ahead
         start = time.perf_counter()
-        call = self.fleet.learner.train_and_export.options(num_returns=2)
-        metrics_ref, update = call.remote(samples)
+        metrics_ref, update = self.fleet.learner.train_and_export(samples)
         # Async: queue the loads only after training. Queued early, a load could reach an
         # engine before the producer's generation of the next batch, which would then wait
         # for this step (no overlap).
@@ -358,7 +355,6 @@ class Driver:
         self, completions: list[Completion], rewards: list[float | None]
     ) -> tuple[list[float | None], dict[str, float]]:
         """r - beta * KL(sequence), with the KL from the learner's policy and reference."""
-        import ray
         import torch
 
         kept = [i for i, r in enumerate(rewards) if r is not None and completions[i].token_ids]
@@ -366,7 +362,7 @@ class Driver:
             TrainSample(c.prompt_token_ids, c.token_ids, c.sampler_logprobs, 0.0, c.weight_version)
             for c in (completions[i] for i in kept)
         ]
-        kl = ray.get(self.fleet.learner.sequence_kl.remote(probes)) if probes else []
+        kl = self.fleet.learner.sequence_kl(probes) if probes else []
         penalised = kl_penalised_rewards(
             torch.tensor([rewards[i] for i in kept], dtype=torch.float64),
             torch.tensor(kl, dtype=torch.float64),
@@ -392,14 +388,14 @@ class Driver:
 
     def evaluate(self) -> dict[str, float]:
         """pass@k on the held-out problems with the current weights (``eval/pass@k``)."""
-        from launch.evaluate import evaluate, ray_execute_fn
+        from launch.evaluate import evaluate
 
         start = time.perf_counter()
         metrics = evaluate(
             self.eval_problems,
             self.tokenizer,
             self.fleet.rollout.generate,
-            ray_execute_fn(self.fleet.sandbox),
+            self.fleet.sandbox.execute,
             n=self.config.eval.n,
             ks=self.config.eval.k,
             seed=self.config.run.seed,

@@ -11,7 +11,7 @@ verdict) and ``summary.json`` into ``--out``; progress goes to stderr, the score
 
 The training driver calls :func:`evaluate` with callables instead of objects, so the same code
 serves an in-process worker (``worker.generate``) and the training fleet (the rollout fleet's
-fault-tolerant ``generate`` and :func:`ray_execute_fn` over the sandbox actor).
+fault-tolerant ``generate`` and ``SandboxClient.execute`` over the sandbox actor).
 """
 
 from __future__ import annotations
@@ -150,18 +150,6 @@ def evaluate(
         raise EvalError(f"pass@{max(ks)} needs at least {max(ks)} samples per problem; n is {n}")
     records = sample_and_score(problems, tokenizer, generate, execute, n, seed)
     return summarize(records, ks)
-
-
-def ray_execute_fn(sandbox) -> ExecuteFn:
-    """An ``execute`` callable over a Ray sandbox actor handle; pass/fail only, so it stops at
-    the first failing test."""
-
-    def execute(jobs: list[ExecutionJob]) -> list[ExecutionResult]:
-        import ray
-
-        return ray.get(sandbox.run.remote(jobs, stop_at_first_failure=True))
-
-    return execute
 
 
 # ---- command line ----------------------------------------------------------------------------

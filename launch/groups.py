@@ -15,8 +15,6 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
 from common.config import Config
 from common.prompts import build_program
@@ -24,32 +22,9 @@ from common.rewards import (
     RewardInput,
     ScorerTerm,
     build_reward,
-    resolve_scorer_path,
     term_metrics,
 )
 from common.types import Completion, ExecutionJob, ExecutionResult, Problem, RolloutRequest
-
-
-def start_scorer(config: Config, run_id: str) -> dict[str, Any]:
-    """One ready scorer actor per learned-scorer term, by term name (empty when none).
-
-    Each asks for its term's ``num_cpus``/``num_gpus``; ``builtin:tiny-scorer`` is built offline
-    under ``run.output_dir/_models`` first, like ``builtin:tiny``.
-    """
-    import ray
-
-    from actor.scorer import RewardScorer
-    from launch.cluster import SERVICE_RESTARTS, actor_options
-
-    handles = {}
-    for name, options in config.reward.scorer_terms().items():
-        path = resolve_scorer_path(options.path, Path(config.run.output_dir) / "_models")
-        remote_cls = ray.remote(**SERVICE_RESTARTS)(RewardScorer).options(
-            **actor_options(f"scorer-{run_id}-{name}", options.num_cpus, options.num_gpus)
-        )
-        handles[name] = remote_cls.remote(path, options)
-    ray.get([handle.__ray_ready__.remote() for handle in handles.values()])
-    return handles
 
 
 @dataclass
@@ -135,7 +110,7 @@ class GroupCollector:
                     ExecutionJob(code, problem.tests, problem.setup_code) for code in programs[k]
                 ]
                 arrived.append(k)
-            ref = self.fleet.sandbox.run.remote(jobs, stop_at_first_failure=stop_early)
+            ref = self.fleet.sandbox.run(jobs, stop_at_first_failure=stop_early)
             arrivals.append((arrived, ref))
         self.seconds["rollout"] += time.perf_counter() - start
         missing = [r.request_id for r, done in zip(requests, completions, strict=True) if not done]

@@ -14,9 +14,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from common.types import Completion, TrainSample
+
+if TYPE_CHECKING:
+    from launch.clients import LearnerClient
+    from launch.rollout_fleet import RolloutFleet
 
 logger = logging.getLogger(__name__)
 
@@ -56,12 +60,12 @@ class ParityProbe:
             if c.token_ids
         ][: self.size]
 
-    def start(self, learner: Any, rollout: Any) -> PendingProbe | None:
+    def start(self, learner: LearnerClient, rollout: RolloutFleet) -> PendingProbe | None:
         """Queue the probe on the learner and on every engine, behind the push just queued
         (each actor runs its calls in the order this thread submitted them)."""
         if not self.samples:
             return None
-        return PendingProbe(learner.score.remote(self.samples), rollout.start_score(self.samples))
+        return PendingProbe(learner.score(self.samples), rollout.start_score(self.samples))
 
     def finish(self, pending: PendingProbe | None, version: int) -> dict[str, float]:
         """``weights/parity_probe_diff``: the largest gap over the engines that answered."""

@@ -43,25 +43,12 @@ class RolloutFleet:
 
     # -- membership -------------------------------------------------------------------------
     def _spawn(self) -> Any:
-        import ray
-
-        from actor.rollout_worker import RolloutWorker
-        from launch.cluster import actor_options
+        from launch.actors import start_rollout_worker
 
         index = self._next_index
         self._next_index += 1
-        rollout = self.config.rollout
-        options = actor_options(
-            f"rollout-{self.run_id}-{index}", rollout.num_cpus, rollout.num_gpus, self.placement
-        )
-        cls = ray.remote(max_restarts=-1, max_task_retries=0)(RolloutWorker)
-        return cls.options(**options).remote(
-            self.model_path,
-            rollout,
-            self.config.model,
-            seed=self.config.run.seed,
-            worker_index=index,
-            lora_rank=self.config.served_lora_rank,
+        return start_rollout_worker(
+            self.config, self.model_path, self.run_id, index, self.placement
         )
 
     def start(self, count: int) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -78,13 +79,8 @@ def _numeric(record: dict) -> dict[str, float]:
 class Telemetry:
     """Mirrors each step record to the dashboard actor and to TensorBoard event files."""
 
-    def __init__(self, run_dir: Path, run_name: str, tensorboard: bool = True) -> None:
-        import ray
-
-        from launch.cluster import actor_options
-
-        options = actor_options(f"metrics-{run_name}", num_cpus=0)
-        self._actor = ray.remote(DashboardMetrics).options(**options).remote(run_name)
+    def __init__(self, run_dir: Path, actor: Any, tensorboard: bool = True) -> None:
+        self._actor = actor  # a DashboardMetrics actor (launch.actors.start_metrics)
         self._pending = None
         self._writer = None
         if tensorboard:

@@ -104,8 +104,9 @@ def train(config: Config, resume: bool = False, overwrite: bool = False) -> Path
 
     from common.data import load_problems
     from launch.checkpoint import load_driver_state
-    from launch.cluster import connect, start_fleet
+    from launch.cluster import connect
     from launch.driver import Driver
+    from launch.fleet import start_fleet
     from launch.plot import plot_rewards
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -135,12 +136,12 @@ def train(config: Config, resume: bool = False, overwrite: bool = False) -> Path
         config.sandbox.num_workers,
     )
     fleet = start_fleet(config, model_path, run_id=config.run.name)
-    logger.info("sandbox: %s", ray.get(fleet.sandbox.describe.remote()))
+    logger.info("sandbox: %s", fleet.sandbox.describe())
     try:
         if state is not None:
             checkpoint = run_dir / "checkpoint"
-            ray.get(fleet.learner.load_training_state.remote(str(checkpoint.resolve())))
-            fleet.rollout.push(fleet.learner.export_weights.remote())
+            fleet.learner.load_training_state(str(checkpoint.resolve()))
+            fleet.rollout.push(fleet.learner.export_weights())
             logger.info("resumed %s at step %d", run_dir, state.step)
         Driver(config, fleet, problems, tokenizer, run_dir, state).run()
     except ray.exceptions.RayActorError as exc:

@@ -281,7 +281,7 @@ def build_reward(
         else:
             raise RewardTermError(
                 f"reward term {name!r} needs its scorer actor: start it with "
-                "common.rewards.start_scorer(config, run_id) and pass it to the collector"
+                "launch.actors.start_scorers(config, run_id) and pass it to the collector"
             )
         terms.append(WeightedTerm(name, term_config.weight, term))
     return ComposedReward(terms)

@@ -45,7 +45,7 @@ def test_a_dead_learner_ends_the_run_with_the_step_to_resume_from(tmp_path, tiny
 
     # Dead before step 4 needs it, as after a crash (its state lives only in its process: no
     # restart can help).
-    kill_learner = {4: lambda driver: kill_for_good(driver.fleet.learner)}
+    kill_learner = {4: lambda driver: kill_for_good(driver.fleet.learner.handle)}
     with before_steps(kill_learner), pytest.raises(RunAborted) as aborted:
         train(config)
     message = str(aborted.value)

@@ -1,4 +1,5 @@
-"""The learned scorer as a Ray actor: started by ``start_scorer``, scored through its term."""
+"""The learned scorer as a Ray actor: started by ``launch.actors.start_scorers``, scored through
+its term."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ pytestmark = pytest.mark.integration
 def test_scorer_actor_scores_like_the_local_class(tmp_path):
     import ray
 
-    from launch.groups import start_scorer
+    from launch.actors import start_scorers
 
     start = time.monotonic()
     build_tiny_scorer(tmp_path / "_models" / "tiny-scorer")  # what builtin:tiny-scorer resolves to
@@ -26,7 +27,7 @@ def test_scorer_actor_scores_like_the_local_class(tmp_path):
     reward = RewardConfig(terms={"execution": {}, "prm": {"kind": "scorer", "options": options}})
     config = SimpleNamespace(reward=reward, run=SimpleNamespace(output_dir=str(tmp_path)))
     with private_ray():
-        handles = start_scorer(config, run_id=f"test{int(start)}")
+        handles = start_scorers(config, run_id=f"test{int(start)}")
         assert list(handles) == ["prm"]
         passed = ExecutionResult(Verdict.PASSED, 1, 1)
         batch = [

@@ -82,7 +82,7 @@ def test_grafana_dashboard_queries_metrics_the_driver_exports():
 
 
 def test_placement_bundles_hold_exactly_the_actor_resources():
-    from launch.cluster import bundle
+    from launch.actors import bundle
 
     assert bundle(1.0, 0.0) == {"CPU": 1.0}
     assert bundle(0.0, 1.0) == {"GPU": 1.0}

@@ -35,10 +35,10 @@ class FakeRollout:
 
 
 class FakeSandbox:
-    def __init__(self):
-        self.run = SimpleNamespace(
-            remote=lambda jobs, stop_at_first_failure: RESULTS * (len(jobs) // 4)
-        )
+    """Stands in for ``launch.clients.SandboxClient``."""
+
+    def run(self, jobs, stop_at_first_failure):
+        return RESULTS * (len(jobs) // 4)
 
 
 @pytest.fixture

@@ -1,0 +1,189 @@
+"""The one module that creates the run's actors.
+
+The role classes are plain Python classes; here they become Ray actors, with resources taken
+from config (``ray.remote(**resources)(RolloutWorker)``), so the same classes run in unit tests
+without Ray and on a GPU cluster with ``num_gpus=1``. Actors get readable names
+(``learner-<run>``, ``rollout-<run>-<i>``, ``sandbox-<run>``, ``scorer-<run>-<term>``,
+``metrics-<run>``) for the dashboard. The driver gets typed clients back
+(:mod:`launch.clients`); the rollout fleet gets its engines' handles, which it wraps itself.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from common.config import Config
+from launch.clients import LearnerClient, SandboxClient
+from launch.cluster import ACTOR_ENV
+
+logger = logging.getLogger(__name__)
+
+#: For the stateless services, the sandbox pool and the reward scorers: Ray restarts a process
+#: that died and re-runs the call it was serving on the new one, which is safe because their
+#: calls are pure functions of their arguments (the pool's result cache only saves work).
+#: Bounded, so a call that kills its service every time fails the run instead of looping.
+SERVICE_RESTARTS = {"max_restarts": -1, "max_task_retries": 3}
+
+
+def actor_options(
+    name: str, num_cpus: float, num_gpus: float = 0.0, placement: Placement | None = None
+) -> dict[str, Any]:
+    """Ray options for one of our actors: a readable name, resources, the actor environment,
+    and its bundle of the run's placement group when it has one."""
+    options: dict[str, Any] = {
+        "name": name,
+        "num_cpus": num_cpus,
+        "num_gpus": num_gpus,
+        "runtime_env": {"env_vars": ACTOR_ENV},
+    }
+    if placement is not None:
+        options["scheduling_strategy"] = placement.strategy_for(name)
+    return options
+
+
+def bundle(num_cpus: float, num_gpus: float) -> dict[str, float]:
+    """A placement-group bundle holding exactly an actor's resources."""
+    return {k: v for k, v in (("CPU", num_cpus), ("GPU", num_gpus)) if v > 0}
+
+
+@dataclass
+class Placement:
+    """The run's placement group: one bundle for the learner, one per initial rollout actor.
+
+    Actors with no resources (a CPU-less sandbox front) and rollout actors added later by a
+    resize are scheduled outside it; a restarted actor returns to its own bundle.
+    """
+
+    group: Any
+    bundle_of: dict[str, int]
+
+    @classmethod
+    def create(cls, config: Config, run_id: str) -> Placement | None:
+        import ray
+        from ray.util.placement_group import placement_group
+
+        if config.ray.placement == "none":
+            return None
+        learner, rollout = config.learner, config.rollout
+        members = {f"learner-{run_id}": bundle(learner.num_cpus, learner.num_gpus)}
+        for i in range(rollout.num_actors):
+            members[f"rollout-{run_id}-{i}"] = bundle(rollout.num_cpus, rollout.num_gpus)
+        members = {name: b for name, b in members.items() if b}
+        if not members:
+            return None
+        group = placement_group(list(members.values()), strategy=config.ray.placement.upper())
+        ray.get(group.ready(), timeout=600)
+        return cls(group, {name: i for i, name in enumerate(members)})
+
+    def strategy_for(self, name: str) -> Any:
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        if name not in self.bundle_of:
+            return "DEFAULT"
+        return PlacementGroupSchedulingStrategy(
+            placement_group=self.group, placement_group_bundle_index=self.bundle_of[name]
+        )
+
+
+def learner_actor_class():
+    """The learner as a Ray actor class. Its ``control`` concurrency group lets
+    ``set_compute_threads`` reach it while a ``train_step`` runs (every other method runs one at
+    a time, in the default group)."""
+    import ray
+
+    from learner.learner import Learner
+
+    return ray.remote(concurrency_groups={"control": 1})(Learner)
+
+
+def start_learner(
+    config: Config, model_path: str, run_id: str, placement: Placement | None
+) -> LearnerClient:
+    """The learner actor, in its bundle of the placement group (not yet waited for)."""
+    learner_cls = learner_actor_class().options(
+        **actor_options(
+            f"learner-{run_id}", config.learner.num_cpus, config.learner.num_gpus, placement
+        )
+    )
+    handle = learner_cls.remote(
+        model_path,
+        config.learner,
+        temperature=config.rollout.temperature,
+        seed=config.run.seed,
+        transport=config.weights.transport,
+        export_dtype=config.model.dtype,
+        adapter_dir=str((config.run_dir / "adapters").resolve()),
+        bucket_bytes=config.bucket_bytes,
+    )
+    return LearnerClient(handle)
+
+
+def start_sandbox(config: Config, run_id: str) -> SandboxClient:
+    """The sandbox pool actor, a stateless service (not yet waited for)."""
+    import ray
+
+    from sandbox.pool import SandboxPool
+
+    sandbox_cls = ray.remote(**SERVICE_RESTARTS)(SandboxPool).options(
+        **actor_options(f"sandbox-{run_id}", config.sandbox.num_cpus)
+    )
+    return SandboxClient(sandbox_cls.remote(config.sandbox))
+
+
+def start_rollout_worker(
+    config: Config, model_path: str, run_id: str, index: int, placement: Placement | None
+) -> Any:
+    """Rollout actor ``index`` (one vLLM engine); Ray restarts it when it dies, and the fleet
+    gives it the current weights."""
+    import ray
+
+    from actor.rollout_worker import RolloutWorker
+
+    rollout = config.rollout
+    options = actor_options(
+        f"rollout-{run_id}-{index}", rollout.num_cpus, rollout.num_gpus, placement
+    )
+    cls = ray.remote(max_restarts=-1, max_task_retries=0)(RolloutWorker)
+    return cls.options(**options).remote(
+        model_path,
+        rollout,
+        config.model,
+        seed=config.run.seed,
+        worker_index=index,
+        lora_rank=config.served_lora_rank,
+    )
+
+
+def start_scorers(config: Config, run_id: str) -> dict[str, Any]:
+    """One ready scorer actor per learned-scorer term, by term name (empty when none).
+
+    Each asks for its term's ``num_cpus``/``num_gpus``; ``builtin:tiny-scorer`` is built offline
+    under ``run.output_dir/_models`` first, like ``builtin:tiny``.
+    """
+    import ray
+
+    from actor.scorer import RewardScorer
+    from common.rewards import resolve_scorer_path
+
+    handles = {}
+    for name, options in config.reward.scorer_terms().items():
+        path = resolve_scorer_path(options.path, Path(config.run.output_dir) / "_models")
+        remote_cls = ray.remote(**SERVICE_RESTARTS)(RewardScorer).options(
+            **actor_options(f"scorer-{run_id}-{name}", options.num_cpus, options.num_gpus)
+        )
+        handles[name] = remote_cls.remote(path, options)
+    ray.get([handle.__ray_ready__.remote() for handle in handles.values()])
+    return handles
+
+
+def start_metrics(run_name: str) -> Any:
+    """The dashboard-metrics actor (``launch.telemetry.DashboardMetrics``)."""
+    import ray
+
+    from launch.telemetry import DashboardMetrics
+
+    options = actor_options(f"metrics-{run_name}", num_cpus=0)
+    return ray.remote(DashboardMetrics).options(**options).remote(run_name)

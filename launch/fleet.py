@@ -1,0 +1,48 @@
+"""A run's actors, started together and shut down together."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from common.config import Config
+from launch.actors import Placement, start_learner, start_sandbox, start_scorers
+from launch.clients import LearnerClient, SandboxClient
+from launch.rollout_fleet import RolloutFleet
+
+
+@dataclass
+class Fleet:
+    """Every actor of a run, behind its client."""
+
+    rollout: RolloutFleet
+    learner: LearnerClient
+    sandbox: SandboxClient
+    placement: Placement | None = None
+    scorers: dict[str, Any] = field(default_factory=dict)  # learned reward terms' actors
+
+    def shutdown(self) -> None:
+        import ray
+        from ray.util.placement_group import remove_placement_group
+
+        self.rollout.shutdown()
+        self.sandbox.close()
+        self.learner.kill()
+        for handle in self.scorers.values():
+            ray.kill(handle, no_restart=True)
+        if self.placement is not None:
+            remove_placement_group(self.placement.group)
+
+
+def start_fleet(config: Config, model_path: str, run_id: str) -> Fleet:
+    """Start the rollout workers, the learner and the sandbox pool; wait until all are ready."""
+    import ray
+
+    placement = Placement.create(config, run_id)
+    sandbox = start_sandbox(config, run_id)
+    learner = start_learner(config, model_path, run_id, placement)
+    rollout = RolloutFleet(config, model_path, run_id, placement)
+    rollout.start(config.rollout.num_actors)
+    scorers = start_scorers(config, run_id)
+    ray.get([learner.ready(), sandbox.ready()])
+    return Fleet(rollout, learner, sandbox, placement=placement, scorers=scorers)
