@@ -78,7 +78,7 @@ class ParityProbe:
         for index, (engine_version, logprobs) in _answers(pending):
             if engine_version != version:
                 logger.warning(
-                    "parity probe: rollout actor %d serves weight version %d, the learner %d",
+                    "parity probe: rollout actor %d serves weight version %d, the fleet pushed %d",
                     index,
                     engine_version,
                     version,

@@ -79,6 +79,12 @@ class RunAborted(RuntimeError):
     process, or a service that failed every retry); the message says how to resume."""
 
 
+def _first_line(error: Exception) -> str:
+    """An error's first line of text (its type's name when it has none): one line for the user."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
 def _aborted(error: Exception, run_dir: Path) -> RunAborted:
     """Name the actor that died (Ray's error text has its ``name:``) and the step to resume at."""
     from launch.checkpoint import load_driver_state
@@ -86,7 +92,7 @@ def _aborted(error: Exception, run_dir: Path) -> RunAborted:
     text = str(error)
     names = [line.split(":", 1)[1].strip() for line in text.splitlines() if "\tname:" in line]
     actor = names[0] if names else "an actor"
-    cause = text.strip().splitlines()[0] if text.strip() else type(error).__name__
+    cause = _first_line(error)
     try:
         resume = (
             f"the last checkpoint is at step {load_driver_state(run_dir).step}: continue with\n"
@@ -115,9 +121,8 @@ def train(config: Config, resume: bool = False, overwrite: bool = False) -> Path
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_path)
     except OSError as exc:  # a hub download that failed, or files missing from the directory
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConfigError(
-            f"model.path: cannot load the tokenizer of {model_path}: {first}"
+            f"model.path: cannot load the tokenizer of {model_path}: {_first_line(exc)}"
         ) from None
     problems = load_problems(config.data, tokenizer)
     state = None
