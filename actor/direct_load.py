@@ -3,10 +3,10 @@
 Why: vLLM's layerwise reload is general (quantised layers, padded weights, updates split into
 many pieces) and pays for it per tensor: every parameter goes back to the meta device, every
 weight-loader call is wrapped, bound with ``inspect`` and run under a ``TorchDispatchMode``
-that counts copied elements. On the demo's tiny model that bookkeeping is most of the load:
-7.0 ms per update against 2.6 ms for this path (``launch.bench_push``), and every step waits
-for it. The bookkeeping buys what we need when memory is bounded: a layer packed as soon as
-its last weight arrives, so an update in many buckets never holds the whole model twice.
+that counts copied elements. On a small model that bookkeeping is most of the load
+(``python -m launch.bench.push``, docs/benchmarks.md), and every step waits for it. The
+bookkeeping buys what we need when memory is bounded: a layer packed as soon as its last weight
+arrives, so an update in many buckets never holds the whole model twice.
 
 When an update arrives in one piece (one bucket, so its size is bounded by
 ``weights.bucket_mib``) to a CPU engine and the model is unquantised without LoRA layers, the

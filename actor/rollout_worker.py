@@ -17,8 +17,8 @@ Sampling details that matter for GRPO:
 
 By default (``rollout.engine_process = "actor"``) vLLM's engine core runs inside this actor's
 process and this class steps it: no inter-process message per engine step, and on CPU hosts no
-second process competing with the engine's compute threads (generation on the benchmark was
-~1.4x faster than with vLLM's separate engine-core process on 2 vCPUs). The in-process CPU
+second process competing with the engine's compute threads (generation on the benchmark is
+faster than with vLLM's separate engine-core process, docs/benchmarks.md). The in-process CPU
 worker binds its threads and turns ``torch.set_num_threads`` into a no-op for the whole process,
 which is one more reason nothing else computes in a rollout actor.
 """
@@ -31,8 +31,8 @@ import time
 from collections.abc import Iterator, Sequence
 
 from common.config import ModelConfig, RolloutConfig
+from common.transport import make_receiver
 from common.types import Completion, RolloutRequest, TrainSample, WeightUpdate
-from common.weight_transport import LORA_ADAPTER
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +56,7 @@ class RolloutWorker:
         seed: int = 0,
         worker_index: int = 0,
         lora_rank: int = 0,
+        transport: str = "cpu_safetensors",
     ) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
@@ -70,7 +71,8 @@ class RolloutWorker:
         self.config = rollout
         self.worker_index = worker_index
         self.weight_version = 0
-        self.lora_request = None  # the current LoRA adapter, when updates arrive as adapters
+        # The engine's half of the run's weight transport (``common.transport``).
+        self.receiver = make_receiver(transport)
         self._calls = 0  # makes engine request ids unique across calls
         start = time.perf_counter()
         self.llm = LLM(
@@ -81,7 +83,7 @@ class RolloutWorker:
             enforce_eager=rollout.enforce_eager,
             kv_cache_memory_bytes=int(rollout.kv_cache_gib * _GIB),
             logprobs_mode="processed_logprobs",
-            worker_extension_cls="actor.weight_receiver.WeightReceiverExtension",
+            worker_extension_cls="actor.worker_extension.WorkerExtension",
             enable_prefix_caching=True,
             **_lora_options(lora_rank),
             **_scheduler_options(rollout, model),
@@ -126,13 +128,13 @@ class RolloutWorker:
         engine = self.llm.llm_engine
         self._calls += 1
         by_id = {}
+        adapter = self.receiver.adapter()
         for request in requests:
             prompt = {"prompt_token_ids": list(request.prompt_token_ids)}
             for index, seed in enumerate(request.seeds):
                 engine_id = f"{self._calls}:{request.request_id}:{index}"
-                engine.add_request(
-                    engine_id, prompt, self._sampling_params(seed), lora_request=self.lora_request
-                )
+                params = self._sampling_params(seed)
+                engine.add_request(engine_id, prompt, params, lora_request=adapter)
                 by_id[engine_id] = (request, index)
         pending = {request.request_id: len(request.seeds) for request in requests}
         done: dict[str, list[Completion]] = {}
@@ -169,34 +171,22 @@ class RolloutWorker:
         )
 
     def update_weights(self, update: WeightUpdate) -> dict[str, float]:
-        """Load new weights into the live engine and forget cached prefixes.
-
-        A LoRA adapter update only switches the adapter used for the next requests: a new
-        adapter id per version, so vLLM never serves a cached copy of an older one.
-        """
-        started_at, start = time.time(), time.perf_counter()
-        direct = False
-        if update.transport == LORA_ADAPTER:
-            from vllm.lora.request import LoRARequest
-
-            # vLLM adapter ids must be positive; one per weight version.
-            self.lora_request = LoRARequest(
-                f"v{update.version}", update.version + 1, update.payload
+        """Load new weights into the live engine through the transport's receiver, and forget
+        cached prefixes (they hold the old weights' keys and values)."""
+        if update.transport != self.receiver.name:
+            raise ValueError(
+                f"rollout worker {self.worker_index} receives {self.receiver.name} updates, "
+                f"got {update.transport}"
             )
-        else:
-            buckets = update.payload
-            for i, bucket in enumerate(buckets):
-                first, last = i == 0, i == len(buckets) - 1
-                args = (update.transport, bucket, update.version, first, last)
-                loads = self.llm.collective_rpc("receive_weights_bucket", args=args)
-                direct = all(load["direct"] for load in loads)
+        started_at, start = time.time(), time.perf_counter()
+        loaded = self.receiver.receive(self.llm, update)
         self.llm.reset_prefix_cache()
         self.weight_version = update.version
         return {
+            **loaded,
             "seconds": time.perf_counter() - start,
             "version": float(update.version),
             "started_at": started_at,  # wall clock: lets a caller on this host time the dispatch
-            "direct_load": float(direct),  # 1: loaded without vLLM's layerwise session
         }
 
     def score(self, samples: Sequence[TrainSample]) -> tuple[int, list[list[float]]]:
@@ -215,7 +205,7 @@ class RolloutWorker:
             [{"prompt_token_ids": tokens} for tokens in sequences],
             params,
             use_tqdm=False,
-            lora_request=self.lora_request,
+            lora_request=self.receiver.adapter(),
         )
         logprobs = []
         for sample, tokens, output in zip(samples, sequences, outputs, strict=True):

@@ -158,8 +158,7 @@ class SandboxConfig(_Section):
         "auto",
         description="'auto': each zygote runs its loop in C (sandbox/_zygote.c, built on "
         "first use with the host's C compiler and cached) when it is its PID namespace's "
-        "init; 'python': the Python loop, which does the same with ~0.1 ms more CPU per "
-        "execution",
+        "init; 'python': the Python loop, which does the same with more CPU per execution",
     )
     cpu_affinity: Literal["auto", "none"] | list[int] = Field(
         "auto",
@@ -216,6 +215,16 @@ class AdvantageConfig(_Section):
     max_sampling_rounds: int = Field(
         4, ge=1, description="rollout rounds per step, the ordinary one included"
     )
+    tie_noise: float = Field(
+        0.0,
+        ge=0,
+        description="heuristic, off at 0: zero-mean Gaussian noise of this std added to the "
+        "rewards of groups whose reward std is at most tie_noise_below, so tied groups still "
+        "push the policy somewhere (exploration) instead of giving no gradient",
+    )
+    tie_noise_below: float = Field(
+        1e-6, ge=0, description="tie_noise: the group reward std at or below which it applies"
+    )
 
     @model_validator(mode="after")
     def _check_scale(self) -> AdvantageConfig:
@@ -249,7 +258,7 @@ class LoraConfig(_Section):
 
 class LearnerConfig(_Section):
     @model_validator(mode="after")
-    def _check_lora_export(self) -> LearnerConfig:
+    def _check_combinations(self) -> LearnerConfig:
         if self.lora.export == "adapter" and not self.lora.enabled:
             raise ValueError(
                 "lora.export = 'adapter' needs lora.enabled = true: without LoRA there is no "
@@ -261,15 +270,70 @@ class LearnerConfig(_Section):
                 "'merged': a vLLM LoRA adapter carries only low-rank deltas, so fully trained "
                 "modules (a norm, an embedding) would never reach the engines"
             )
+        if self.warmup_steps and self.warmup_ratio:
+            raise ValueError("give warmup_steps or warmup_ratio, not both")
+        if self.min_lr > self.lr:
+            raise ValueError(f"min_lr ({self.min_lr}) is above lr ({self.lr})")
+        if self.ratio_level == "sequence" and self.aggregation != "seq_mean_token_mean":
+            raise ValueError(
+                f"ratio_level = 'sequence' (GSPO) needs aggregation = 'seq_mean_token_mean', not "
+                f"{self.aggregation!r}: its ratio, clip and loss are one per completion, averaged "
+                "over completions; a token-weighted average would count long completions' "
+                "sequence terms many times"
+            )
+        if self.kl_control != "fixed" and self.beta <= 0:
+            raise ValueError(
+                f"kl_control = {self.kl_control!r} needs beta > 0: beta is where it starts, and "
+                "the reference it measures KL against is only built when beta > 0"
+            )
         return self
 
     lr: float = Field(1e-5, gt=0)
+    lr_schedule: Literal["constant", "linear", "cosine"] = Field(
+        "constant",
+        description="after warmup: constant lr, or decay to min_lr at the run's last optimiser "
+        "step (linear or cosine); counted in optimiser steps, continued exactly on resume",
+    )
+    warmup_steps: int = Field(
+        0, ge=0, description="optimiser steps of linear warmup from lr/warmup_steps up to lr"
+    )
+    warmup_ratio: float = Field(
+        0.0, ge=0, lt=1, description="warmup as a fraction of the run's optimiser steps"
+    )
+    min_lr: float = Field(0.0, ge=0, description="where linear and cosine decay end")
+    adam_betas: tuple[float, float] = Field(
+        (0.9, 0.999), description="AdamW's betas (0.9, 0.95 is common for RL fine-tuning)"
+    )
+    adam_eps: float = Field(1e-8, gt=0, description="AdamW's eps")
     weight_decay: float = Field(0.0, ge=0)
     max_grad_norm: float = Field(1.0, gt=0)
     beta: float = Field(0.0, ge=0, description="KL-to-reference weight; 0 skips the reference")
     kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    kl_control: Literal["fixed", "adaptive", "linear"] = Field(
+        "fixed",
+        description="beta fixed; adaptive (PPO's controller toward kl_target); or linear from "
+        "beta to beta_final over the run",
+    )
+    kl_target: float = Field(
+        0.01, gt=0, description="adaptive kl_control: the per-token KL beta steers toward"
+    )
+    kl_horizon: int = Field(
+        10_000, ge=1, description="adaptive kl_control: samples over which beta adapts"
+    )
+    beta_final: float = Field(0.0, ge=0, description="linear kl_control: beta at the last step")
     clip_eps_low: float = Field(0.2, ge=0)
     clip_eps_high: float = Field(0.2, ge=0)
+    ratio_level: Literal["token", "sequence"] = Field(
+        "token",
+        description="token: a ratio per token (GRPO); sequence: GSPO's one ratio per completion, "
+        "the geometric mean of its token ratios, clipped with seq_clip_eps_*",
+    )
+    seq_clip_eps_low: float = Field(
+        3e-4, ge=0, description="GSPO's clip range below 1 (its paper's value)"
+    )
+    seq_clip_eps_high: float = Field(
+        4e-4, ge=0, description="GSPO's clip range above 1 (its paper's value)"
+    )
     aggregation: Literal["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"] = (
         "seq_mean_token_mean"
     )
@@ -504,7 +568,7 @@ def _toml_value(value: Any) -> str:
         return repr(value)
     if isinstance(value, str):
         return json.dumps(value)
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     raise TypeError(f"cannot write {type(value).__name__} to TOML")
 

@@ -117,6 +117,7 @@ def start_learner(
         export_dtype=config.model.dtype,
         adapter_dir=str((config.run_dir / "adapters").resolve()),
         bucket_bytes=config.bucket_bytes,
+        total_steps=config.run.steps,
     )
     return LearnerClient(handle)
 
@@ -141,6 +142,7 @@ def start_rollout_worker(
     import ray
 
     from actor.rollout_worker import RolloutWorker
+    from common.transport import transport_for
 
     rollout = config.rollout
     options = actor_options(
@@ -154,6 +156,7 @@ def start_rollout_worker(
         seed=config.run.seed,
         worker_index=index,
         lora_rank=config.served_lora_rank,
+        transport=transport_for(config.weights.transport, config.learner.lora),
     )
 
 

@@ -42,7 +42,8 @@ class LearnerClient:
         """A ref of the policy's logprobs of fixed completions (the parity probe)."""
         return self.handle.score.remote(samples)
 
-    def sequence_kl(self, samples: list[TrainSample]) -> list[float]:
+    def sequence_kl(self, samples: list[TrainSample]) -> tuple[float, list[float]]:
+        """The learner's current beta and each sample's KL to the reference (summed)."""
         import ray
 
         return ray.get(self.handle.sequence_kl.remote(samples))

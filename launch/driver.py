@@ -38,6 +38,7 @@ from launch.advantage import (
     KalmanBaseline,
     kl_penalised_rewards,
     masked_group_advantages,
+    tie_noise,
     zero_std_fraction,
 )
 from launch.checkpoint import DriverState, save_checkpoint
@@ -333,6 +334,12 @@ class Driver:
         if learner_cfg.beta > 0 and learner_cfg.kl_in == "reward":
             shaped, metrics = self._kl_penalised(completions, rewards)
         size = self.config.rollout.group_size
+        if advantage.tie_noise > 0:
+            seed = f"{self.config.run.seed}/{step}"
+            shaped, touched = tie_noise(
+                shaped, size, advantage.tie_noise, advantage.tie_noise_below, seed
+            )
+            metrics["advantage/tie_noise_frac"] = touched / max(len(shaped) // size, 1)
         if self.baseline is not None:
             advantages = self.baseline.advantages(shaped, size, keys, step)
         else:
@@ -354,7 +361,8 @@ class Driver:
     def _kl_penalised(
         self, completions: list[Completion], rewards: list[float | None]
     ) -> tuple[list[float | None], dict[str, float]]:
-        """r - beta * KL(sequence), with the KL from the learner's policy and reference."""
+        """r - beta * KL(sequence), with the KL from the learner's policy and reference and the
+        learner's current beta (``learner.kl_control`` may move it)."""
         import torch
 
         kept = [i for i, r in enumerate(rewards) if r is not None and completions[i].token_ids]
@@ -362,11 +370,11 @@ class Driver:
             TrainSample(c.prompt_token_ids, c.token_ids, c.sampler_logprobs, 0.0, c.weight_version)
             for c in (completions[i] for i in kept)
         ]
-        kl = self.fleet.learner.sequence_kl(probes) if probes else []
+        beta, kl = self.fleet.learner.sequence_kl(probes) if probes else (0.0, [])
         penalised = kl_penalised_rewards(
             torch.tensor([rewards[i] for i in kept], dtype=torch.float64),
             torch.tensor(kl, dtype=torch.float64),
-            self.config.learner.beta,
+            beta,
         )
         shaped = list(rewards)
         for i, value in zip(kept, penalised.tolist(), strict=True):

@@ -14,7 +14,6 @@ checkpoint's weights.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import torch
@@ -91,25 +90,8 @@ def _load_full_weights(out: Path, model: nn.Module) -> None:
         )
 
 
-def export_adapter(model: nn.Module, root: str | Path, weight_version: int) -> str:
-    """Save the LoRA adapter to ``root/v{weight_version:06d}`` and return that directory.
-
-    One directory per weight version, never overwritten by a later one, so a rollout engine
-    that is still loading version k is not handed half of version k + 1; the caller can use the
-    version as vLLM's ``lora_int_id`` (which must differ per adapter to avoid its cache).
-    """
+def save_adapter(model: nn.Module, directory: str | Path) -> None:
+    """Save the LoRA adapter (peft's format) to ``directory``; refused for a full fine-tune."""
     if not is_lora(model):
-        raise ValueError("export_adapter needs lora.enabled: a full fine-tune has no adapter")
-    out = Path(root) / f"v{weight_version:06d}"
-    model.save_pretrained(out)
-    return str(out)
-
-
-def prune_adapters(root: str | Path, keep: int = 2) -> None:
-    """Delete all but the newest ``keep`` adapter versions under ``root``.
-
-    Two are kept: an engine may still be reading the previous one when the next is written.
-    """
-    versions = sorted(p for p in Path(root).glob("v*") if p.is_dir())
-    for old in versions[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
+        raise ValueError("an adapter needs lora.enabled: a full fine-tune has no adapter")
+    model.save_pretrained(directory)

@@ -39,6 +39,13 @@ Where this departs from the paper, and why:
   independently of beta, so the strength of the reward signal and of the KL pull are tuned
   separately.
 - Optional entropy bonus (off by default), subtracted per token.
+- Sequence-level ratios (GSPO, Zheng et al. 2025, "Group Sequence Policy Optimization"),
+  ``ratio_level = "sequence"``: one ratio per completion, the geometric mean of its token
+  ratios s_i = exp(mean_t(logp - logp_old)), clipped per completion with GSPO's own (much
+  narrower) epsilons: l_i = -min(s_i A_i, clip(s_i) A_i), averaged over completions. Its
+  gradient is s_i A_i times the mean over the completion's tokens of grad log pi, so every
+  token of a completion is weighted alike, and one extreme token ratio cannot dominate. With
+  TIS the correction is per completion too: min(exp(mean_t(old - sampler)), cap).
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ import torch
 from torch import Tensor
 
 KLEstimator = Literal["k1", "k2", "k3"]
+RatioLevel = Literal["token", "sequence"]
 Aggregation = Literal["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"]
 
 
@@ -127,6 +135,13 @@ def _aggregate(
     )
 
 
+def _sequence_mean(values: Tensor, mask: Tensor) -> Tensor:  # (B, T) -> (B, 1)
+    """Each completion's mean of ``values`` over its tokens."""
+    keep = mask.bool()
+    total = values.masked_fill(~keep, 0.0).sum(dim=1, keepdim=True)
+    return total / mask.sum(dim=1, keepdim=True).clamp(min=1.0)
+
+
 def _zero_masked(mask: Tensor, *tensors: Tensor | None) -> list[Tensor | None]:
     """Zero the inputs at masked positions (not just the outputs): padding may hold any value,
     and exp() of a large one would give inf * 0 = NaN in the loss or its gradient."""
@@ -153,6 +168,7 @@ def grpo_loss(
     batch_num_tokens: float | None = None,
     sampler_logprobs: Tensor | None = None,  # (B, T) for the TIS correction
     tis_cap: float = 0.0,
+    ratio_level: RatioLevel = "token",
 ) -> tuple[Tensor, dict[str, float]]:
     """The GRPO objective for one (micro-)batch and its metrics.
 
@@ -163,8 +179,11 @@ def grpo_loss(
     micro-batch losses sum to exactly the full-batch loss, so accumulated gradients equal the
     full-batch gradient. ``tis_cap`` > 0 multiplies each token's policy-gradient term by the
     detached truncated importance weight ``tis_weights(old, sampler, cap)``; 0 disables it.
+    ``ratio_level = "sequence"`` is GSPO (module docstring; ``seq_mean_token_mean`` only).
     Metrics are means over this call's completion tokens.
     """
+    if ratio_level == "sequence" and aggregation != "seq_mean_token_mean":
+        raise ValueError("ratio_level = 'sequence' needs aggregation = 'seq_mean_token_mean'")
     if beta > 0 and ref_logprobs is None:
         raise ValueError("beta > 0 needs ref_logprobs: the KL penalty is measured against them")
     if entropy_coef > 0 and entropy is None:
@@ -174,7 +193,11 @@ def grpo_loss(
     )
     mask = mask.to(logprobs.dtype)
     adv = advantages.to(logprobs.dtype).unsqueeze(1)  # (B, 1)
-    ratio = torch.exp(logprobs - old_logprobs)  # (B, T)
+    if ratio_level == "sequence":
+        log_ratio = _sequence_mean(logprobs - old_logprobs, mask)  # (B, 1)
+        ratio = torch.exp(log_ratio).expand_as(mask)  # (B, T): s_i on each of its tokens
+    else:
+        ratio = torch.exp(logprobs - old_logprobs)  # (B, T)
     clipped_ratio = ratio.clamp(1.0 - clip_eps_low, 1.0 + clip_eps_high)
     per_token = -torch.minimum(ratio * adv, clipped_ratio * adv)  # (B, T)
     tis = None
@@ -183,7 +206,11 @@ def grpo_loss(
             raise ValueError(
                 "tis_cap > 0 needs sampler_logprobs: the weight is pi_old / pi_sampler"
             )
-        tis = tis_weights(old_logprobs, sampler_logprobs, mask, tis_cap)
+        old_for_tis = old_logprobs
+        if ratio_level == "sequence":  # one weight per completion, like its ratio
+            old_for_tis = _sequence_mean(old_logprobs, mask).expand_as(mask)
+            sampler_logprobs = _sequence_mean(sampler_logprobs, mask).expand_as(mask)
+        tis = tis_weights(old_for_tis, sampler_logprobs, mask, tis_cap)
         per_token = per_token * tis[0]
     kl = None
     if beta > 0:

@@ -13,13 +13,12 @@ first step; see ``reference.py`` for where the reference weights live. With mu =
 mini-batch pi_old is the policy's own logprobs detached (no extra forward pass); otherwise it
 is computed once, without gradient, before the first epoch (``epochs.py``).
 
-Options not yet in ``LearnerConfig`` (``kl_in``, ``ppo_epochs``, ``mini_batches``, ``tis_cap``,
-``reference``, ``master_dtype``) are read with defaults from ``options.py``.
+The learner is the :class:`~common.transport.WeightSource` of the run's weight transport: its
+sender reads the policy through ``export_tensors`` or ``save_adapter``.
 """
 
 from __future__ import annotations
 
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,8 +27,8 @@ import torch
 from torch import Tensor
 
 from common.config import LearnerConfig
+from common.transport import DEFAULT_BUCKET_BYTES, make_sender, transport_for
 from common.types import TrainSample, WeightUpdate
-from common.weight_transport import DEFAULT_BUCKET_BYTES, LORA_ADAPTER, make_sender
 from learner import checkpoint
 from learner.batching import (
     MicroBatch,
@@ -41,9 +40,11 @@ from learner.batching import (
 from learner.epochs import MetricMeans, split_mini_batches
 from learner.export import export_state_dict
 from learner.grpo import Aggregation, grpo_loss, sequence_kl
+from learner.kl_control import KlControl
 from learner.logprobs import completion_logprobs
 from learner.policy import autocast, build_policy, load_tokenizer, precision, to_dtype
 from learner.reference import Reference
+from learner.schedule import learning_rate
 
 _AVERAGED = ("kl", "clip_frac", "ratio_mean", "entropy", "tis_weight_mean", "tis_clip_frac")
 
@@ -52,7 +53,8 @@ class Learner:
     """Owns the policy and its optimiser; see the module docstring for the step's structure.
 
     ``export_dtype`` is the dtype the rollout engines serve in (``model.dtype``); by default the
-    model config's ``dtype``, else bfloat16.
+    model config's ``dtype``, else bfloat16. ``total_steps`` is the run's length in train steps
+    (``run.steps``): the horizon of a decaying learning rate and of a linear beta schedule.
     """
 
     def __init__(
@@ -66,6 +68,7 @@ class Learner:
         export_dtype: str | None = None,
         adapter_dir: str | None = None,
         bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+        total_steps: int = 0,
     ) -> None:
         from transformers import AutoConfig
 
@@ -78,9 +81,6 @@ class Learner:
         self.config = config
         self.seed = seed
         self.temperature = temperature
-        # Where LoRA adapters are exported for the engines (lora.export = "adapter"): a file
-        # system every rollout node can read.
-        self.adapter_dir = adapter_dir or tempfile.mkdtemp(prefix="grpo-adapters-")
         self.aggregation: Aggregation = config.aggregation
         self.entropy_coef = config.entropy_coef
         self.max_len = config.max_len or None
@@ -97,7 +97,10 @@ class Learner:
                 "at least 1: each epoch takes at least one optimiser step"
             )
         self.model_path = model_path
-        self.sender = make_sender(transport, bucket_bytes)
+        # adapter_dir: where LoRA adapters go for the engines (lora.export = "adapter"), a file
+        # system every rollout node can read.
+        name = transport_for(transport, config.lora)
+        self.sender = make_sender(name, bucket_bytes=bucket_bytes, adapter_dir=adapter_dir)
         self.device = torch.device(
             "cuda" if config.num_gpus > 0 and torch.cuda.is_available() else "cpu"
         )
@@ -115,8 +118,32 @@ class Learner:
             self.reference = Reference(self.model, mode, lora=config.lora.enabled)
         self.trainable = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
-            self.trainable, lr=config.lr, weight_decay=config.weight_decay
+            self.trainable,
+            lr=config.lr,
+            betas=tuple(config.adam_betas),
+            eps=config.adam_eps,
+            weight_decay=config.weight_decay,
         )
+        # The schedule counts optimiser steps (ppo_epochs x mini_batches per train step).
+        self.total_optimizer_steps = total_steps * self.ppo_epochs * self.mini_batches
+        self.warmup_steps = config.warmup_steps or round(
+            config.warmup_ratio * self.total_optimizer_steps
+        )
+        if config.lr_schedule != "constant" and self.total_optimizer_steps <= self.warmup_steps:
+            raise ValueError(
+                f"lr_schedule = {config.lr_schedule!r} decays over the run: it needs the run's "
+                f"length (run.steps, here {total_steps}) beyond its warmup"
+            )
+        self.optimizer_steps = 0
+        self.kl_control = KlControl(
+            config.kl_control,
+            config.beta,
+            target=config.kl_target,
+            horizon=config.kl_horizon,
+            beta_final=config.beta_final,
+            total_steps=total_steps,
+        )
+        self._reward_kl: float | None = None  # per-token KL of the batch, kl_in = "reward"
         self._weight_version = 0
         self.step = 0
 
@@ -143,9 +170,14 @@ class Learner:
         return self._weight_version
 
     @property
+    def beta(self) -> float:
+        """The KL coefficient of the next train step (``learner.kl_control`` moves it)."""
+        return self.kl_control.beta
+
+    @property
     def loss_beta(self) -> float:
         """The KL weight inside the loss: 0 when the KL is charged in the reward instead."""
-        return self.config.beta if self.kl_in == "loss" else 0.0
+        return self.beta if self.kl_in == "loss" else 0.0
 
     def _logprobs(
         self,
@@ -199,21 +231,24 @@ class Learner:
         finally:
             self.model.train(was_training)
 
-    def sequence_kl(self, samples: Sequence[TrainSample]) -> list[float]:
-        """Per-sample KL(pi || pi_ref) summed over completion tokens, for ``kl_in = "reward"``.
+    def sequence_kl(self, samples: Sequence[TrainSample]) -> tuple[float, list[float]]:
+        """The current beta and each sample's KL(pi || pi_ref) summed over its completion
+        tokens, for ``kl_in = "reward"``.
 
         The driver subtracts ``beta * kl`` from each reward before normalising advantages
-        (``launch.advantage.kl_penalised_rewards``). Zeros when beta = 0: there is no reference.
+        (``launch.advantage.kl_penalised_rewards``); the batch's per-token KL is what an
+        adaptive beta steers by after the next train step. Zeros when beta = 0: no reference.
         """
         validate_samples(samples)
         if self.reference is None:
-            return [0.0] * len(samples)
+            return self.beta, [0.0] * len(samples)
         policy, ref = self.policy_logprobs(samples), self.reference_logprobs(samples)
         batch = collate(samples, list(range(len(samples))), old_logprobs=policy, ref_logprobs=ref)
         kl = sequence_kl(
             batch.old_logprobs, batch.ref_logprobs, batch.completion_mask, self.config.kl_estimator
         )
-        return kl.tolist()
+        self._reward_kl = kl.sum().item() / max(batch.completion_mask.sum().item(), 1.0)
+        return self.beta, kl.tolist()
 
     def accumulate_gradients(
         self,
@@ -284,6 +319,8 @@ class Learner:
         num_tokens: int,
     ) -> tuple[Tensor, dict[str, float]]:
         """``grpo_loss`` with this learner's settings, normalised by the whole step's counts."""
+        config = self.config
+        sequence = config.ratio_level == "sequence"
         return grpo_loss(
             logprobs,
             old,
@@ -291,8 +328,9 @@ class Learner:
             batch.completion_mask,
             batch.ref_logprobs,
             beta=self.loss_beta,
-            clip_eps_low=self.config.clip_eps_low,
-            clip_eps_high=self.config.clip_eps_high,
+            clip_eps_low=config.seq_clip_eps_low if sequence else config.clip_eps_low,
+            clip_eps_high=config.seq_clip_eps_high if sequence else config.clip_eps_high,
+            ratio_level=config.ratio_level,
             kl_estimator=self.config.kl_estimator,
             aggregation=self.aggregation,
             entropy=entropy,
@@ -304,11 +342,28 @@ class Learner:
             tis_cap=self.tis_cap,
         )
 
+    @property
+    def lr(self) -> float:
+        """The learning rate of the next optimiser step (``learner.lr_schedule``)."""
+        config = self.config
+        return learning_rate(
+            self.optimizer_steps,
+            config.lr,
+            config.lr_schedule,
+            self.warmup_steps,
+            self.total_optimizer_steps,
+            config.min_lr,
+        )
+
     def _optimizer_step(self) -> float:
         self._apply_compute_threads()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.trainable, self.config.max_grad_norm)
+        lr = self.lr
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer_steps += 1
         return float(grad_norm)
 
     def train_step(self, samples: Sequence[TrainSample]) -> dict[str, float]:
@@ -322,13 +377,18 @@ class Learner:
         start = time.perf_counter()
         validate_samples(samples)
         self.optimizer.zero_grad(set_to_none=True)
+        beta = self.beta
         if self.ppo_epochs == 1 and self.mini_batches == 1:
             metrics = self.accumulate_gradients(samples)
             metrics["train/grad_norm"] = self._optimizer_step()
         else:
             metrics = self._train_epochs(samples)
+        metrics["train/lr"] = self.optimizer.param_groups[0]["lr"]  # the step's last
+        metrics["train/beta"] = beta
         self._weight_version += 1
         self.step += 1
+        kl = metrics.get("train/kl", 0.0) if self.kl_in == "loss" else self._reward_kl
+        self.kl_control.update(kl or 0.0, len(samples), self.step)
         metrics["train/step_time_s"] = time.perf_counter() - start
         return metrics
 
@@ -381,39 +441,25 @@ class Learner:
         return metrics, update
 
     def export_weights(self) -> WeightUpdate:
-        """The policy for the engines: the LoRA adapter alone (``lora.export = "adapter"``), or
-        the full (LoRA-merged) HF-named weights in their serving dtype via the transport."""
-        if self.config.lora.enabled and self.config.lora.export == "adapter":
-            path = self.export_adapter(self.adapter_dir)
-            checkpoint.prune_adapters(self.adapter_dir, keep=2)
-            size = sum(f.stat().st_size for f in Path(path).iterdir())
-            return WeightUpdate(self._weight_version, LORA_ADAPTER, path, num_bytes=size)
-        tensors = export_state_dict(self.model, self.export_dtype)
-        return self.sender.send(tensors, self._weight_version)
+        """The policy for the engines, through the run's weight transport (``self.sender``)."""
+        return self.sender.send(self)
 
-    def export_adapter(self, path_dir: str) -> str:
-        """Save the LoRA adapter under ``path_dir/v{weight_version:06d}``; return that path.
+    def export_tensors(self) -> dict[str, Tensor]:
+        """The full (LoRA-merged) policy with HF names in the engines' serving dtype."""
+        return export_state_dict(self.model, self.export_dtype)
 
-        For ``lora.export = "adapter"``: the rollout engines load it as a vLLM LoRA adapter
-        (one adapter id per weight version) instead of receiving merged full weights.
-        """
-        return checkpoint.export_adapter(self.model, path_dir, self._weight_version)
-
-    @torch.no_grad()
-    def perturb_weights_(self, scale: float, seed: int) -> None:
-        """Add N(0, scale^2) noise to every trainable parameter (tests of the weight push).
-
-        The weights change, so the version is incremented like after a train step.
-        """
-        generator = torch.Generator().manual_seed(seed)
-        for param in self.trainable:
-            noise = torch.randn(param.shape, generator=generator, dtype=torch.float32)
-            param.add_(noise.to(device=param.device, dtype=param.dtype) * scale)
-        self._weight_version += 1
+    def save_adapter(self, directory: str) -> None:
+        """The LoRA adapter alone, in peft's format (``lora.export = "adapter"``)."""
+        checkpoint.save_adapter(self.model, directory)
 
     def save_checkpoint(self, path: str) -> None:
         """HF directory (full model, or the adapter with LoRA) + tokenizer + optimiser + state."""
-        state = {"weight_version": self._weight_version, "step": self.step}
+        state = {
+            "weight_version": self._weight_version,
+            "step": self.step,
+            "optimizer_steps": self.optimizer_steps,
+            "beta": self.beta,
+        }
         tokenizer = load_tokenizer(self.model_path)
         checkpoint.save_training_state(Path(path), self.model, self.optimizer, tokenizer, state)
 
@@ -425,3 +471,6 @@ class Learner:
         """
         state = checkpoint.load_training_state(Path(path), self.model, self.optimizer, self.device)
         self._weight_version, self.step = int(state["weight_version"]), int(state["step"])
+        # Checkpoints from before the schedules: one optimiser step per train step, fixed beta.
+        self.optimizer_steps = int(state.get("optimizer_steps", self.step))
+        self.kl_control.beta = float(state.get("beta", self.kl_control.beta))

@@ -2,11 +2,12 @@
  *
  * Why C: after every fork all of the zygote's pages are shared with the child, so every page
  * the zygote writes afterwards is a copy-on-write fault. The Python loop allocates and frees
- * objects and writes reference counts as it goes: ~20 faults and ~0.1 ms of CPU per execution
- * on the 2-vCPU VM of docs/benchmarks.md. This loop writes only its stack. It runs as PID 1 of
- * the worker's PID namespace (the only place zygote.py uses it: without a namespace the sweep
- * reads /proc, and stays in Python), holds the GIL throughout (the process has one thread) and
- * returns to Python only in a new child, with the child's three descriptors, or at the end.
+ * objects and writes reference counts as it goes: a fault, and the CPU it costs, for every
+ * page it writes, in every execution (docs/benchmarks.md, sandbox section). This loop writes
+ * only its stack. It runs as PID 1 of the worker's PID namespace (the only place zygote.py
+ * uses it: without a namespace the sweep reads /proc, and stays in Python), holds the GIL
+ * throughout (the process has one thread) and returns to Python only in a new child, with the
+ * child's three descriptors, or at the end.
  *
  * Built on first use by sandbox/native.py with the host's C compiler: where none is found the
  * zygote runs the Python loop, which does the same, only dearer.

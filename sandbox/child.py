@@ -2,8 +2,8 @@
 
 The program, the setup code and the tests usually arrive compiled: the worker's server
 compiles them (:func:`precompiled`), where the compiler's code and data are warm, and the child
-only runs the code objects. Compiling in the child, freshly forked, cost ~0.2 ms of its ~0.9
-(cold caches, and copy-on-write faults in the compiler's memory); in the server, ~0.07 ms. A
+only runs the code objects. Compiling in the child, freshly forked, costs several times
+what it costs in the server (cold caches, and copy-on-write faults in the compiler's memory). A
 source the server could not compile, or too large for it, travels as text and is compiled here,
 under the child's limits, as before.
 

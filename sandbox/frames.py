@@ -7,7 +7,7 @@ execution ends it as ``output_limit``, and a frame that is not a JSON object bec
 workers talk over a socketpair (plain ``os.read``/``os.write``: no zmq in the worker, so no I/O
 thread to wake per message and a smaller process to fork) in ``marshal``: both ends are
 trusted, and the records a worker passes on were decoded from JSON into plain values first.
-``marshal`` took the JSON out of ~10% of the servers' CPU and ~12% of the front's.
+``marshal`` took JSON's encoding cost out of the servers' and the front's CPU time.
 """
 
 from __future__ import annotations

@@ -256,7 +256,8 @@ def release_free_memory() -> None:
 
     Called once before the zygote is forked: a resident page costs every fork (its page table
     entry is copied) and every exit (torn down) although no one uses it. Some workers have
-    ~0.6 MB free there after start-up, some almost none.
+    a fair amount free there after start-up, some almost none (docs/benchmarks.md, sandbox
+    section).
     """
     with contextlib.suppress(AttributeError):  # not glibc
         _libc.malloc_trim(ctypes.c_size_t(0))

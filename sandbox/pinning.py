@@ -1,20 +1,20 @@
 """The zygote's hot pages, pinned, so that every fork copies them at once instead of faulting.
 
 After a fork the zygote and its child share every page copy-on-write: the first write to a
-page, by either of them, is a page fault that copies it (~1.8 us on the 2-vCPU VM of
-docs/benchmarks.md, ~2.2 us with the trap). CPython writes a reference count into every
-object it touches, so a child that runs a three-line program still copies ~220 pages, and
-the zygote ~75 more as it goes round its loop.
+page, by either of them, is a page fault that copies it, and costs CPU (the trap, then the
+copy). CPython writes a reference count into every object it touches, so a child that runs
+a three-line program still copies many pages, and the zygote dozens more as it goes round
+its loop (docs/benchmarks.md, sandbox section).
 
-The kernel does not share a *pinned* anonymous page with a child: it copies it during the
-fork (Linux >= 5.9, "early COW"; the pin is for DMA, which must keep seeing the parent's
-page). That copy costs ~1 us a page, freeing it at the child's exit included, in one pass
-inside ``fork()``, and after it neither process faults on that page. So the zygote finds
-the pages an execution writes (``calibrate``: one fork that runs the warm-up job and stops;
-the pages its child holds alone by then were written by it or by the zygote) and pins them
-as io_uring buffers (``pin``), the one long-term pin an unprivileged process can take. A
-page that neither writes would cost a copy for nothing, so the calibration job is a small
-one: a richer one pinned ~440 pages instead of ~260 and was slower.
+The kernel does not share a *pinned* anonymous page with a child: it copies it during the fork
+(Linux >= 5.9, "early COW"; the pin is for DMA, which must keep seeing the parent's page). That
+copy, freeing it at the child's exit included, costs less than the fault it replaces, in one
+pass inside ``fork()``, and after it neither process faults on that page. So the zygote finds
+the pages an execution writes (``calibrate``: one fork that runs the warm-up job and stops; the
+pages its child holds alone by then were written by it or by the zygote) and pins them as
+io_uring buffers (``pin``), the one long-term pin an unprivileged process can take. A page that
+neither writes would cost a copy for nothing, so the calibration job is a small one: a richer
+one pinned many more pages and was slower (docs/benchmarks.md, sandbox section).
 
 Where io_uring is unavailable (disabled by sysctl or seccomp) or ``RLIMIT_MEMLOCK`` (per
 user, shared by every worker: ~1 MiB each) is used up, nothing is pinned and the pool says

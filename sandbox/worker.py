@@ -7,25 +7,24 @@ unshares a PID namespace, pre-imports what programs commonly use, warms the chil
 paths up, freezes the garbage collector's view of all that, and forks the *zygote*
 (``sandbox/zygote.py``): PID 1 of the namespace, the only process that forks per execution.
 
-Two processes, because a fork write-protects every page of the process that forks, which
-then pays a copy-on-write fault (~3 us on a small VM) for each page it writes afterwards:
-~180 per execution when the process that forked also did the polling and the JSON. The
-server never forks again, so the zygote's work per execution is a few system calls, and
-the server's is free of faults. Before this design each execution also forked twice (an
-intermediate to unshare a fresh PID namespace, then its init).
+Two processes, because a fork write-protects every page of the process that forks, which then
+pays a copy-on-write fault, and the CPU it costs, for each page it writes afterwards: many per
+execution when the process that forked also did the polling and the JSON (docs/benchmarks.md,
+sandbox section). The server never forks again, so the zygote's work per execution is a few
+system calls, and the server's is free of faults. Before this design each execution also forked
+twice (an intermediate to unshare a fresh PID namespace, then its init).
 
 Neither process imports zmq or ``threading``: ``threading``'s after-fork hook alone costs
-a child ~110 page faults (~0.3 ms), and every zmq message wakes an I/O thread.
+a child a hundred-odd page faults, and every zmq message wakes an I/O thread.
 
-Per execution the server makes three pipes (job, values, output), hands the child's ends
-to the zygote, writes the job into the job pipe and watches: the value pipe (records), the
-merged stdout/stderr pipe (counted and discarded, so a print flood costs nothing) and, for a
-job whose records stream to the pool, the socket (``stop`` for this job; later ``run``
-messages are queued). The pool keeps two jobs in flight per worker, so the next ``run`` is
-usually already there; for other jobs it waits in the socket until this one is done, which
-saves a wake-up per execution (~20 us of CPU on the VM of docs/benchmarks.md). Deadlines are
-enforced by having the zygote SIGKILL everything, which no ``except BaseException`` can
-swallow.
+Per execution the server makes three pipes (job, values, output), hands the child's ends to the
+zygote, writes the job into the job pipe and watches: the value pipe (records), the merged
+stdout/stderr pipe (counted and discarded, so a print flood costs nothing) and, for a job whose
+records stream to the pool, the socket (``stop`` for this job; later ``run`` messages are
+queued). The pool keeps two jobs in flight per worker, so the next ``run`` is usually already
+there; for other jobs it waits in the socket until this one is done, which saves a wake-up, and
+the CPU it costs, per execution (docs/benchmarks.md, sandbox section). Deadlines are enforced
+by having the zygote SIGKILL everything, which no ``except BaseException`` can swallow.
 """
 
 from __future__ import annotations
@@ -50,8 +49,8 @@ from sandbox.frames import FILE_CAP, MESSAGE_CAP, READ_BYTES, Frames, decode_mes
 
 # What programs import often enough that importing it in every child would cost more than
 # carrying it in every fork. A preloaded module is not free: each of its pages and mappings is
-# copied by every fork and torn down by every exit (~35 us per MB, ~1 us per mapping here),
-# while an import in the child costs ~0.4-7 ms (cmath 0.7, typing 4.3, statistics 6.7). Of
+# copied by every fork and torn down by every exit, while an import in the child costs far
+# more per execution (the measurements are in docs/benchmarks.md, sandbox section). Of
 # MBPP's 974 reference solutions, 78 import re, 42 math, 27 collections, 18 heapq, 12
 # itertools, 4 cmath, 3 operator, 3 array, 2 bisect, 1 copy, 1 datetime and none anything
 # else; HumanEval's prompts import typing. Left out: datetime, decimal, fractions, random
@@ -312,10 +311,9 @@ def _warm_up() -> None:
 
     CPython 3.11 specialises bytecode in place while it warms up: code that first runs in a
     child writes its counters into pages shared with the zygote, one copy-on-write page
-    fault (~3 us on this VM) each, in every execution. Warming the harness, the canonical
-    serialiser and ``prctl`` through ctypes here saved ~140 faults per execution (measured
-    with ``random``'s after-fork reseed, warmed too while ``random`` was preloaded). Only
-    this fixed, trusted snippet runs in the worker.
+    fault each, in every execution. Warming the harness, the canonical serialiser and
+    ``prctl`` through ctypes here saved many faults per execution (docs/benchmarks.md,
+    sandbox section). Only this fixed, trusted snippet runs in the worker.
     """
     job = child.precompiled(WARM_UP_CODE, "", WARM_UP_PARTS)  # code objects, as children get
     for _ in range(WARM_UP_ROUNDS):

@@ -49,9 +49,9 @@ def worker_cpus(setting: str | list[int], count: int) -> list[int | None]:
     other processes.
 
     Pinned, a worker's server, zygote and children hand each execution to one another on one
-    CPU: on the 2-vCPU VM of docs/benchmarks.md that cut the pool's CPU per execution by
-    12-24% and raised its rate by 15-25%, because waking a process on another CPU (an
-    inter-processor interrupt, cold caches) was dearer than the context switch itself.
+    CPU: that cut the pool's CPU per execution and raised its rate (docs/benchmarks.md),
+    because waking a process on another CPU (an inter-processor interrupt, cold caches) is
+    dearer than the context switch itself.
     """
     if setting == "none":
         return [None] * count

@@ -4,10 +4,11 @@ It is PID 1 of the worker's PID namespace, so it can kill every process an execu
 behind, ``setsid()`` or double-forked, with ``kill(-1, SIGKILL)`` and reap them all (orphans
 are re-parented to it). It is forked from the worker's server once, after every module is
 imported and warmed up, and then does as little as possible, because every page a process
-writes after a fork is a copy-on-write fault (~2 us each on a small VM): the server, which
-never forks, does the JSON, the polling and the talking to the pool. Before it serves, it pins
-the pages an execution writes anyway (``sandbox/pinning.py``), which each fork then copies at
-once: ~100 faults per execution in the child instead of ~300, ~20 in the zygote instead of ~75.
+writes after a fork is a copy-on-write fault, and each costs CPU: the server, which never
+forks, does the JSON, the polling and the talking to the pool. Before it serves, it pins the
+pages an execution writes anyway (``sandbox/pinning.py``), which each fork then copies at
+once: the child then takes about a third as many faults per execution, the zygote about a
+quarter (docs/benchmarks.md, sandbox section).
 
 Protocol on a SOCK_SEQPACKET socketpair with the server:
 
@@ -22,17 +23,16 @@ Protocol on a SOCK_SEQPACKET socketpair with the server:
   pipe gets up to 100 ms to die on its own first, so the signal that really ended it is seen.
 
 The job is in ``marshal`` format: one C call to decode in the child, where ``json.loads`` ran
-enough Python to write ~30 more pages per execution. That direction only: the trusted server
-encodes it. What the child sends back is JSON, because ``marshal`` is not safe to decode from
-an adversary.
+enough Python to write dozens more pages per execution (docs/benchmarks.md, sandbox section).
+That direction only: the trusted server encodes it. What the child sends back is JSON, because
+``marshal`` is not safe to decode from an adversary.
 
 The loop itself runs in C (``sandbox/_zygote.c``, built by ``sandbox/native.py``) where it
 could be built and the zygote is its namespace's init: the Python loop below allocates as it
-goes, and after each fork every page it writes is a copy-on-write fault (~20 per execution).
-The C loop writes only its stack (zygote 0.50-0.57 -> 0.40-0.47 ms of CPU per execution,
-docs/benchmarks.md). It returns to Python only in a new child. Without a namespace, or where
-it could not be built (``sandbox.zygote_loop = "python"`` asks for this too), the Python loop
-does the same.
+goes, and after each fork every page it writes is a copy-on-write fault, in every execution.
+The C loop writes only its stack (less zygote CPU per execution, docs/benchmarks.md). It
+returns to Python only in a new child. Without a namespace, or where it could not be built
+(``sandbox.zygote_loop = "python"`` asks for this too), the Python loop does the same.
 """
 
 from __future__ import annotations

@@ -3,9 +3,10 @@
 - ``group``: group-relative advantages (group std, batch std, none), masked for samples without
   a verdict, the zero-variance rule (``is_informative``, ``zero_std_fraction``) and KL-in-reward
   shaping, all in float64;
-- ``kalman``: the running per-problem baseline (``reward.baseline.kind = "kalman"``);
+- ``kalman``: the running per-problem baseline (``advantage.baseline = "kalman"``);
 - ``dynamic``: dynamic sampling (DAPO), which drops the groups the zero-variance rule calls
-  uninformative and samples more prompts.
+  uninformative and samples more prompts;
+- ``noise``: tie noise (``advantage.tie_noise``), a heuristic for groups whose rewards agree.
 
 The learner only consumes advantages (``learner.grpo`` holds the loss).
 """
@@ -20,6 +21,7 @@ from launch.advantage.group import (
     zero_std_fraction,
 )
 from launch.advantage.kalman import BaselineState, KalmanBaseline, kalman_advantages, kalman_update
+from launch.advantage.noise import tie_noise
 
 __all__ = [
     "AdvantageScale",
@@ -33,5 +35,6 @@ __all__ = [
     "kalman_update",
     "kl_penalised_rewards",
     "masked_group_advantages",
+    "tie_noise",
     "zero_std_fraction",
 ]

@@ -114,10 +114,10 @@ def test_real_engine_restarted_after_a_push_generates_from_the_pushed_weights(
 
     from common.config import LearnerConfig
     from launch.rollout_fleet import RolloutFleet
-    from learner.learner import Learner
+    from learner.bench.perturb import PerturbableLearner
 
     config = short_config(tmp_path, "stale-engine", tiny_model_path, 1)
-    learner = Learner(tiny_model_path, LearnerConfig(num_cpus=1))
+    learner = PerturbableLearner(tiny_model_path, LearnerConfig(num_cpus=1))
     learner.perturb_weights_(1e-2, seed=0)
     with private_ray():
         fleet = RolloutFleet(config, tiny_model_path, "stale-engine")

@@ -6,13 +6,15 @@ Modes are composed into a few short runs so the tier stays within CI's budget:
 
 - ``mbpp``: real MBPP problems with realistic prompts, more prompt tokens per step than one
   engine step's token budget (``rollout.max_num_batched_tokens``), full fine-tuning with
-  beta = 0, the failure-focused curriculum, evaluation during training; then
-  ``python -m launch.evaluate`` on MBPP's test split with the run's checkpoint;
+  beta = 0, a cosine learning rate with warmup and AdamW betas from config, tie noise, the
+  failure-focused curriculum, evaluation during training; then ``python -m launch.evaluate``
+  on MBPP's test split with the run's checkpoint;
 - ``adapter``: LoRA with only the adapter pushed, async K = 1, the Kalman baseline, the
   easy-to-hard curriculum, vLLM's separate engine process;
-- ``merged``: LoRA merged with ``modules_to_save``, the KL charged in the reward, dynamic
-  sampling; stopped and resumed with ``--resume``;
-- ``rewards``: full fine-tuning with beta > 0, every built-in reward term plus a user function
+- ``merged``: LoRA merged with ``modules_to_save``, the KL charged in the reward with a linear
+  beta schedule, dynamic sampling; stopped and resumed with ``--resume``;
+- ``rewards``: full fine-tuning with beta > 0 and an adaptive beta, GSPO's sequence-level
+  ratios, every built-in reward term plus a user function
   (which asks ``python -m launch.scale`` for a second engine at step 1: a resize at a step the
   test controls), small weight buckets.
 
@@ -33,6 +35,7 @@ from pathlib import Path
 
 import pytest
 
+from learner.schedule import learning_rate
 from tests.integration.helpers import REPO, read_jsonl
 
 pytestmark = pytest.mark.integration
@@ -136,6 +139,11 @@ def test_mbpp_with_long_prompts_trains_and_evaluates(tmp_path, tiny_model_path):
         "--rollout.max_num_batched_tokens", "1024",
         "--rollout.batch_size", "64",
         "--learner.beta", "0",
+        "--learner.lr_schedule", "cosine",
+        "--learner.warmup_steps", "1",
+        "--learner.min_lr", "1e-6",
+        "--learner.adam_betas", "[0.9, 0.95]",
+        "--advantage.tie_noise", "0.05",
         "--eval.every", "2",
         "--eval.max_problems", "4",
         "--eval.n", "2",
@@ -146,6 +154,10 @@ def test_mbpp_with_long_prompts_trains_and_evaluates(tmp_path, tiny_model_path):
     assert min(m["train/num_samples"] for m in metrics) > 0
     assert {2, 3} <= {m["step"] for m in metrics if "eval/pass@1" in m}
     assert metrics[-1]["curriculum/seen_frac"] > 0
+    # the demo's lr (1e-3) warmed up for one optimiser step, then cosine down to min_lr
+    lrs = [learning_rate(k, 1e-3, "cosine", 1, 3, 1e-6) for k in range(3)]
+    assert [m["train/lr"] for m in metrics] == pytest.approx(lrs, rel=1e-12)
+    assert all("advantage/tie_noise_frac" in m for m in metrics)
 
     out = tmp_path / "eval"
     evaluate = [
@@ -188,6 +200,8 @@ def test_lora_merged_kl_in_reward_dynamic_sampling_resumed(tmp_path, tiny_model_
     args = [
         "--learner.kl_in", "reward",
         "--learner.beta", "0.04",
+        "--learner.kl_control", "linear",
+        "--learner.beta_final", "0.02",
         "--advantage.dynamic_sampling", "true",
         "--advantage.max_sampling_rounds", "2",
         "--run.checkpoint_every", "2",
@@ -198,6 +212,13 @@ def test_lora_merged_kl_in_reward_dynamic_sampling_resumed(tmp_path, tiny_model_
     _train(tmp_path, "merged", tiny_model_path, "--resume", str(run_dir), "--run.steps", "3")
     metrics = _check_run(run_dir, 3)
     assert all("train/seq_kl_mean" in m for m in metrics)
+    # a linear beta from 0.04 to 0.02 over the first invocation's 2 steps: after one trained
+    # step it is at its end, and the resumed run continues from the saved 0.02 (starting again
+    # from 0.04 would show here). A step where dynamic sampling found nothing to learn from
+    # trains nothing and has no beta.
+    betas = [m["train/beta"] for m in metrics if "train/beta" in m]
+    assert len(betas) >= 2 and "train/beta" in metrics[-1]
+    assert betas == pytest.approx([0.04] + [0.02] * (len(betas) - 1))
     assert all(1 <= m["train/sampling_rounds"] <= 2 for m in metrics)
     assert [b["step"] for b in read_jsonl(run_dir / "batches.jsonl")] == [1, 2, 3]
 
@@ -228,6 +249,8 @@ options = {{ run_dir = "{run_dir}" }}
         tmp_path, "rewards", tiny_model_path,
         "--run.steps", "3",
         "--weights.bucket_mib", "0.125",
+        "--learner.kl_control", "adaptive",
+        "--learner.ratio_level", "sequence",
         config=config,
     )  # fmt: skip
     metrics = _check_run(run_dir, 3)
@@ -236,6 +259,8 @@ options = {{ run_dir = "{run_dir}" }}
     assert [m["rollout/num_actors"] for m in metrics] == [1, 2, 2]
     assert all(m["weights/buckets"] > 1 for m in metrics)
     assert all(m["train/kl"] >= 0 for m in metrics) and metrics[-1]["train/kl"] > 0
+    betas = [m["train/beta"] for m in metrics]
+    assert betas[0] == 0.04 and len(set(betas)) == 3, "the adaptive beta moved every step"
 
 
 def test_parity_probe_rises_when_a_push_is_skipped(tmp_path, tiny_model_path, monkeypatch):

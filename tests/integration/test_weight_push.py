@@ -29,11 +29,11 @@ BF16_TOLERANCE = 0.02
 @pytest.fixture(scope="module")
 def engine_and_learner(tiny_model_path):
     from actor.rollout_worker import RolloutWorker
-    from learner.learner import Learner
+    from learner.bench.perturb import PerturbableLearner
 
     rollout = RolloutConfig(batch_size=8, group_size=8, max_new_tokens=8, kv_cache_gib=0.1)
     worker = RolloutWorker(tiny_model_path, rollout, ModelConfig(max_model_len=128))
-    learner = Learner(tiny_model_path, LearnerConfig(num_cpus=1))
+    learner = PerturbableLearner(tiny_model_path, LearnerConfig(num_cpus=1))
     yield worker, learner
     del worker
 
@@ -136,7 +136,7 @@ def test_separate_engine_process_receives_bucketed_pushes(tiny_model_path):
     process as bytes, and the engine still ends up serving the learner's weights, loaded
     through the layerwise session (many buckets) or directly (one)."""
     from actor.rollout_worker import RolloutWorker
-    from learner.learner import Learner
+    from learner.bench.perturb import PerturbableLearner
 
     rollout = RolloutConfig(
         batch_size=8, group_size=8, max_new_tokens=8, kv_cache_gib=0.1, engine_process="separate"
@@ -144,7 +144,9 @@ def test_separate_engine_process_receives_bucketed_pushes(tiny_model_path):
     worker = RolloutWorker(tiny_model_path, rollout, ModelConfig(max_model_len=128))
     try:
         assert type(worker.llm.llm_engine.engine_core).__name__ == "SyncMPClient"
-        learner = Learner(tiny_model_path, LearnerConfig(num_cpus=1), bucket_bytes=16 << 10)
+        learner = PerturbableLearner(
+            tiny_model_path, LearnerConfig(num_cpus=1), bucket_bytes=16 << 10
+        )
         sample = _sample(worker, "# Return the number 6.\n", "6 * 7\nprint(answer())")
         _push_perturbed(worker, learner, sample, seed=5, more_buckets_than=5)
         learner.sender.bucket_bytes = 16 << 20  # one bucket: the direct load, in that process
@@ -176,15 +178,19 @@ def test_lora_adapter_push_reaches_the_engine(tiny_model_path, tmp_path):
     """lora.export = "adapter": only the adapter travels; vLLM serves it under a new id."""
     from actor.rollout_worker import RolloutWorker
     from common.config import LoraConfig
-    from learner.learner import Learner
+    from learner.bench.perturb import PerturbableLearner
 
     lora = LoraConfig(enabled=True, rank=8, export="adapter")
-    learner = Learner(
+    learner = PerturbableLearner(
         tiny_model_path, LearnerConfig(num_cpus=1, lora=lora), adapter_dir=str(tmp_path)
     )
     rollout = RolloutConfig(batch_size=8, group_size=8, max_new_tokens=8, kv_cache_gib=0.1)
     worker = RolloutWorker(
-        tiny_model_path, rollout, ModelConfig(max_model_len=128), lora_rank=lora.rank
+        tiny_model_path,
+        rollout,
+        ModelConfig(max_model_len=128),
+        lora_rank=lora.rank,
+        transport="lora_adapter",
     )
     sample = _sample(
         worker, "# Return the number 6.\ndef answer():\n    return ", "6 + 1\nprint(answer())"
@@ -196,7 +202,7 @@ def test_lora_adapter_push_reaches_the_engine(tiny_model_path, tmp_path):
 
 
 def test_push_benchmark_prints_one_row_per_bucket_size(tiny_model_path, capsys):
-    from launch.bench_push import main
+    from launch.bench.push import main
 
     assert main(["--model", tiny_model_path, "--bucket-mib", "1", "8", "--pushes", "3"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
@@ -218,7 +224,7 @@ def test_push_benchmark_prints_one_row_per_bucket_size(tiny_model_path, capsys):
 def test_push_benchmark_through_ray_reports_the_drivers_wait(tiny_model_path, capsys):
     import ray
 
-    from launch.bench_push import main
+    from launch.bench.push import main
 
     ray.shutdown()  # its own local cluster, not one an earlier test left in this process
     args = ["--model", tiny_model_path, "--bucket-mib", "1", "--pushes", "3", "--through-ray"]
@@ -235,7 +241,7 @@ def test_push_benchmark_through_ray_reports_the_drivers_wait(tiny_model_path, ca
 
 
 def test_push_benchmark_refuses_too_few_pushes(capsys):
-    from launch.bench_push import main
+    from launch.bench.push import main
 
     assert main(["--model", "unused", "--pushes", "2"]) == 2
     assert "--pushes must be at least 3" in capsys.readouterr().err

@@ -1,9 +1,10 @@
-"""launch/bench.py: configuration, parameter count and the summary math (no engines)."""
+"""launch/bench/: configuration, parameter count and the summary math (no engines)."""
 
 import pytest
 
 from common.config import ConfigError
-from launch.bench import BENCH_DEFAULTS, load_bench_config, model_parameters, summarize_ours
+from launch.bench.step import summarize_ours
+from launch.bench.workload import BENCH_DEFAULTS, load_bench_config, model_parameters
 
 
 def test_bench_config_loads(tmp_path):

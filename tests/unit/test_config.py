@@ -101,7 +101,7 @@ def test_resolved_config_round_trips_through_toml(tmp_path):
 def test_every_shipped_config_parses(path):
     """Each config parses the way its command reads it (bench configs carry a [bench] table)."""
     if path.name.startswith("bench"):
-        from launch.bench import load_bench_config
+        from launch.bench.workload import load_bench_config
 
         config, bench = load_bench_config(str(path), [])
         assert bench["steps"] > bench["warmup"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from learner.bench import PRESETS, main, random_batch
+from learner.bench.step import PRESETS, main, random_batch
 
 
 def test_random_batch_has_the_rollout_shape():

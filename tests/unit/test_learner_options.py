@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from common.config import LearnerConfig, LoraConfig
+from learner.bench.perturb import PerturbableLearner
 from learner.learner import Learner
 from tests.unit.test_learner_step import _BASE, _samples, _save_tiny_qwen2, _snapshot
 
@@ -56,7 +57,7 @@ def test_precomputed_reference_equals_frozen_copy(tied_model):
     samples = _samples()
     results = []
     for mode in ("frozen_copy", "precomputed"):
-        learner = Learner(tied_model, _config(beta=0.05, reference=mode))
+        learner = PerturbableLearner(tied_model, _config(beta=0.05, reference=mode))
         learner.perturb_weights_(0.02, seed=1)
         policy_before = learner.score(samples)
         ref = learner.reference_logprobs(samples)
@@ -75,17 +76,18 @@ def test_kl_in_reward(tied_model):
     from learner.grpo import kl_divergence
 
     samples = _samples()
-    learner = Learner(tied_model, _config(beta=0.05, kl_in="reward", kl_estimator="k1"))
-    assert learner.sequence_kl(samples) == [0.0] * len(samples)  # policy == reference
+    learner = PerturbableLearner(tied_model, _config(beta=0.05, kl_in="reward", kl_estimator="k1"))
+    assert learner.sequence_kl(samples) == (0.05, [0.0] * len(samples))  # policy == reference
     learner.perturb_weights_(0.02, seed=1)
-    kl = learner.sequence_kl(samples)
+    beta, kl = learner.sequence_kl(samples)
+    assert beta == 0.05
     policy, ref = learner.policy_logprobs(samples), learner.reference_logprobs(samples)
     for got, p, r in zip(kl, policy, ref):
         assert got == pytest.approx(kl_divergence(p, r, "k1").sum().item(), abs=1e-5)
     assert any(abs(k) > 1e-4 for k in kl)
     assert learner.train_step(samples)["train/kl"] == 0.0  # no KL term in the loss
     no_ref = Learner(tied_model, _config(kl_in="reward"))
-    assert no_ref.reference is None and no_ref.sequence_kl(samples) == [0.0] * len(samples)
+    assert no_ref.reference is None and no_ref.sequence_kl(samples)[1] == [0.0] * len(samples)
 
 
 def test_bfloat16_mixed_precision_keeps_float32_master_weights(tied_model):
@@ -128,21 +130,23 @@ def test_resume_round_trip(tied_model, tmp_path, lora):
         torch.testing.assert_close(got[name], param, msg=name)
 
 
-def test_export_adapter_writes_one_directory_per_version(tied_model, tmp_path):
+def test_adapter_export_writes_the_trained_adapter_of_each_version(tied_model, tmp_path):
     from safetensors.torch import load_file
 
-    learner = Learner(tied_model, _config(lora=_lora()))
-    first = learner.export_adapter(str(tmp_path))
+    lora = _config(lora=_lora(export="adapter"))
+    learner = Learner(tied_model, lora, adapter_dir=str(tmp_path))
+    first = learner.export_weights()
     learner.train_step(_samples())
-    second = learner.export_adapter(str(tmp_path))
-    assert first.endswith("v000000") and second.endswith("v000001")
-    for path in (first, second):
+    second = learner.export_weights()
+    assert first.transport == second.transport == "lora_adapter"
+    assert first.payload.endswith("v000000") and second.payload.endswith("v000001")
+    for path in (first.payload, second.payload):
         assert {"adapter_config.json", "adapter_model.safetensors"} <= {
             p.name for p in (tmp_path / path).iterdir()
         }
-    a = load_file(f"{first}/adapter_model.safetensors")
-    b = load_file(f"{second}/adapter_model.safetensors")
+    a = load_file(f"{first.payload}/adapter_model.safetensors")
+    b = load_file(f"{second.payload}/adapter_model.safetensors")
     assert set(a) == set(b) and all("lora_" in name for name in a)
     assert any(not torch.equal(a[name], b[name]) for name in a)
     with pytest.raises(ValueError, match=r"lora\.enabled"):
-        Learner(tied_model, _config()).export_adapter(str(tmp_path / "full"))
+        Learner(tied_model, _config()).save_adapter(str(tmp_path / "full"))

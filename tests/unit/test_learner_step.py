@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from common.config import LearnerConfig, LoraConfig
+from common.transport.cpu_safetensors import decode_update
 from common.types import TrainSample
-from common.weight_transport import decode_update
 from learner.batching import pack_micro_batches
+from learner.bench.perturb import PerturbableLearner
 from learner.learner import Learner
 from learner.logprobs import _full_logits_logprobs, completion_logprobs
 
@@ -120,7 +121,7 @@ def test_micro_batches_give_the_full_batch_gradient(tied_model, aggregation):
     grads, losses = [], []
     for budget in (4096, 16):  # one micro-batch vs one sample per micro-batch
         config = _config(micro_batch_tokens=budget, beta=0.05, aggregation=aggregation)
-        learner = Learner(tied_model, config)
+        learner = PerturbableLearner(tied_model, config)
         learner.perturb_weights_(0.02, seed=1)  # so the reference differs from the policy
         assert (len(pack_micro_batches(samples, budget)) > 1) == (budget == 16)
         metrics = learner.accumulate_gradients(samples)
@@ -143,7 +144,7 @@ def test_gradient_checkpointing_gives_the_same_gradient(tied_model):
 
 @pytest.mark.parametrize("lora", [False, True])
 def test_chunked_logprobs_match_full_logits(tied_model, lora):
-    learner = Learner(tied_model, _config(lora=LoraConfig(enabled=lora)))
+    learner = PerturbableLearner(tied_model, _config(lora=LoraConfig(enabled=lora)))
     learner.perturb_weights_(0.05, seed=2)
     from learner.batching import collate
 
@@ -205,7 +206,7 @@ def test_export_untied_sends_lm_head(untied_model):
 def test_export_lora_equals_peft_merge_and_keeps_the_adapter(tied_model):
     import copy
 
-    learner = Learner(tied_model, _config(lora=LoraConfig(enabled=True, rank=4)))
+    learner = PerturbableLearner(tied_model, _config(lora=LoraConfig(enabled=True, rank=4)))
     learner.perturb_weights_(0.1, seed=3)  # lora_B is zero at init; make the delta non-zero
     learner.export_dtype = torch.float32  # compare without bf16 rounding
     samples = _samples()
@@ -281,7 +282,7 @@ def test_exported_lora_policy_serves_the_learners_logits(tied_model, modules_to_
 
 
 def test_perturb_changes_weights_and_version(tied_model):
-    learner = Learner(tied_model, _config())
+    learner = PerturbableLearner(tied_model, _config())
     before = learner.score(_samples())
     learner.perturb_weights_(0.05, seed=0)
     assert learner.weight_version == 1
@@ -295,7 +296,7 @@ def test_checkpoint_round_trip(tied_model, tmp_path):
     files = {p.name for p in (tmp_path / "ckpt").iterdir()}
     assert {"config.json", "model.safetensors", "optimizer.pt", "learner_state.json"} <= files
     state = json.loads((tmp_path / "ckpt" / "learner_state.json").read_text())
-    assert state == {"weight_version": 1, "step": 1}
+    assert state == {"weight_version": 1, "step": 1, "optimizer_steps": 1, "beta": 0.0}
     resumed = Learner(str(tmp_path / "ckpt"), _config())
     resumed.load_training_state(str(tmp_path / "ckpt"))
     assert resumed.weight_version == 1

@@ -138,7 +138,7 @@ def test_humaneval_rows_are_detected(tmp_path):
 
 
 def test_bench_prints_both_rates_and_cpu_per_execution(capsys):
-    from sandbox import bench
+    from sandbox.bench import throughput as bench
 
     # 40 samples: enough CPU (~0.1 s on the pool's side, spread over its processes) for the
     # per-process counters, in 10 ms clock ticks, to add up to more than zero
@@ -178,7 +178,7 @@ def test_bench_prints_both_rates_and_cpu_per_execution(capsys):
 
 
 def test_startup_imports_names_a_pth_hook_and_not_what_it_imports(tmp_path):
-    from sandbox.bench import importtime_log, startup_imports
+    from sandbox.bench.throughput import importtime_log, startup_imports
 
     (tmp_path / "hook_helper.py").write_text("")
     (tmp_path / "hook_module.py").write_text("import json\nimport hook_helper\n")
@@ -195,7 +195,7 @@ def test_this_project_adds_no_import_to_interpreter_start_up():
     """An editable install through setuptools' import-hook finder cost ~11 ms per start of
     every interpreter in the venv (the bench's baseline too); the install must be a plain
     path entry (``package-dir`` in pyproject.toml)."""
-    from sandbox.bench import importtime_log, startup_imports
+    from sandbox.bench.throughput import importtime_log, startup_imports
 
     log = importtime_log()
     assert "| site" in log  # a real start-up was recorded
@@ -204,7 +204,7 @@ def test_this_project_adds_no_import_to_interpreter_start_up():
 
 
 def test_tree_cpu_seconds_counts_children_already_reaped():
-    from sandbox.bench import tree_cpu_seconds
+    from sandbox.bench.throughput import tree_cpu_seconds
 
     before = tree_cpu_seconds()
     burn = "import time\nwhile time.process_time() < 0.3:\n    pass"

@@ -11,7 +11,7 @@ import textwrap
 
 from common.config import SandboxConfig
 from common.types import ExecutionJob
-from sandbox.bench import role_costs
+from sandbox.bench.throughput import role_costs
 from sandbox.pool import SandboxPool
 from tests.unit.sandbox_helpers import CONFIG, F_TESTS, GOOD_F, REPO_ROOT, run
 

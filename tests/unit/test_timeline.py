@@ -1,8 +1,8 @@
-"""The timeline model of launch/timeline.py against hand-computed step times."""
+"""The timeline model of launch/bench/timeline.py against hand-computed step times."""
 
 import pytest
 
-from launch.timeline import PhaseTimes, async_step, format_predictions, predict, sync_step
+from launch.bench.timeline import PhaseTimes, async_step, format_predictions, predict, sync_step
 
 PHASES = PhaseTimes(rollout=8.0, reward=1.0, train=4.0, sync=0.5)
 

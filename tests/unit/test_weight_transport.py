@@ -1,17 +1,20 @@
-"""Bucketed weight updates: bounded, complete, in order, and decoded to the same tensors."""
+"""Weight transports: bucketed updates are bounded, complete, in order and decode to the same
+tensors; the adapter transport keeps one directory per version; each transport is a pair."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from common.weight_transport import (
+from common.config import LoraConfig
+from common.transport import make_receiver, make_sender, transport_for
+from common.transport.cpu_safetensors import (
     CpuSafetensorsSender,
     decode_bucket,
     decode_update,
-    make_sender,
     split_buckets,
 )
+from common.types import WeightUpdate
 
 
 def _tensors() -> dict[str, torch.Tensor]:
@@ -23,6 +26,22 @@ def _tensors() -> dict[str, torch.Tensor]:
 
 def _nbytes(bucket: dict[str, torch.Tensor]) -> int:
     return sum(t.numel() * t.element_size() for t in bucket.values())
+
+
+class _Source:
+    """A ``WeightSource`` of fixed tensors and a fake adapter (one file whose bytes name it)."""
+
+    def __init__(self, tensors: dict[str, torch.Tensor], version: int) -> None:
+        self.tensors, self.weight_version = tensors, version
+
+    def export_tensors(self) -> dict[str, torch.Tensor]:
+        return self.tensors
+
+    def save_adapter(self, directory: str) -> None:
+        from pathlib import Path
+
+        Path(directory).mkdir(parents=True)
+        (Path(directory) / "adapter_model.safetensors").write_text(f"v{self.weight_version}")
 
 
 def test_buckets_are_bounded_ordered_and_complete():
@@ -43,21 +62,61 @@ def test_one_bucket_when_everything_fits():
 
 def test_update_decodes_to_the_same_tensors_bucket_by_bucket():
     tensors = _tensors()
-    update = CpuSafetensorsSender(bucket_bytes=4096).send(tensors, version=3)
+    update = make_sender("cpu_safetensors", bucket_bytes=4096).send(_Source(tensors, 3))
     assert update.version == 3 and len(update.payload) == len(split_buckets(tensors, 4096))
     assert update.num_bytes == sum(len(blob) for blob in update.payload)
     decoded = dict(decode_update(update))
     assert sorted(decoded) == sorted(tensors)  # safetensors orders names inside a bucket
     for name, tensor in tensors.items():
         assert torch.equal(decoded[name], tensor)
-    first = decode_bucket(update.transport, memoryview(update.payload[0]))  # as RPC may hand it
+    first = decode_bucket(memoryview(update.payload[0]))  # as RPC may hand it
     assert {name for name, _ in first} == set(split_buckets(tensors, 4096)[0])
+
+
+def test_adapter_sender_writes_one_directory_per_version_and_keeps_two(tmp_path):
+    sender = make_sender("lora_adapter", adapter_dir=str(tmp_path))
+    updates = [sender.send(_Source({}, version)) for version in range(4)]
+    assert [u.payload for u in updates] == [str(tmp_path / f"v{v:06d}") for v in range(4)]
+    assert all(u.transport == "lora_adapter" and u.num_bytes == 2 for u in updates)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["v000002", "v000003"]
+    assert (tmp_path / "v000003" / "adapter_model.safetensors").read_text() == "v3"
+
+
+def test_adapter_receiver_names_a_new_adapter_per_version():
+    receiver = make_receiver("lora_adapter")
+    assert receiver.adapter() is None  # the base model until the first update
+    receiver.receive(None, WeightUpdate(4, "lora_adapter", "/adapters/v000004", num_bytes=1))
+    adapter = receiver.adapter()
+    assert (adapter.lora_name, adapter.lora_int_id, adapter.lora_path) == (
+        "v4",
+        5,
+        "/adapters/v000004",
+    )
+    assert make_receiver("cpu_safetensors").adapter() is None
+
+
+def test_every_transport_is_a_pair_with_one_name():
+    for name in ("cpu_safetensors", "lora_adapter"):
+        assert make_sender(name).name == make_receiver(name).name == name
+
+
+def test_the_run_uses_the_adapter_transport_only_when_lora_exports_adapters():
+    adapter = LoraConfig(enabled=True, export="adapter")
+    merged = LoraConfig(enabled=True, export="merged")
+    assert transport_for("cpu_safetensors", adapter) == "lora_adapter"
+    assert transport_for("cpu_safetensors", merged) == "cpu_safetensors"
+    off = LoraConfig(enabled=False, export="adapter")
+    assert transport_for("cpu_safetensors", off) == "cpu_safetensors"
 
 
 def test_bad_transport_and_bucket_size_are_refused():
     with pytest.raises(ValueError, match="unknown weight transport 'nccl'"):
         make_sender("nccl")
+    with pytest.raises(ValueError, match="unknown weight transport 'nccl'"):
+        make_receiver("nccl")
     with pytest.raises(ValueError, match="bucket size must be positive"):
-        make_sender("cpu_safetensors", 0)
-    with pytest.raises(ValueError, match="cannot receive transport 'lora_adapter'"):
-        decode_bucket("lora_adapter", b"")
+        make_sender("cpu_safetensors", bucket_bytes=0)
+    adapter = WeightUpdate(1, "lora_adapter", "/adapters/v000001", num_bytes=1)
+    with pytest.raises(ValueError, match="not a cpu_safetensors update: 'lora_adapter'"):
+        list(decode_update(adapter))
+    assert CpuSafetensorsSender.name == "cpu_safetensors"

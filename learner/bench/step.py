@@ -187,7 +187,3 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         Path(args.out).write_text(text + "\n")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

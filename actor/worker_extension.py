@@ -1,5 +1,6 @@
-"""Engine-side end of the weight transport, running inside vLLM's worker (in the rollout
-actor's process, or in vLLM's engine process with ``rollout.engine_process = "separate"``).
+"""The engine's side of the ``cpu_safetensors`` weight transport, inside vLLM's worker (in the
+rollout actor's process, or in vLLM's engine process with ``rollout.engine_process =
+"separate"``).
 
 vLLM loads this class as ``worker_extension_cls``: its methods become methods of the engine's
 worker and are reached with ``llm.collective_rpc("receive_weights_bucket", args=...)``. That keeps
@@ -9,9 +10,9 @@ the worker's live model.
 Why not plain ``model.load_weights``: on CPU the linear weights are prepacked into kernel
 layouts at start-up, so loading into the parameters after start-up has no effect. vLLM's
 layerwise reload restores the checkpoint layout, loads, and re-packs each layer once all its
-weights arrived. An update comes in buckets (see ``common.weight_transport``), one call each:
-the first opens the reload session, every one loads its tensors, the last closes it, which is
-the lifecycle vLLM's own weight-transfer engines use. An update of one bucket on an
+weights arrived. An update comes in buckets (``common/transport/cpu_safetensors.py``), one
+call each: the first opens the reload session, every one loads its tensors, the last closes it,
+which is the lifecycle vLLM's own weight-transfer engines use. An update of one bucket on an
 unquantised model skips that session's bookkeeping (``actor.direct_load``): most of a small
 model's load time. One gap remains: with tied embeddings the LM head keeps its own prepacked
 copy of the embedding matrix, which the reload does not refresh (vLLM logs "ParallelLMHead:
@@ -27,18 +28,18 @@ import time
 import torch
 
 from actor.direct_load import direct_load, supports_direct_load
-from common.weight_transport import decode_bucket
+from common.transport.cpu_safetensors import decode_bucket
 
 # The layerwise reloader warns on every update about layers with nothing to load (rotary
 # caches) and about the tied LM head, which _refresh_tied_lm_head below takes care of.
 logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").setLevel(logging.ERROR)
 
 
-class WeightReceiverExtension:
+class WorkerExtension:
     """Mixed into vLLM's worker class; ``self`` is the worker (``self.model_runner`` exists)."""
 
     def receive_weights_bucket(
-        self, transport: str, payload: bytes, version: int, first: bool, last: bool
+        self, payload: bytes, version: int, first: bool, last: bool
     ) -> dict[str, float]:
         """Load one bucket of update ``version``; ``first`` opens the layerwise reload session,
         ``last`` closes it. Plain arguments: vLLM's RPC encoder turns dataclasses into dicts."""
@@ -54,11 +55,11 @@ class WeightReceiverExtension:
         direct = first and last and self._direct_load_ok(model)
         with set_current_vllm_config(self.vllm_config):  # type: ignore[attr-defined]
             if direct:
-                direct_load(model, decode_bucket(transport, payload))
+                direct_load(model, decode_bucket(payload))
             else:
                 if first:
                     initialize_layerwise_reload(model)
-                model.load_weights(decode_bucket(transport, payload))
+                model.load_weights(decode_bucket(payload))
             if last:
                 if not direct:
                     finalize_layerwise_reload(model, self.vllm_config.model_config)  # type: ignore[attr-defined]

@@ -19,7 +19,8 @@ sides to it alike.
 Before the runs it lists what the baseline interpreter imports at start-up from outside the
 standard library (``.pth`` hooks of the environment), with the time each took: such a hook is
 paid by every baseline execution and inflates the speed-up. An editable install of this
-project once did exactly that (~11 ms per start, see docs/benchmarks.md).
+project once did exactly that, and more than doubled the baseline's start-up time
+(docs/benchmarks.md, sandbox section).
 
 Each round also runs the pool on empty programs (``pass``, no tests) and prints the *ceiling*:
 that rate over the round's subprocess rate, the speed-up the pool would reach if the programs
@@ -295,7 +296,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  samples: {_by_role(pool, short)}")
         print(f"  empty:   {_by_role(pool, [EMPTY_JOB] * EMPTY_PROGRAMS)}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

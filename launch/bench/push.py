@@ -1,4 +1,4 @@
-"""How long one weight push takes, per bucket size: ``python -m launch.bench_push``.
+"""How long one weight push takes, per bucket size: ``python -m launch.bench.push``.
 
 Builds the benchmark model of ``configs/bench.toml`` (or takes ``--model``), starts one vLLM
 engine (its core in this process, or in its own with ``--engine-process separate``) and one
@@ -55,11 +55,11 @@ def measure(
     """One row per bucket size: buckets, MiB, median export and load seconds."""
     from actor.rollout_worker import RolloutWorker
     from common.config import LearnerConfig, ModelConfig
-    from learner.learner import Learner
+    from learner.bench.perturb import PerturbableLearner
 
     rollout = _rollout_config(engine_process)
     worker = RolloutWorker(model_path, rollout, ModelConfig(max_model_len=320))
-    learner = Learner(model_path, LearnerConfig(num_cpus=2))
+    learner = PerturbableLearner(model_path, LearnerConfig(num_cpus=2))
     rows = []
     for mib in bucket_mib:
         learner.sender.bucket_bytes = mib << 20
@@ -86,8 +86,9 @@ def measure_through_ray(
 
     from actor.rollout_worker import RolloutWorker
     from common.config import Config, LearnerConfig, ModelConfig
-    from launch.actors import actor_options, learner_actor_class
-    from launch.bench import connect_own
+    from launch.actors import actor_options
+    from launch.bench.workload import connect_own
+    from learner.bench.perturb import PerturbableLearner
 
     connect_own(Config())
     try:
@@ -97,8 +98,11 @@ def measure_through_ray(
         ray.get(worker.ready.remote())
         rows = []
         for mib in bucket_mib:  # a learner per size: the bucket size is fixed at construction
-            learner = learner_actor_class().options(**actor_options(f"bench-push-learner-{mib}", 1))
-            learner = learner.remote(model_path, LearnerConfig(num_cpus=1), bucket_bytes=mib << 20)
+            options = actor_options(f"bench-push-learner-{mib}", 1)
+            learner_cls = ray.remote(PerturbableLearner).options(**options)
+            learner = learner_cls.remote(
+                model_path, LearnerConfig(num_cpus=1), bucket_bytes=mib << 20
+            )
             export, load, push, dispatch = [], [], [], []
             for i in range(pushes):
                 ray.get(learner.perturb_weights_.remote(1e-4, i))
@@ -139,7 +143,7 @@ def format_rows(rows: list[dict[str, float]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m launch.bench_push", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m launch.bench.push", description=__doc__)
     parser.add_argument("--config", default="configs/bench.toml", help="for its [bench.model]")
     parser.add_argument("--model", help="an HF model directory instead of the bench model")
     parser.add_argument("--bucket-mib", type=int, nargs="+", default=[512, 64, 16, 4])
@@ -163,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     model = args.model
     if model is None:
-        from launch.bench import build_bench_model, load_bench_config
+        from launch.bench.workload import build_bench_model, load_bench_config
 
         config, bench = load_bench_config(args.config, [])
         model = str(build_bench_model(config.run.output_dir, bench["model"]))

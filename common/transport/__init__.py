@@ -1,0 +1,106 @@
+"""How new policy weights travel from the learner to every rollout engine.
+
+A transport is a pair: a :class:`WeightSender` on the learner, which reads the policy from a
+:class:`WeightSource` and returns a plain :class:`WeightUpdate`, and a :class:`WeightReceiver`
+in the rollout worker, which loads that update into its live vLLM engine. The driver only moves
+the update between them (one object in Ray's object store, read by every worker), so
+``learner/`` and ``actor/`` never import each other, and a new transport is one new file here
+with its two halves, registered in ``_TRANSPORTS``.
+
+The transports, one file each:
+
+- ``cpu_safetensors``: the full (LoRA-merged) weights in bounded safetensors buckets, loaded
+  bucket by bucket inside one vLLM reload session; works on any host, across nodes.
+- ``lora_adapter``: only the LoRA adapter, as a directory on a file system every engine can
+  read; the engines serve it as a vLLM LoRA adapter (``learner.lora.export = "adapter"``).
+
+GPU transports (NCCL between separate GPUs, CUDA IPC when colocated) through vLLM's native
+weight-transfer API are not implemented yet; they will implement the same two interfaces.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any, Protocol
+
+from torch import Tensor
+
+from common.config import LoraConfig
+from common.types import WeightUpdate
+
+#: Default bound on one bucket of a ``cpu_safetensors`` update (``weights.bucket_mib``).
+DEFAULT_BUCKET_BYTES = 16 << 20
+
+#: transport name -> (module under ``common.transport``, sender class, receiver class)
+_TRANSPORTS = {
+    "cpu_safetensors": ("cpu_safetensors", "CpuSafetensorsSender", "CpuSafetensorsReceiver"),
+    "lora_adapter": ("lora_adapter", "LoraAdapterSender", "LoraAdapterReceiver"),
+}
+
+
+class WeightSource(Protocol):
+    """What a sender reads from the learner."""
+
+    @property
+    def weight_version(self) -> int: ...
+
+    def export_tensors(self) -> dict[str, Tensor]:
+        """The whole policy as the engines load it: HF names, serving dtype, LoRA merged."""
+        ...
+
+    def save_adapter(self, directory: str) -> None:
+        """The LoRA adapter alone, in peft's format, written to ``directory``."""
+        ...
+
+
+class WeightSender(Protocol):
+    """Learner side of a transport."""
+
+    name: str
+
+    def send(self, source: WeightSource) -> WeightUpdate: ...
+
+
+class WeightReceiver(Protocol):
+    """Rollout side of a transport, one per engine."""
+
+    name: str
+
+    def receive(self, llm: Any, update: WeightUpdate) -> dict[str, float]:
+        """Load ``update`` into the live engine ``llm`` (a ``vllm.LLM``); load metrics back."""
+        ...
+
+    def adapter(self) -> Any:
+        """What every request must name to be served the received weights: a vLLM
+        ``LoRARequest``, or None when the engine's own weights were replaced."""
+        ...
+
+
+def transport_for(transport: str, lora: LoraConfig) -> str:
+    """The transport a run uses: the adapter alone when LoRA exports adapters
+    (``learner.lora.export = "adapter"``), else ``weights.transport``."""
+    return "lora_adapter" if lora.enabled and lora.export == "adapter" else transport
+
+
+def make_sender(
+    name: str, *, bucket_bytes: int = DEFAULT_BUCKET_BYTES, adapter_dir: str | None = None
+) -> WeightSender:
+    """The learner's half of transport ``name``."""
+    module, sender, _ = _lookup(name)
+    options = {"bucket_bytes": bucket_bytes, "adapter_dir": adapter_dir}
+    return getattr(module, sender).from_options(**options)
+
+
+def make_receiver(name: str) -> WeightReceiver:
+    """A rollout worker's half of transport ``name``."""
+    module, _, receiver = _lookup(name)
+    return getattr(module, receiver)()
+
+
+def _lookup(name: str) -> tuple[Any, str, str]:
+    try:
+        module, sender, receiver = _TRANSPORTS[name]
+    except KeyError:
+        known = sorted(_TRANSPORTS)
+        raise ValueError(f"unknown weight transport {name!r}; known: {known}") from None
+    return import_module(f"{__name__}.{module}"), sender, receiver

@@ -1,0 +1,5 @@
+import sys
+
+from launch.bench.step import main
+
+sys.exit(main())

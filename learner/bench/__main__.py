@@ -1,0 +1,5 @@
+import sys
+
+from learner.bench.step import main
+
+sys.exit(main())

@@ -1,0 +1,5 @@
+import sys
+
+from sandbox.bench.throughput import main
+
+sys.exit(main())
