@@ -133,7 +133,7 @@ class RolloutWorker:
             prompt = {"prompt_token_ids": list(request.prompt_token_ids)}
             for index, seed in enumerate(request.seeds):
                 engine_id = f"{self._calls}:{request.request_id}:{index}"
-                params = self._sampling_params(seed)
+                params = self._sampling_params(seed, request.temperature)
                 engine.add_request(engine_id, prompt, params, lora_request=adapter)
                 by_id[engine_id] = (request, index)
         pending = {request.request_id: len(request.seeds) for request in requests}
@@ -152,7 +152,7 @@ class RolloutWorker:
             if finished:
                 yield finished
 
-    def _sampling_params(self, seed: int):
+    def _sampling_params(self, seed: int, temperature: float | None = None):
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
@@ -160,7 +160,7 @@ class RolloutWorker:
             output_kind=RequestOutputKind.FINAL_ONLY,  # one output per request, when finished
             n=1,
             seed=seed,
-            temperature=self.config.temperature,
+            temperature=self.config.temperature if temperature is None else temperature,
             top_p=self.config.top_p,
             max_tokens=self.config.max_new_tokens,
             min_tokens=self.config.min_new_tokens,
@@ -272,4 +272,5 @@ def _to_completion(request: RolloutRequest, index: int, output, weight_version: 
         text=sample.text,
         finish_reason=str(sample.finish_reason),
         weight_version=weight_version,
+        temperature=request.temperature,
     )

@@ -33,6 +33,17 @@ class RunConfig(_Section):
     steps: int = Field(100, ge=1)
     checkpoint_every: int = Field(0, ge=0, description="0: only at the end of the run")
     plot: bool = True
+    save_rollouts: bool = Field(
+        True,
+        description="every trained completion, its program, verdicts, rewards and advantage "
+        "in <run>/rollouts/ (launch/rollouts.py reads them)",
+    )
+    rollouts_file_mib: float = Field(
+        64, gt=0, description="a rollout file past this size is gzipped and a new one started"
+    )
+    rollouts_max_mib: float = Field(
+        1024, gt=0, description="the oldest rollout files are deleted beyond this much in all"
+    )
 
 
 class ModelConfig(_Section):
@@ -225,9 +236,22 @@ class AdvantageConfig(_Section):
     tie_noise_below: float = Field(
         1e-6, ge=0, description="tie_noise: the group reward std at or below which it applies"
     )
+    low_variance_temperature: float = Field(
+        0.0,
+        ge=0,
+        description="heuristic, off at 0, needs dynamic_sampling: a later sampling round first "
+        "samples the prompts of the previous round's tied groups again at this (higher) "
+        "temperature, then new prompts for the rest; those completions are trained on at the "
+        "temperature they were sampled at",
+    )
 
     @model_validator(mode="after")
     def _check_scale(self) -> AdvantageConfig:
+        if self.low_variance_temperature and not self.dynamic_sampling:
+            raise ValueError(
+                "low_variance_temperature needs dynamic_sampling = true: it resamples the groups "
+                "that dynamic sampling drops"
+            )
         if self.baseline == "kalman" and self.scale == "batch_std":
             raise ValueError(
                 "scale = 'batch_std' is not defined for the Kalman baseline: use group_std "

@@ -43,6 +43,7 @@ class RolloutRequest:
     request_id: str
     prompt_token_ids: tuple[int, ...]
     seeds: tuple[int, ...]
+    temperature: float | None = None  # None: rollout.temperature
 
 
 @dataclass
@@ -57,6 +58,7 @@ class Completion:
     text: str
     finish_reason: str
     weight_version: int
+    temperature: float | None = None  # the request's own sampling temperature, if it had one
 
 
 class Verdict(str, Enum):
@@ -111,6 +113,9 @@ class TrainSample:
     advantage: float
     weight_version: int
     group_index: int = 0
+    #: Sampled at a temperature of its own (``advantage.low_variance_temperature``): the learner
+    #: scores it at that temperature, so its logprobs match the sampler's. None: the run's.
+    temperature: float | None = None
 
 
 @dataclass

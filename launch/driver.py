@@ -53,6 +53,7 @@ from launch.pipeline import (
     split_stale,
     staleness_metrics,
 )
+from launch.rollouts import RolloutWriter, step_rows
 
 logger = logging.getLogger(__name__)
 
@@ -114,6 +115,12 @@ class Driver:
         self.control = ControlFile(run_dir / CONTROL_FILE)
         self._stop_signal: int | None = None
         self.probe = ParityProbe(config.weights.parity_probe)
+        run = config.run
+        self.rollouts = (
+            RolloutWriter(run_dir / "rollouts", run.rollouts_file_mib, run.rollouts_max_mib)
+            if run.save_rollouts
+            else None
+        )
         self._batches: OnDemandBatches | PipelinedBatches = OnDemandBatches(self._collect)
 
     def run(self) -> None:
@@ -243,7 +250,7 @@ class Driver:
 
         timer.restart()
         keys = [group.index for group in groups]
-        samples, kl_metrics = self._train_samples(completions, rewards, keys, step)
+        samples, advantages, kl_metrics = self._train_samples(completions, rewards, keys, step)
         self.probe.choose(completions)
         timer.lap("train")  # preparing the samples counts as training
         train_metrics, sync_marks = self._train_and_sync(samples)
@@ -251,6 +258,8 @@ class Driver:
         timer.marks.update(sync_marks)
 
         record = self._record(step, completions, rewards, train_metrics, batch.sandbox_stats, timer)
+        if self.rollouts is not None:
+            self.rollouts.write(step, step_rows(step, groups, advantages, self.problems))
         record.update(staleness_metrics(groups, dropped, learner_version))
         record.update(batch.sampling_metrics)
         record.update(kl_metrics)
@@ -326,8 +335,9 @@ class Driver:
         rewards: list[float | None],
         keys: list[int],
         step: int,
-    ) -> tuple[list[TrainSample], dict[str, float]]:
-        """Advantages for every rewarded completion (KL folded into the reward if configured)."""
+    ) -> tuple[list[TrainSample], list[float | None], dict[str, float]]:
+        """Advantages for every rewarded completion (KL folded into the reward if configured):
+        the samples to train on, each completion's advantage (None: not trained on), metrics."""
         learner_cfg, advantage = self.config.learner, self.config.advantage
         metrics: dict[str, float] = {}
         shaped = list(rewards)
@@ -344,19 +354,24 @@ class Driver:
             advantages = self.baseline.advantages(shaped, size, keys, step)
         else:
             advantages = masked_group_advantages(shaped, size, advantage.eps, advantage.scale)
+        scaled = [
+            adv * advantage.reward_scale if adv is not None and c.token_ids else None
+            for c, adv in zip(completions, advantages, strict=True)
+        ]
         samples = [
             TrainSample(
                 prompt_token_ids=c.prompt_token_ids,
                 completion_token_ids=c.token_ids,
                 sampler_logprobs=c.sampler_logprobs,
-                advantage=adv * advantage.reward_scale,
+                advantage=adv,
                 weight_version=c.weight_version,
                 group_index=i // size,
+                temperature=c.temperature,
             )
-            for i, (c, adv) in enumerate(zip(completions, advantages, strict=True))
-            if adv is not None and c.token_ids
+            for i, (c, adv) in enumerate(zip(completions, scaled, strict=True))
+            if adv is not None
         ]
-        return samples, metrics
+        return samples, scaled, metrics
 
     def _kl_penalised(
         self, completions: list[Completion], rewards: list[float | None]
@@ -367,7 +382,14 @@ class Driver:
 
         kept = [i for i, r in enumerate(rewards) if r is not None and completions[i].token_ids]
         probes = [
-            TrainSample(c.prompt_token_ids, c.token_ids, c.sampler_logprobs, 0.0, c.weight_version)
+            TrainSample(
+                c.prompt_token_ids,
+                c.token_ids,
+                c.sampler_logprobs,
+                0.0,
+                c.weight_version,
+                temperature=c.temperature,
+            )
             for c in (completions[i] for i in kept)
         ]
         beta, kl = self.fleet.learner.sequence_kl(probes) if probes else (0.0, [])

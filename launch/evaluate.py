@@ -203,6 +203,36 @@ def build_worker(args: argparse.Namespace, max_len: int):
     return RolloutWorker(args.model, rollout_config(args), model, seed=args.seed)
 
 
+def rerank(records: Sequence[dict], scores: Sequence[float]) -> float:
+    """pass@1 of the sample the verifier ranks first in each problem (the earliest sample on a
+    tie); samples without a verdict are never chosen. NaN when no problem has one."""
+    best: dict[str, tuple[float, bool]] = {}
+    for record, score in zip(records, scores, strict=True):
+        if record["verdict"] == Verdict.INFRA_ERROR.value:
+            continue
+        key = record["task_id"]
+        if key not in best or score > best[key][0]:
+            best[key] = (score, bool(record["passed"]))
+    return sum(passed for _, passed in best.values()) / len(best) if best else math.nan
+
+
+def verifier_scores(
+    verifier: str, problems: Sequence[Problem], records: Sequence[dict], max_length: int
+) -> list[float]:
+    """The verifier's score of every record's prompt + completion, as the ``scorer`` reward
+    term computes it (a classifier's P(label 1))."""
+    from actor.scorer import RewardScorer
+    from common.model_source import locate_model
+    from common.rewards.config import ScorerOptions
+
+    path = locate_model(verifier, "--rerank")
+    scorer = RewardScorer(path, ScorerOptions(path=path, max_length=max_length))
+    prompts = {p.problem_id: p.prompt for p in problems}
+    return scorer.score(
+        [prompts[r["task_id"]] for r in records], [r["completion"] for r in records]
+    )
+
+
 def run_evaluation(args: argparse.Namespace, worker=None) -> dict:
     """The command: load, render, generate, score, write; returns the summary.
 
@@ -247,6 +277,12 @@ def run_evaluation(args: argparse.Namespace, worker=None) -> dict:
             progress=_stderr,
         )
     summary = _summary(args, records, len(problems), time.perf_counter() - started)
+    if args.rerank:
+        scores = verifier_scores(args.rerank, problems, records, args.rerank_max_length)
+        for record, score in zip(records, scores, strict=True):
+            record["verifier_score"] = score
+        summary["rerank"] = args.rerank
+        summary["reranked_pass@1"] = _finite(rerank(records, scores))
     _write(Path(args.out), records, summary)
     return summary
 
@@ -320,6 +356,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     add("--workers", type=int, default=2, help="sandbox workers")
     add("--timeout-s", type=float, default=10.0, help="wall-clock limit per completion")
     add("--allow-unisolated", action="store_true", help="accept a sandbox without namespaces")
+    add(
+        "--rerank",
+        help="a verifier (launch.train_verifier): also report the pass@1 of the "
+        "sample it ranks first per problem",
+    )
+    add("--rerank-max-length", type=int, default=512, help="verifier tokens, cut from the left")
     args = parser.parse_args(argv)
     if args.n < 1 or args.max_new_tokens < 1 or args.limit < 0 or args.temperature < 0:
         parser.error("--n and --max-new-tokens must be >= 1, --limit and --temperature >= 0")
@@ -343,6 +385,8 @@ def main(argv: list[str] | None = None, worker=None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     scores = "  ".join(f"pass@{k} {_fmt(summary[f'pass@{k}'])}" for k in args.k)
+    if args.rerank:
+        scores += f"  reranked pass@1 {_fmt(summary['reranked_pass@1'])}"
     print(f"{summary['num_problems']} problems x {args.n} samples: {scores}")
     print(f"wrote {Path(args.out) / 'samples.jsonl'} and {Path(args.out) / 'summary.json'}")
     return 0

@@ -4,6 +4,9 @@ A *group* is one problem with its G completions, their sandbox results and rewar
 ``advantage.dynamic_sampling`` a group whose rewards are all equal (no learning signal, zero
 advantage) is dropped and more prompts are sampled, up to ``advantage.max_sampling_rounds``
 rounds, until the step has ``prompts_per_step`` informative groups (DAPO's dynamic sampling).
+With ``advantage.low_variance_temperature`` a later round first samples the previous round's
+tied prompts again at that temperature (a heuristic: a hotter sampler may break the tie), then
+new prompts for the rest (``advantage/resampled_groups`` counts the former).
 
 Rewards are the weighted sum of the configured terms (``common.rewards``; by default the
 execution reward alone, as before). Each group keeps every term's values, so the step's
@@ -34,6 +37,7 @@ class Group:
     results: list[ExecutionResult]
     rewards: list[float | None]
     terms: dict[str, list[float | None]] = field(default_factory=dict)  # each term's values
+    programs: list[str] = field(default_factory=list)  # what the sandbox ran, per completion
 
 
 class GroupCollector:
@@ -55,24 +59,36 @@ class GroupCollector:
 
     def collect(self, step: int, next_indices) -> tuple[list[Group], dict[str, float]]:
         """The step's groups; ``next_indices(count)`` draws prompts (the curriculum's sampler)."""
-        from launch.advantage import dynamic_sample
+        from launch.advantage import dynamic_sample, is_informative
 
         self.seconds = {"rollout": 0.0, "reward": 0.0}
         rollout = self.config.rollout
         wanted = rollout.prompts_per_step
 
-        def sample_round(round_index: int, count: int) -> list[Group]:
-            return self.sample(
-                f"{step}.{round_index}" if round_index else str(step), next_indices(count)
-            )
-
         advantage = self.config.advantage
+        hot = advantage.low_variance_temperature
+        previous: list[Group] = []
+        resampled = 0
+
+        def sample_round(round_index: int, count: int) -> list[Group]:
+            nonlocal previous, resampled
+            tag = f"{step}.{round_index}" if round_index else str(step)
+            tied = [g.index for g in previous if not is_informative(g.rewards)] if hot else []
+            again = tied[:count] if round_index else []
+            groups = self.sample(f"{tag}.hot", again, temperature=hot) if again else []
+            if count > len(again):
+                groups += self.sample(tag, next_indices(count - len(again)))
+            previous, resampled = groups, resampled + len(again)
+            return groups
+
         if not advantage.dynamic_sampling:
             groups, metrics = sample_round(0, wanted), {}
         else:
             groups, metrics = dynamic_sample(
                 sample_round, lambda group: group.rewards, wanted, advantage.max_sampling_rounds
             )
+            if hot:
+                metrics["advantage/resampled_groups"] = float(resampled)
         self.term_means = term_metrics(
             {name: [v for g in groups for v in g.terms.get(name, [])] for name in self._names()}
         )
@@ -81,8 +97,9 @@ class GroupCollector:
     def _names(self) -> list[str]:
         return [term.name for term in self.reward.terms]
 
-    def sample(self, tag: str, indices: list[int]) -> list[Group]:
-        """G completions for each prompt, executed and rewarded.
+    def sample(self, tag: str, indices: list[int], temperature: float | None = None) -> list[Group]:
+        """G completions for each prompt (at ``temperature``, default ``rollout.temperature``),
+        executed and rewarded.
 
         Groups go to the sandbox as soon as their engine has finished them (one sandbox call per
         arrival), so execution overlaps the generation of the other groups;
@@ -94,7 +111,7 @@ class GroupCollector:
         start = time.perf_counter()
         size = self.config.rollout.group_size
         stop_early = self.config.reward.stops_at_first_failure()
-        requests = self._requests(tag, indices)
+        requests = self._requests(tag, indices, temperature)
         position = {request.request_id: k for k, request in enumerate(requests)}
         completions: list[list[Completion]] = [[] for _ in requests]
         programs: list[list[str]] = [[] for _ in requests]
@@ -142,11 +159,14 @@ class GroupCollector:
                 results[k],
                 part(scored.rewards, k),
                 {name: part(values, k) for name, values in scored.by_term.items()},
+                programs[k],
             )
             for k, index in enumerate(indices)
         ]
 
-    def _requests(self, tag: str, indices: list[int]) -> list[RolloutRequest]:
+    def _requests(
+        self, tag: str, indices: list[int], temperature: float | None = None
+    ) -> list[RolloutRequest]:
         """One request per prompt with G seeds, derived from (run seed, step tag)."""
         rng = random.Random(f"{self.config.run.seed}/rollout/{tag}")
         size = self.config.rollout.group_size
@@ -155,6 +175,7 @@ class GroupCollector:
                 request_id=f"{tag}/{k}",
                 prompt_token_ids=self.prompt_ids[index],
                 seeds=tuple(rng.getrandbits(31) for _ in range(size)),
+                temperature=temperature,
             )
             for k, index in enumerate(indices)
         ]

@@ -28,6 +28,7 @@ class MicroBatch:
     advantages: Tensor  # (B,)
     old_logprobs: Tensor | None = None  # (B, T) learner logprobs before the update, if given
     ref_logprobs: Tensor | None = None  # (B, T) reference logprobs, if given
+    temperatures: Tensor | None = None  # (B,) when a row was sampled at its own temperature
 
     @property
     def num_completion_tokens(self) -> int:
@@ -84,11 +85,14 @@ def collate(
     *,
     old_logprobs: Sequence[Tensor] | None = None,
     ref_logprobs: Sequence[Tensor] | None = None,
+    temperature: float = 1.0,
 ) -> MicroBatch:
     """Right-pad the chosen samples into tensors on ``device``.
 
     ``old_logprobs`` / ``ref_logprobs``: optional per-sample 1-D tensors (one value per
-    completion token, indexed like ``samples``), placed at the completion positions.
+    completion token, indexed like ``samples``), placed at the completion positions. When a
+    chosen sample carries its own sampling temperature, ``temperatures`` holds every row's
+    (``temperature`` for the others); otherwise it is None and one temperature serves all.
     """
     rows = [samples[i] for i in indices]
     width = max(_length(s) for s in rows)
@@ -104,6 +108,10 @@ def collate(
         completion_mask[row, p : p + c] = 1.0
         sampler_logprobs[row, p : p + c] = torch.tensor(s.sampler_logprobs, dtype=torch.float32)
     advantages = torch.tensor([s.advantage for s in rows], dtype=torch.float32)
+    temperatures = None
+    if any(s.temperature is not None for s in rows):
+        own = [temperature if s.temperature is None else s.temperature for s in rows]
+        temperatures = torch.tensor(own, dtype=torch.float32).to(device)
     return MicroBatch(
         indices=list(indices),
         input_ids=input_ids.to(device),
@@ -113,6 +121,7 @@ def collate(
         advantages=advantages.to(device),
         old_logprobs=_place(old_logprobs, samples, indices, shape, device),
         ref_logprobs=_place(ref_logprobs, samples, indices, shape, device),
+        temperatures=temperatures,
     )
 
 

@@ -186,13 +186,15 @@ class Learner:
         return_entropy: bool = False,
         temperature: float | None = None,
     ):
+        if temperature is None:  # each row's own where samples have one, else the run's
+            temperature = self.temperature if batch.temperatures is None else batch.temperatures
         with autocast(self.device, self.autocast_dtype):
             return completion_logprobs(
                 self.model if model is None else model,
                 batch.input_ids,
                 batch.attention_mask,
                 batch.completion_mask,
-                self.temperature if temperature is None else temperature,
+                temperature,
                 chunk_tokens=self.logprob_chunk_tokens,
                 return_entropy=return_entropy,
             )
@@ -205,7 +207,9 @@ class Learner:
         result: list[Tensor] = [torch.empty(0)] * len(samples)
         for indices in pack_micro_batches(samples, self.config.micro_batch_tokens):
             self._apply_compute_threads()
-            batch = collate(samples, indices, self.pad_token_id, self.device)
+            batch = collate(
+                samples, indices, self.pad_token_id, self.device, temperature=self.temperature
+            )
             logprobs = self._logprobs(batch, model, temperature=temperature)
             rows = completion_rows(logprobs, samples, indices)
             for i, row in zip(indices, rows, strict=True):
@@ -285,6 +289,7 @@ class Learner:
                 self.device,
                 old_logprobs=old_logprobs,
                 ref_logprobs=ref_logprobs,
+                temperature=self.temperature,
             )
             logprobs, entropy = self._logprobs(batch, return_entropy=True)  # (B, T) each
             old = batch.old_logprobs if batch.old_logprobs is not None else logprobs.detach()

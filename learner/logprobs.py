@@ -43,8 +43,14 @@ def _split_backbone(model: nn.Module) -> tuple[nn.Module, nn.Module] | None:
 
 
 def _token_logprobs_and_entropy(
-    head: nn.Module, hidden: Tensor, targets: Tensor, temperature: float, with_entropy: bool
+    head: nn.Module,
+    hidden: Tensor,
+    targets: Tensor,
+    temperature: float | Tensor,  # a number, or (n,) one per token
+    with_entropy: bool,
 ) -> tuple[Tensor, Tensor | None]:
+    if isinstance(temperature, Tensor):
+        temperature = temperature.unsqueeze(-1)  # (n, 1)
     logits = head(hidden).float() / temperature  # (n, V)
     logp = torch.log_softmax(logits, dim=-1)  # (n, V)
     token_logp = logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (n,)
@@ -57,11 +63,14 @@ def completion_logprobs(
     input_ids: Tensor,  # (B, T) right-padded prompt + completion
     attention_mask: Tensor,  # (B, T) 1 on real tokens
     completion_mask: Tensor,  # (B, T) 1 on completion tokens
-    temperature: float = 1.0,
+    temperature: float | Tensor = 1.0,
     chunk_tokens: int = 1024,
     return_entropy: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Logprob of each completion token given everything before it; 0 elsewhere. (B, T).
+
+    ``temperature`` divides the logits: one number, or a (B,) tensor, one per row (samples
+    drawn at temperatures of their own).
 
     The token at position t is predicted from the hidden state at t - 1, so position 0 (always
     a prompt token) has no logprob. With ``return_entropy`` also returns the entropy of the
@@ -78,16 +87,18 @@ def completion_logprobs(
     predicts = completion_mask[:, 1:].bool()  # (B, T-1): position t predicts token t + 1
     selected = hidden[:, :-1][predicts]  # (N, H)
     targets = input_ids[:, 1:][predicts]  # (N,)
+    if isinstance(temperature, Tensor):  # (B,) -> (N,): each selected token's row's
+        temperature = temperature.view(-1, 1).expand_as(predicts)[predicts]
     use_checkpoint = torch.is_grad_enabled() and selected.requires_grad
     logp_chunks, entropy_chunks = [], []
     for start in range(0, selected.shape[0], chunk_tokens):
-        args = (head, selected[start : start + chunk_tokens], targets[start : start + chunk_tokens])
+        chunk = slice(start, start + chunk_tokens)
+        scale = temperature[chunk] if isinstance(temperature, Tensor) else temperature
+        args = (head, selected[chunk], targets[chunk], scale, return_entropy)
         if use_checkpoint:
-            logp, ent = checkpoint(
-                _token_logprobs_and_entropy, *args, temperature, return_entropy, use_reentrant=False
-            )
+            logp, ent = checkpoint(_token_logprobs_and_entropy, *args, use_reentrant=False)
         else:
-            logp, ent = _token_logprobs_and_entropy(*args, temperature, return_entropy)
+            logp, ent = _token_logprobs_and_entropy(*args)
         logp_chunks.append(logp)
         entropy_chunks.append(ent)
     empty = hidden.new_zeros(0, dtype=torch.float32)
@@ -112,11 +123,13 @@ def _full_logits_logprobs(
     input_ids: Tensor,
     attention_mask: Tensor,
     completion_mask: Tensor,
-    temperature: float,
+    temperature: float | Tensor,
     return_entropy: bool,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Reference path for architectures not known to be plain: materialises (B, T, V) logits."""
     logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
+    if isinstance(temperature, Tensor):
+        temperature = temperature.view(-1, 1, 1)  # (B, 1, 1)
     logp = torch.log_softmax(logits[:, :-1].float() / temperature, dim=-1)  # (B, T-1, V)
     token_logp = logp.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)  # (B, T-1)
     mask = completion_mask[:, 1:].to(token_logp.dtype)

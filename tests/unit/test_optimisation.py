@@ -252,3 +252,49 @@ def test_options_load_from_a_config_file(tmp_path):
     path.write_text("[learner]\nratio_level = 'sequence'\naggregation = 'token_mean'\n")
     with pytest.raises(ConfigError, match="seq_mean_token_mean"):
         load_config(path)
+
+
+# ---- samples drawn at their own temperature (advantage.low_variance_temperature) ---------------
+
+
+def test_rows_with_their_own_temperature_are_scored_at_it(tied_model):
+    import dataclasses
+
+    learner = Learner(tied_model, _config(), temperature=0.7)
+    samples = _samples(4)
+    hot = [dataclasses.replace(s, temperature=1.5) if i % 2 else s for i, s in enumerate(samples)]
+    mixed = learner.policy_logprobs(hot)
+    at_run, at_hot = learner.policy_logprobs(samples), learner.policy_logprobs(samples, 1.5)
+    for i, row in enumerate(mixed):
+        torch.testing.assert_close(row, (at_hot if i % 2 else at_run)[i])
+    assert not torch.allclose(at_run[1], at_hot[1])
+    # an explicit temperature (the parity probe's 1.0) still overrides every row
+    for row, want in zip(learner.policy_logprobs(hot, 1.0), learner.policy_logprobs(samples, 1.0)):
+        torch.testing.assert_close(row, want)
+
+
+def test_the_full_logits_path_scales_each_row_too(tied_model):
+    from transformers import AutoModelForCausalLM
+
+    from learner.batching import collate
+    from learner.logprobs import _full_logits_logprobs, completion_logprobs
+
+    model = AutoModelForCausalLM.from_pretrained(tied_model)
+    batch = collate(_samples(3), [0, 1, 2])
+    temperatures = torch.tensor([0.5, 1.0, 2.0])
+    args = (model, batch.input_ids, batch.attention_mask, batch.completion_mask)
+    with torch.no_grad():
+        full = _full_logits_logprobs(*args, temperatures, False)
+        chunked = completion_logprobs(*args, temperatures, chunk_tokens=3)
+        for row, t in enumerate(temperatures.tolist()):
+            want = completion_logprobs(*args, t)[row]
+            torch.testing.assert_close(full[row], want, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(chunked[row], want, atol=1e-5, rtol=1e-5)
+
+
+def test_low_variance_temperature_needs_dynamic_sampling():
+    from common.config import AdvantageConfig
+
+    with pytest.raises(ValueError, match="needs dynamic_sampling"):
+        AdvantageConfig(low_variance_temperature=1.5)
+    assert AdvantageConfig(low_variance_temperature=1.5, dynamic_sampling=True)

@@ -1,0 +1,120 @@
+"""Rollout records: rows of a step, rotation into gzip, the size cap, and a resumed run's
+rewritten steps read from its newest file."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+from common.types import Completion, ExecutionResult, Problem, Verdict
+from launch.groups import Group
+from launch.rollouts import RolloutWriter, read_rollouts, rollout_files, step_rows
+
+
+def _rows(step: int, n: int = 3, tag: str = "") -> list[dict]:
+    return [{"step": step, "sample": k, "tag": tag, "text": "x" * 40} for k in range(n)]
+
+
+def test_rows_come_back_in_step_order(tmp_path):
+    writer = RolloutWriter(tmp_path)
+    for step in (1, 2, 3):
+        writer.write(step, _rows(step))
+    rows = list(read_rollouts(tmp_path))
+    assert [(r["step"], r["sample"]) for r in rows] == [(s, k) for s in (1, 2, 3) for k in range(3)]
+    assert len(rollout_files(tmp_path)) == 1
+
+
+def test_a_full_file_is_gzipped_and_the_next_step_starts_another(tmp_path):
+    writer = RolloutWriter(tmp_path, file_mib=100 / (1 << 20))  # a step is ~230 bytes
+    for step in (1, 2, 3):
+        writer.write(step, _rows(step))
+    names = [p.name for p in rollout_files(tmp_path)]
+    assert names == [
+        "rollouts-000001-step0000001.jsonl.gz",
+        "rollouts-000002-step0000002.jsonl.gz",
+        "rollouts-000003-step0000003.jsonl.gz",
+    ]
+    with gzip.open(tmp_path / names[1], "rt") as handle:
+        assert [json.loads(line)["step"] for line in handle] == [2, 2, 2]
+    assert [r["step"] for r in read_rollouts(tmp_path)] == [1, 1, 1, 2, 2, 2, 3, 3, 3]
+
+
+def test_the_oldest_files_go_beyond_the_cap_never_the_newest(tmp_path):
+    step_bytes = len("".join(json.dumps(r) + "\n" for r in _rows(1)))
+    writer = RolloutWriter(tmp_path, file_mib=1 / (1 << 20), max_mib=2.5 * step_bytes / (1 << 20))
+    for step in range(1, 6):
+        writer.write(step, _rows(step))
+    # gzip shrinks each file well below step_bytes, so more than two fit under the cap, and the
+    # newest always stays
+    kept = sorted({r["step"] for r in read_rollouts(tmp_path)})
+    assert kept[-1] == 5 and kept == list(range(kept[0], 6))
+    tiny = RolloutWriter(tmp_path / "tiny", file_mib=1 / (1 << 20), max_mib=1 / (1 << 20))
+    for step in range(1, 4):
+        tiny.write(step, _rows(step))
+    assert [p.name for p in rollout_files(tmp_path / "tiny")] == [
+        "rollouts-000003-step0000003.jsonl.gz"
+    ]
+
+
+def test_a_resumed_run_overrides_the_steps_it_redid(tmp_path):
+    first = RolloutWriter(tmp_path)
+    for step in (1, 2, 3, 4):
+        first.write(step, _rows(step, tag="first"))
+    resumed = RolloutWriter(tmp_path)  # resumed from the checkpoint after step 2
+    for step in (3, 4, 5):
+        resumed.write(step, _rows(step, tag="resumed"))
+    rows = list(read_rollouts(tmp_path))
+    assert [(r["step"], r["tag"]) for r in rows[::3]] == [
+        (1, "first"),
+        (2, "first"),
+        (3, "resumed"),
+        (4, "resumed"),
+        (5, "resumed"),
+    ]
+    assert len(rows) == 15
+    assert list(read_rollouts(rollout_files(tmp_path)[:1]))[-1]["tag"] == "first"
+
+
+def test_step_rows_carry_the_group_as_trained(tmp_path):
+    problem = Problem("p7", "def f():", ("assert f() == 1",), program_prefix="def f():")
+
+    def completion(k: int) -> Completion:
+        return Completion("7/0", k, [1, 2], [3] * (k + 1), [-0.5] * (k + 1), f" return {k}",
+                          "stop", weight_version=4)  # fmt: skip
+
+    passed = ExecutionResult(Verdict.PASSED, 1, 1, [Verdict.PASSED])
+    broken = ExecutionResult(Verdict.INFRA_ERROR, 0, 1, [], detail="pool broke")
+    group = Group(
+        index=0,
+        completions=[completion(0), completion(1)],
+        results=[passed, broken],
+        rewards=[1.0, None],
+        terms={"execution": [1.0, None]},
+        programs=["def f(): return 0", "def f(): return 1"],
+    )
+    rows = list(step_rows(9, [group], [0.0, None], [problem]))
+    assert rows[0] == {
+        "step": 9,
+        "weight_version": 4,
+        "problem_id": "p7",
+        "group": 0,
+        "sample": 0,
+        "prompt": "def f():",
+        "completion": " return 0",
+        "program": "def f(): return 0",
+        "finish_reason": "stop",
+        "num_tokens": 1,
+        "verdict": "passed",
+        "tests_passed": 1,
+        "tests_total": 1,
+        "test_verdicts": ["passed"],
+        "detail": "",
+        "reward": 1.0,
+        "terms": {"execution": 1.0},
+        "advantage": 0.0,
+    }
+    assert (rows[1]["verdict"], rows[1]["reward"], rows[1]["advantage"]) == (
+        "infra_error",
+        None,
+        None,
+    )

@@ -1,0 +1,118 @@
+"""``python -m launch.train_verifier``: the metrics by hand, the split by problem, and a verifier
+trained on a small fixed record set that the ``scorer`` term loads unchanged."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from launch.rollouts import RolloutWriter
+from launch.train_verifier import (
+    VerifierError,
+    auc,
+    calibration,
+    examples_from,
+    main,
+    split_by_problem,
+)
+
+
+def test_auc_counts_pairs_ordered_right_and_ties_as_half():
+    # passing 0.35 beats 0.1 but not 0.4; passing 0.8 beats both: 3 of 4 pairs
+    assert auc([0.1, 0.4, 0.35, 0.8], [False, False, True, True]) == 0.75
+    assert auc([0.5, 0.5], [True, False]) == 0.5
+    assert auc([0.2, 0.9], [False, True]) == 1.0
+    assert math.isnan(auc([0.2, 0.9], [True, True]))
+
+
+def test_calibration_bins_predictions_and_observed_rates():
+    table = calibration([0.1, 0.15, 0.5, 0.9, 1.0], [False, True, True, True, True])
+    assert [(r["low"], r["count"]) for r in table] == [(0.0, 2), (0.4, 1), (0.8, 2)]
+    assert table[0]["predicted"] == pytest.approx(0.125) and table[0]["observed"] == 0.5
+    assert table[2]["observed"] == 1.0
+
+
+def test_split_by_problem_is_disjoint_seeded_and_never_empty():
+    ids = [f"p{i}" for i in range(10)] * 3
+    train, held = split_by_problem(ids, 0.2, seed=1)
+    assert len(held) == 2 and not set(train) & set(held) and len(train) + len(held) == 10
+    assert split_by_problem(ids, 0.2, seed=1) == (train, held)
+    assert len(split_by_problem(ids[:2], 0.01, 0)[1]) == 1  # at least one held out
+    assert len(split_by_problem(ids[:2], 0.99, 0)[0]) == 1  # and one to train on
+    with pytest.raises(VerifierError, match="at least 2"):
+        split_by_problem(["p0", "p0"], 0.2, 0)
+
+
+def _row(target: int, guess: int, step: int = 1) -> dict:
+    passed = target == guess
+    return {
+        "step": step, "problem_id": f"synthetic/{target}",
+        "prompt": f"# Return the number {target}.\ndef answer():\n    return ",
+        "completion": f"{guess}\n", "verdict": "passed" if passed else "failed",
+        "tests_passed": 4 if passed else 3 - min(abs(target - guess), 3) // 2,
+        "tests_total": 4,
+    }  # fmt: skip
+
+
+def test_examples_are_distinct_programs_without_infra_errors():
+    rows = [_row(3, 3), _row(3, 3, step=2), _row(3, 4), {**_row(5, 5), "verdict": "infra_error"}]
+    examples = examples_from(rows, "pass")
+    assert [(e["label"], e["count"]) for e in examples] == [(1.0, 2), (0.0, 1)]
+    assert [e["label"] for e in examples_from(rows, "fraction")] == [1.0, 0.75]  # 3 of 4 tests
+
+
+def test_a_verifier_trained_on_fixed_records_loads_as_a_scorer(tiny_model_path, tmp_path, capsys):
+    from actor.scorer import RewardScorer
+    from common.rewards.config import ScorerOptions
+
+    writer = RolloutWriter(tmp_path / "rollouts")
+    writer.write(1, [_row(target, guess) for target in range(10) for guess in range(10)])
+    out = tmp_path / "verifier"
+    argv = ["--rollouts", str(tmp_path / "rollouts"), "--model", tiny_model_path,
+            "--out", str(out), "--epochs", "1", "--held-out", "0.3",
+            "--max-length", "32"]  # fmt: skip
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "100 records, 100 distinct programs" in printed and "AUC" in printed
+    summary = json.loads((out / "verifier.json").read_text())
+    train, held = set(summary["train_problems"]), set(summary["held_out_problems"])
+    assert len(held) == 3 and not train & held
+    assert train | held == {f"synthetic/{t}" for t in range(10)}
+    assert summary["train_examples"] == 70 and summary["held_out"]["examples"] == 30
+    scorer = RewardScorer(str(out), ScorerOptions(path=str(out), max_length=32))
+    scores = scorer.score(
+        ["# Return the number 2.\ndef answer():\n    return "] * 2, ["2\n", "7\n"]
+    )
+    assert len(scores) == 2 and all(0.0 <= s <= 1.0 for s in scores)
+
+
+def test_user_mistakes_are_one_line(tiny_model_path, tmp_path, capsys):
+    missing = ["--rollouts", str(tmp_path / "nope"), "--model", tiny_model_path,
+               "--out", str(tmp_path / "v")]  # fmt: skip
+    assert main(missing) == 2
+    assert capsys.readouterr().err.strip().count("\n") == 0
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["--rollouts", str(empty), *missing[2:]]) == 2  # a directory, no records
+    assert "no records" in capsys.readouterr().err
+
+
+def test_rerank_takes_each_problems_top_scored_sample():
+    from launch.evaluate import rerank
+
+    def record(task: str, passed: bool, verdict: str = "") -> dict:
+        return {
+            "task_id": task,
+            "passed": passed,
+            "verdict": verdict or ("passed" if passed else "failed"),
+        }
+
+    records = [record("a", True), record("a", False), record("b", False), record("b", True),
+               record("c", False, "infra_error"), record("c", True)]  # fmt: skip
+    scores = [0.2, 0.9, 0.1, 0.8, 0.99, 0.1]
+    # a: the failing sample ranks first; b: the passing one; c: the infra error is never chosen
+    assert rerank(records, scores) == pytest.approx(2 / 3)
+    assert rerank(records[:2], [0.5, 0.5]) == 1.0  # a tie goes to the earliest sample
+    assert math.isnan(rerank(records[4:5], [0.5]))
