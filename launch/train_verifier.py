@@ -18,6 +18,16 @@ distinct problem ids, chosen by ``--seed``) appear in no training example; accur
 calibration table are computed on their distinct programs (each program once, however often the
 policy wrote it) and printed, and saved with the split in ``verifier.json``.
 
+``--kind process`` trains a process verifier instead: for ``--mc-programs`` programs from the
+records, every step prefix (``--step-split``, lines by default) is labelled by the fraction of
+``--mc-samples`` continuations of it, sampled from the policy (``--policy``, by default the
+base model) through a vLLM engine and executed by the sandbox against the problem's tests
+(``--problems``), that pass (``launch.process_labels``). The verifier learns ``prompt +
+prefix`` -> that fraction; the ``scorer`` term then scores every prefix of a completion and
+takes the minimum (``step_split``, ``step_aggregate = "min"``). The printed accuracy is per
+step, on the held-out problems' prefixes (a step counts as good when half its continuations
+pass).
+
 Texts are tokenised as the scorer does (cut from the left to ``--max-length`` tokens, padded on
 the left), so what it learns is what it is later asked. Full fine-tuning by default; with
 ``--lora-rank`` a LoRA adapter (plus the score head) is trained and merged before saving.
@@ -139,6 +149,15 @@ def evaluate_scores(scores: Sequence[float], positive: Sequence[bool]) -> dict[s
     }
 
 
+def class_weights(positive: Sequence[bool]) -> list[float]:
+    """Per example: n / (2 n_class), so both classes weigh half of the total (1 when only one
+    class is present)."""
+    n, n_pos = len(positive), sum(positive)
+    if n_pos in (0, n):
+        return [1.0] * n
+    return [n / (2 * n_pos) if p else n / (2 * (n - n_pos)) for p in positive]
+
+
 # ---- the model -----------------------------------------------------------------------------
 
 
@@ -189,9 +208,13 @@ class Verifier:
         batch_size: int,
         seed: int,
     ) -> list[float]:
-        """Epochs of AdamW on soft two-class cross-entropy; the mean loss of each epoch."""
+        """Epochs of AdamW on soft two-class cross-entropy, each example weighted so that passing
+        and failing programs weigh the same in all (a policy's distinct programs are mostly
+        failures: unweighted, predicting "fails" everywhere is nearly optimal); the mean loss of
+        each epoch."""
         import torch
 
+        weights = class_weights([e["label"] >= 0.5 for e in examples])
         trainable = [p for p in self.model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(trainable, lr=lr)
         rng = random.Random(seed)
@@ -204,10 +227,13 @@ class Verifier:
             for first in range(0, len(order), batch_size):
                 chosen = [examples[i] for i in order[first : first + batch_size]]
                 inputs = self._batch([e["text"] for e in chosen])
+                batch = order[first : first + batch_size]
                 labels = torch.tensor([e["label"] for e in chosen], dtype=torch.float32)
+                weight = torch.tensor([weights[i] for i in batch], dtype=torch.float32)
                 logits = self.model(**inputs).logits.float()  # (B, 2)
                 target = torch.stack([1 - labels, labels], dim=1)
-                loss = -(target * torch.log_softmax(logits, dim=-1)).sum(dim=1).mean()
+                per_example = -(target * torch.log_softmax(logits, dim=-1)).sum(dim=1)
+                loss = (per_example * weight).sum() / weight.sum()
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(trainable, 1.0)
                 optimizer.step()
@@ -244,10 +270,9 @@ class Verifier:
 # ---- the command ---------------------------------------------------------------------------
 
 
-def format_report(metrics: dict[str, Any]) -> str:
+def format_report(metrics: dict[str, Any], unit: str = "distinct programs") -> str:
     lines = [
-        f"held-out problems: {metrics['examples']} distinct programs, "
-        f"pass rate {metrics['pass_rate']:.3f}",
+        f"held-out problems: {metrics['examples']} {unit}, pass rate {metrics['pass_rate']:.3f}",
         f"accuracy {metrics['accuracy']:.3f}  AUC {metrics['auc']:.3f}",
         "calibration (predicted P(pass) -> observed pass rate):",
     ]
@@ -271,9 +296,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--out", required=True, help="where the verifier is saved")
     parser.add_argument(
         "--kind",
-        choices=["outcome"],
+        choices=["outcome", "process"],
         default="outcome",
-        help="outcome: one score per program (process verifiers are not built yet)",
+        help="outcome: one score per program; process: one per step prefix (Monte Carlo labels)",
     )
     parser.add_argument("--target", choices=["pass", "fraction"], default="pass")
     parser.add_argument("--held-out", type=float, default=0.2, help="fraction of the problems")
@@ -284,7 +309,28 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--lora-rank", type=int, default=0, help="0: full fine-tuning")
     parser.add_argument("--max-examples", type=int, default=0, help="0: all distinct programs")
     parser.add_argument("--seed", type=int, default=0)
-    return parser.parse_args(argv)
+    process = parser.add_argument_group("process verifier (--kind process)")
+    process.add_argument("--problems", help="the records' problems: a file, HF name or synthetic")
+    process.add_argument("--split", default=None, help="its split, as in launch.evaluate")
+    process.add_argument(
+        "--format", default="auto", choices=["auto", "mbpp", "humaneval", "generic"]
+    )
+    process.add_argument("--policy", help="model that continues the prefixes (default: --model)")
+    process.add_argument("--mc-programs", type=int, default=64, help="programs to label")
+    process.add_argument("--mc-samples", type=int, default=4, help="continuations per prefix")
+    process.add_argument("--step-split", default="line", help="line, blank_line or a regex")
+    process.add_argument("--temperature", type=float, default=1.0)
+    process.add_argument("--max-new-tokens", type=int, default=256)
+    process.add_argument("--stop", action="append", help="stop string (repeatable)")
+    process.add_argument("--max-model-len", type=int, default=0, help="0: the model's, <= 4096")
+    process.add_argument("--kv-cache-gib", type=float, default=1.0)
+    dtypes = ["bfloat16", "float16", "float32"]
+    process.add_argument("--dtype", default="bfloat16", choices=dtypes)
+    process.add_argument("--workers", type=int, default=2, help="sandbox workers")
+    args = parser.parse_args(argv)
+    if args.kind == "process" and not args.problems:
+        parser.error("--kind process needs --problems: the continuations run against its tests")
+    return args
 
 
 def _read(paths: list[str]) -> list[dict[str, Any]]:
@@ -307,7 +353,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise VerifierError(f"--held-out must be between 0 and 1, got {args.held_out}")
     model_path = locate_model(args.model, "--model")
     rows = _read(args.rollouts)
-    examples = examples_from(rows, args.target)
+    if args.kind == "process":
+        examples = process_examples(args, rows, model_path)
+    else:
+        examples = examples_from(rows, args.target)
     train_ids, held_ids = split_by_problem([e["problem_id"] for e in examples], args.held_out,
                                            args.seed)  # fmt: skip
     held = set(held_ids)
@@ -316,8 +365,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.max_examples:
         random.Random(args.seed).shuffle(training)
         training = training[: args.max_examples]
+    unit = "step prefixes" if args.kind == "process" else "distinct programs"
     print(
-        f"{len(rows)} records, {len(examples)} distinct programs; training on "
+        f"{len(rows)} records, {len(examples)} {unit}; training on "
         f"{len(training)} from {len(train_ids)} problems, holding out {len(evaluation)} from "
         f"{len(held_ids)} ({', '.join(held_ids[:5])}{', ...' if len(held_ids) > 5 else ''})",
         flush=True,
@@ -326,11 +376,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     losses = verifier.train(training, args.epochs, args.lr, args.batch_size, args.seed)
     scores = verifier.scores([e["text"] for e in evaluation])
     metrics = evaluate_scores(scores, [e["passed"] for e in evaluation])
-    print(format_report(metrics), flush=True)
+    print(format_report(metrics, unit), flush=True)
     out = Path(args.out)
     verifier.save(out)
     summary = {
         "kind": args.kind,
+        "step_split": args.step_split if args.kind == "process" else None,
         "target": args.target,
         "base_model": args.model,
         "train_problems": train_ids,
@@ -340,18 +391,80 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "held_out": metrics,
     }
     (out / "verifier.json").write_text(json.dumps(summary, indent=2) + "\n")
-    print(f'saved to {out} (scorer term: options = {{ path = "{out}" }})')
+    steps = f', step_split = "{args.step_split}"' if args.kind == "process" else ""
+    print(f'saved to {out} (scorer term: options = {{ path = "{out}"{steps} }})')
     return summary
+
+
+def process_examples(
+    args: argparse.Namespace, rows: Sequence[dict[str, Any]], model_path: str
+) -> list[dict[str, Any]]:
+    """Monte Carlo step labels (``launch.process_labels``) for ``--mc-programs`` of the records'
+    programs, through an in-process vLLM engine and a sandbox pool."""
+    from common.config import SandboxConfig
+    from common.data import load_rendered
+    from common.model_source import locate_model
+    from common.prompts import encode_prompt
+    from launch.evaluate import _default_max_model_len, build_worker
+    from launch.process_labels import mc_step_labels
+    from sandbox.pool import SandboxPool
+
+    policy = locate_model(args.policy or model_path, "--policy")
+    tokenizer = _tokenizer(policy)
+    problems = {
+        p.problem_id: p
+        for p in load_rendered(args.problems, args.split, args.format, "auto", tokenizer)
+    }
+    distinct = {}
+    for row in rows:
+        if row["problem_id"] in problems and row.get("verdict") not in (None, "infra_error"):
+            distinct.setdefault((row["problem_id"], row["completion"]), row)
+    if not distinct:
+        raise VerifierError(f"--problems: none of the records' problems is in {args.problems}")
+    chosen = sorted(distinct)
+    random.Random(args.seed).shuffle(chosen)
+    programs = [(problems[pid], completion) for pid, completion in chosen[: args.mc_programs]]
+    settings = argparse.Namespace(
+        model=policy, dtype=args.dtype, n=args.mc_samples, temperature=args.temperature,
+        max_new_tokens=args.max_new_tokens, kv_cache_gib=args.kv_cache_gib, stop=args.stop,
+        seed=args.seed,
+    )  # fmt: skip
+    worker = build_worker(settings, args.max_model_len or _default_max_model_len(policy))
+    print(f"labelling the steps of {len(programs)} programs, {args.mc_samples} continuations "
+          "per prefix", flush=True)  # fmt: skip
+    sandbox = SandboxConfig(num_workers=args.workers)
+    with SandboxPool(sandbox) as pool:
+        labels = mc_step_labels(
+            programs,
+            worker.generate,
+            lambda jobs: pool.run(jobs, stop_at_first_failure=True),
+            lambda text: encode_prompt(tokenizer, text),
+            args.mc_samples,
+            args.step_split,
+            args.seed,
+        )
+    return [
+        {"problem_id": label.problem_id, "text": label.text, "label": label.label,
+         "passed": label.label >= 0.5, "step": label.step, "count": 1}
+        for label in labels
+    ]  # fmt: skip
+
+
+def _tokenizer(path: str):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path)
 
 
 def main(argv: list[str] | None = None) -> int:
     from common.config import ConfigError
+    from common.datasets import DatasetError
 
     logging.basicConfig(level=logging.WARNING)
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         run(args)
-    except (VerifierError, ConfigError) as exc:
+    except (VerifierError, ConfigError, DatasetError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0
