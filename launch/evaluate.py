@@ -159,7 +159,7 @@ def _stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def _default_max_model_len(model_path: str) -> int:
+def default_max_model_len(model_path: str) -> int:
     """The model's context (config.json), capped at 4096 to keep the KV cache small."""
     config = Path(model_path) / "config.json"
     if config.is_file():
@@ -253,7 +253,7 @@ def run_evaluation(args: argparse.Namespace, worker=None) -> dict:
     )
     if not problems:
         raise EvalError(f"{args.problems}: no problems in split {args.split!r}")
-    max_len = args.max_model_len or _default_max_model_len(args.model)
+    max_len = args.max_model_len or default_max_model_len(args.model)
     _check_lengths(problems, worker_tokenizer, args.max_new_tokens, max_len)
     _stderr(f"evaluating {args.model} on {len(problems)} problems x {args.n} samples")
     sandbox_config = SandboxConfig(

@@ -405,7 +405,7 @@ def process_examples(
     from common.data import load_rendered
     from common.model_source import locate_model
     from common.prompts import encode_prompt
-    from launch.evaluate import _default_max_model_len, build_worker
+    from launch.evaluate import build_worker, default_max_model_len
     from launch.process_labels import mc_step_labels
     from sandbox.pool import SandboxPool
 
@@ -429,7 +429,7 @@ def process_examples(
         max_new_tokens=args.max_new_tokens, kv_cache_gib=args.kv_cache_gib, stop=args.stop,
         seed=args.seed,
     )  # fmt: skip
-    worker = build_worker(settings, args.max_model_len or _default_max_model_len(policy))
+    worker = build_worker(settings, args.max_model_len or default_max_model_len(policy))
     print(f"labelling the steps of {len(programs)} programs, {args.mc_samples} continuations "
           "per prefix", flush=True)  # fmt: skip
     sandbox = SandboxConfig(num_workers=args.workers)
