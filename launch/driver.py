@@ -117,7 +117,12 @@ class Driver:
         self.probe = ParityProbe(config.weights.parity_probe)
         run = config.run
         self.rollouts = (
-            RolloutWriter(run_dir / "rollouts", run.rollouts_file_mib, run.rollouts_max_mib)
+            RolloutWriter(
+                run_dir / "rollouts",
+                run.rollouts_file_mib,
+                run.rollouts_max_mib,
+                resumed_after=self.start_step if state else None,
+            )
             if run.save_rollouts
             else None
         )
@@ -347,7 +352,7 @@ class Driver:
         if advantage.tie_noise > 0:
             seed = f"{self.config.run.seed}/{step}"
             shaped, touched = tie_noise(
-                shaped, size, advantage.tie_noise, advantage.tie_noise_below, seed
+                shaped, size, advantage.tie_noise, advantage.tie_noise_below, seed, raw=rewards
             )
             metrics["advantage/tie_noise_frac"] = touched / max(len(shaped) // size, 1)
         if self.baseline is not None:

@@ -217,16 +217,19 @@ def rerank(records: Sequence[dict], scores: Sequence[float]) -> float:
 
 
 def verifier_scores(
-    verifier: str, problems: Sequence[Problem], records: Sequence[dict], max_length: int
+    verifier: str, problems: Sequence[Problem], records: Sequence[dict], max_length: int = 0
 ) -> list[float]:
     """The verifier's score of every record's prompt + completion, as the ``scorer`` reward
-    term computes it (a classifier's P(label 1))."""
+    term computes it (a classifier's P(label 1)), on at most ``max_length`` tokens (0: the
+    length it was trained on, from its ``verifier.json``, else 512)."""
     from actor.scorer import RewardScorer
-    from common.model_source import locate_model
     from common.rewards.config import ScorerOptions
 
-    path = locate_model(verifier, "--rerank")
-    scorer = RewardScorer(path, ScorerOptions(path=path, max_length=max_length))
+    if not max_length:
+        summary = Path(verifier) / "verifier.json"
+        trained = json.loads(summary.read_text()).get("max_length") if summary.is_file() else 0
+        max_length = trained or 512
+    scorer = RewardScorer(verifier, ScorerOptions(path=verifier, max_length=max_length))
     prompts = {p.problem_id: p.prompt for p in problems}
     return scorer.score(
         [prompts[r["task_id"]] for r in records], [r["completion"] for r in records]
@@ -247,6 +250,8 @@ def run_evaluation(args: argparse.Namespace, worker=None) -> dict:
     started = time.perf_counter()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     args.model = locate_model(args.model, "--model")
+    if args.rerank:  # before the generation, not after it
+        args.rerank = locate_model(args.rerank, "--rerank")
     worker_tokenizer = _load_tokenizer(args.model)
     problems = load_rendered(
         args.problems, args.split, args.format, args.template, worker_tokenizer, args.limit
@@ -361,7 +366,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="a verifier (launch.train_verifier): also report the pass@1 of the "
         "sample it ranks first per problem",
     )
-    add("--rerank-max-length", type=int, default=512, help="verifier tokens, cut from the left")
+    add(
+        "--rerank-max-length",
+        type=int,
+        default=0,
+        help="verifier tokens, cut from the left; 0: what it was trained on (else 512)",
+    )
     args = parser.parse_args(argv)
     if args.n < 1 or args.max_new_tokens < 1 or args.limit < 0 or args.temperature < 0:
         parser.error("--n and --max-new-tokens must be >= 1, --limit and --temperature >= 0")

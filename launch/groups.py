@@ -5,8 +5,9 @@ A *group* is one problem with its G completions, their sandbox results and rewar
 advantage) is dropped and more prompts are sampled, up to ``advantage.max_sampling_rounds``
 rounds, until the step has ``prompts_per_step`` informative groups (DAPO's dynamic sampling).
 With ``advantage.low_variance_temperature`` a later round first samples the previous round's
-tied prompts again at that temperature (a heuristic: a hotter sampler may break the tie), then
-new prompts for the rest (``advantage/resampled_groups`` counts the former).
+tied prompts again at that temperature (a heuristic: a hotter sampler may break the tie), each
+prompt at most once per step so prompts that always tie cannot crowd new ones out, then new
+prompts for the rest (``advantage/resampled_groups`` counts the former).
 
 Rewards are the weighted sum of the configured terms (``common.rewards``; by default the
 execution reward alone, as before). Each group keeps every term's values, so the step's
@@ -69,12 +70,14 @@ class GroupCollector:
         hot = advantage.low_variance_temperature
         previous: list[Group] = []
         resampled = 0
+        hot_already: set[int] = set()  # prompts resampled hot this step
 
         def sample_round(round_index: int, count: int) -> list[Group]:
             nonlocal previous, resampled
             tag = f"{step}.{round_index}" if round_index else str(step)
             tied = [g.index for g in previous if not is_informative(g.rewards)] if hot else []
-            again = tied[:count] if round_index else []
+            again = [i for i in tied if i not in hot_already][:count] if round_index else []
+            hot_already.update(again)
             groups = self.sample(f"{tag}.hot", again, temperature=hot) if again else []
             if count > len(again):
                 groups += self.sample(tag, next_indices(count - len(again)))

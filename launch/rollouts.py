@@ -11,9 +11,11 @@ JSON row in ``<run>/rollouts/``:
 Rows go to ``rollouts-<sequence>-step<first step>.jsonl``; when a file grows past
 ``run.rollouts_file_mib`` it is gzipped (``.jsonl.gz``) and the next step opens the next file in
 sequence, and the oldest files are deleted while all of them together exceed
-``run.rollouts_max_mib``. A resumed run opens a new file, so the steps it redoes are written
-again; :func:`read_rollouts` keeps each step's rows from the latest file that has it. It is
-what the verifier tools read, and what a user loads::
+``run.rollouts_max_mib``. A resumed run opens a new file that starts with a marker row
+(``{"resumed_after": <checkpoint step>}``): :func:`read_rollouts` forgets what earlier files
+hold after that step (the abandoned part of the interrupted run) and keeps each step's rows from
+the latest file that has it. A crash mid-write can leave a file's last line cut; the reader
+skips it. It is what the verifier tools read, and what a user loads::
 
     import pandas as pd
     from launch.rollouts import read_rollouts
@@ -38,16 +40,26 @@ PREFIX = "rollouts-"
 class RolloutWriter:
     """Appends each trained step's rows (module docstring) with rotation and a size cap."""
 
-    def __init__(self, directory: Path, file_mib: float = 64, max_mib: float = 1024) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        file_mib: float = 64,
+        max_mib: float = 1024,
+        resumed_after: int | None = None,
+    ) -> None:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.file_bytes, self.max_bytes = int(file_mib * (1 << 20)), int(max_mib * (1 << 20))
         self._path: Path | None = None  # the open file; None: the next step starts one
+        self._marker = None if resumed_after is None else {"resumed_after": resumed_after}
 
     def write(self, step: int, rows: Iterable[dict[str, Any]]) -> None:
         if self._path is None:
             self._path = self._fresh(step)
         with self._path.open("a") as handle:
+            if self._marker is not None:
+                handle.write(json.dumps(self._marker) + "\n")
+                self._marker = None
             for row in rows:
                 handle.write(json.dumps(row) + "\n")
         if self._path.stat().st_size > self.file_bytes:
@@ -72,7 +84,7 @@ class RolloutWriter:
 
 
 def _gzip(path: Path) -> None:
-    with path.open("rb") as source, gzip.open(f"{path}.gz", "wb") as target:
+    with path.open("rb") as source, gzip.open(f"{path}.gz", "wb", compresslevel=6) as target:
         shutil.copyfileobj(source, target)
     path.unlink()
 
@@ -88,24 +100,44 @@ def _sequence(path: Path) -> int:
 
 
 def read_rollouts(paths: str | Path | Sequence[str | Path]) -> Iterator[dict[str, Any]]:
-    """Every row of a run's rollout directory (or of the given files), in step order; a step
-    written more than once (a resumed run redid it) comes from the newest file that has it."""
-    if isinstance(paths, (str, Path)):
-        path = Path(paths)
-        files = rollout_files(path) if path.is_dir() else [path]
-    else:
-        files = [Path(p) for p in paths]
+    """Every row of rollout directories and files (a directory's files in the order written,
+    then the next path's), in step order: after a resume marker, earlier files' steps beyond it
+    are forgotten, and a step written more than once comes from the latest file that has it.
+    A malformed line other than a file's cut last one raises ``ValueError`` naming it."""
+    files: list[Path] = []
+    for path in [paths] if isinstance(paths, (str, Path)) else paths:
+        path = Path(path)
+        files += rollout_files(path) if path.is_dir() else [path]
     by_step: dict[int, list[dict[str, Any]]] = {}
     for file in files:
-        opener = gzip.open if file.name.endswith(".gz") else open
         in_file: dict[int, list[dict[str, Any]]] = {}
-        with opener(file, "rt") as handle:
-            for line in handle:
-                row = json.loads(line)
+        for row in _rows(file):
+            if "resumed_after" in row:
+                by_step = {s: r for s, r in by_step.items() if s <= row["resumed_after"]}
+            else:
                 in_file.setdefault(row["step"], []).append(row)
         by_step.update(in_file)
     for step in sorted(by_step):
         yield from by_step[step]
+
+
+def _rows(file: Path) -> Iterator[dict[str, Any]]:
+    """A file's rows; a last line cut by a crash (or a gzip stream cut short) ends it."""
+    opener = gzip.open if file.name.endswith(".gz") else open
+    with opener(file, "rt") as handle:
+        try:
+            lines = handle.read().split("\n")
+        except EOFError:  # a gzip file cut short: what was flushed is lost with it
+            return
+    if lines and not lines[-1]:
+        lines.pop()
+    for number, line in enumerate(lines, 1):
+        try:
+            yield json.loads(line)
+        except json.JSONDecodeError:
+            if number == len(lines):
+                return  # cut by a crash mid-write
+            raise ValueError(f"{file}:{number}: not a JSON row") from None
 
 
 def step_rows(

@@ -11,6 +11,7 @@ import argparse
 import json
 import logging
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -60,6 +61,8 @@ def prepare_run_dir(config: Config, overwrite: bool) -> Path:
         )
     for stale in ("metrics.jsonl", "batches.jsonl", "control.json"):
         (run_dir / stale).unlink(missing_ok=True)
+    for stale in ("rollouts", "adapters"):  # a new run's records must not mix with the old's
+        shutil.rmtree(run_dir / stale, ignore_errors=True)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.toml").write_text(config.to_toml())
     return run_dir

@@ -336,11 +336,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def _read(paths: list[str]) -> list[dict[str, Any]]:
     from launch.rollouts import read_rollouts
 
-    rows: list[dict[str, Any]] = []
     for path in paths:
         if not Path(path).exists():
             raise VerifierError(f"--rollouts: {path} does not exist")
-        rows += read_rollouts(path)
+    try:
+        rows = list(read_rollouts(paths))
+    except (OSError, ValueError, KeyError) as exc:
+        raise VerifierError(f"--rollouts: {exc}") from None
     if not rows:
         raise VerifierError(f"--rollouts: no records in {' '.join(paths)}")
     return rows
@@ -387,12 +389,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "train_problems": train_ids,
         "held_out_problems": held_ids,
         "train_examples": len(training),
+        "max_length": args.max_length,
         "losses": losses,
         "held_out": metrics,
     }
     (out / "verifier.json").write_text(json.dumps(summary, indent=2) + "\n")
     steps = f', step_split = "{args.step_split}"' if args.kind == "process" else ""
-    print(f'saved to {out} (scorer term: options = {{ path = "{out}"{steps} }})')
+    options = f'path = "{out}", max_length = {args.max_length}{steps}'
+    print(f"saved to {out} (scorer term: options = {{ {options} }})")
     return summary
 
 

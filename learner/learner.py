@@ -476,6 +476,13 @@ class Learner:
         """
         state = checkpoint.load_training_state(Path(path), self.model, self.optimizer, self.device)
         self._weight_version, self.step = int(state["weight_version"]), int(state["step"])
-        # Checkpoints from before the schedules: one optimiser step per train step, fixed beta.
-        self.optimizer_steps = int(state.get("optimizer_steps", self.step))
+        # Checkpoints from before the schedules: ppo_epochs x mini_batches per step, fixed beta.
+        steps = self.step * self.ppo_epochs * self.mini_batches
+        self.optimizer_steps = int(state.get("optimizer_steps", steps))
+        for group in self.optimizer.param_groups:  # the config's, not the checkpoint's
+            group.update(
+                betas=tuple(self.config.adam_betas),
+                eps=self.config.adam_eps,
+                weight_decay=self.config.weight_decay,
+            )
         self.kl_control.beta = float(state.get("beta", self.kl_control.beta))

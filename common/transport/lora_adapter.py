@@ -4,8 +4,9 @@ of the whole model.
 Sender: the learner saves the adapter in peft's format to ``<adapter_dir>/v{version:06d}``, a
 directory on a file system every rollout node can read (the run directory by default), one per
 weight version and never overwritten, so an engine still loading version k is not handed half
-of version k + 1. The newest two are kept: an engine may still be reading the previous one when
-the next is written.
+of version k + 1. The one just written and the one before it are kept (an engine may still be
+reading the previous one); older ones go, and so do newer ones, which a resumed run (its
+version back at the checkpoint's) or an overwritten one left behind.
 
 Receiver: the engine (started with LoRA enabled, ``Config.served_lora_rank``) serves the
 adapter as a vLLM ``LoRARequest`` named in every request from then on, with a new adapter id
@@ -43,11 +44,22 @@ class LoraAdapterSender:
     def send(self, source: WeightSource) -> WeightUpdate:
         version = source.weight_version
         path = self.adapter_dir / f"v{version:06d}"
+        for stale in self._versions(lambda v: v >= version):  # from a longer run before
+            shutil.rmtree(stale, ignore_errors=True)
         source.save_adapter(str(path))
-        for old in sorted(p for p in self.adapter_dir.glob("v*") if p.is_dir())[:-KEEP]:
+        for old in self._versions(lambda v: v <= version - KEEP):
             shutil.rmtree(old, ignore_errors=True)
         size = sum(f.stat().st_size for f in path.iterdir())
         return WeightUpdate(version, self.name, str(path), num_bytes=size)
+
+    def _versions(self, wanted) -> list[Path]:
+        """Adapter directories ``v<version>`` whose version satisfies ``wanted``."""
+        found = []
+        for path in self.adapter_dir.glob("v*"):
+            digits = path.name[1:]
+            if path.is_dir() and digits.isdigit() and wanted(int(digits)):
+                found.append(path)
+        return found
 
 
 class LoraAdapterReceiver:

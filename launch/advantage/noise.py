@@ -2,13 +2,16 @@
 
 A group whose G rewards are equal (all pass, all fail) gives GRPO no gradient: its advantages
 are 0. With ``advantage.tie_noise = sigma`` every scored reward of such a group (population std
-at most ``advantage.tie_noise_below``) gets independent N(0, sigma^2) noise before advantages
-are computed. The noise is zero-mean, so it adds no reward in expectation, but after group
-normalisation the tied group's completions get advantages of either sign: the policy is pushed
-toward some of its own samples and away from others, an exploration kick rather than a learning
-signal. It is a heuristic: it adds variance to the gradient, and the right sigma is small next
-to the reward scale. Off by default; the noise is seeded by the run's seed and the step, so a
-run is reproducible.
+of its *raw* rewards at most ``advantage.tie_noise_below``: a KL charged in the reward does not
+hide a tie) gets independent N(0, sigma^2) noise before advantages are computed. The noise is
+zero-mean, so it adds no reward in expectation, but the tied group's completions then get
+advantages of either sign: the policy is pushed toward some of its own samples and away from
+others, an exploration kick rather than a learning signal. How hard it pushes depends on the
+advantage scale: with ``advantage.scale = "group_std"`` (the default) the group is divided by its
+own std, so its advantages are of size 1 *whatever sigma is*, as strong as a real signal's;
+sigma sets their size only with ``scale = "none"`` or ``"batch_std"``. It is a heuristic that
+adds variance to the gradient (docs/benchmarks.md: it costs the demo reward). Off by default;
+the noise is seeded by the run's seed and the step, so a run is reproducible.
 """
 
 from __future__ import annotations
@@ -24,10 +27,13 @@ def tie_noise(
     sigma: float,
     below: float,
     seed: str,
+    raw: Sequence[float | None] | None = None,
 ) -> tuple[list[float | None], int]:
     """``rewards`` with noise on the groups at most ``below`` apart (module docstring), and how
-    many groups got it. ``None`` rewards (no verdict) stay ``None`` and out of the std; a group
-    with fewer than two scored rewards has no baseline and is left alone."""
+    many groups got it; ties are judged on ``raw`` (the rewards before shaping) when given.
+    ``None`` rewards (no verdict) stay ``None`` and out of the std; a group with fewer than two
+    scored rewards has no baseline and is left alone."""
+    judged = rewards if raw is None else raw
     if len(rewards) % group_size:
         raise ValueError(f"{len(rewards)} rewards do not split into groups of {group_size}")
     generator = random.Random(seed)
@@ -35,7 +41,7 @@ def tie_noise(
     touched = 0
     for start in range(0, len(rewards), group_size):
         scored = [i for i in range(start, start + group_size) if rewards[i] is not None]
-        values = [rewards[i] for i in scored]
+        values = [judged[i] for i in scored]
         if len(values) < 2 or statistics.pstdev(values) > below:
             continue
         touched += 1

@@ -4,8 +4,10 @@ Builds a model of a given architecture and size from its config with random weig
 download), feeds the real :class:`~learner.learner.Learner` a GRPO batch of random tokens with
 the shape of a rollout (prompts x G samples x completion tokens, non-zero advantages so every
 token has a gradient) and times full ``train_step`` calls: forward, backward, optimiser, plus
-the reference forward when ``--beta > 0``. Prints step time, trained tokens/s and peak memory
-(CUDA: ``max_memory_allocated``; CPU: the process's peak resident set).
+the reference forward when ``--beta > 0``. Prints step time, trained tokens/s, peak memory
+(CUDA: ``max_memory_allocated``; CPU: the process's peak resident set) and utilisation: the
+step's model FLOP/s over the peak a large matrix product reaches in the step's dtype on the same
+device, measured in the same run (``flops.py``).
 
 This answers "does my configuration fit, and how fast is it" before renting a cluster: the
 memory of a step depends on shapes and dtypes, not on what the weights have learnt. Learner
@@ -24,6 +26,9 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from learner.bench.flops import matmul_parameters, peak_flops, step_flops
+from learner.policy import DTYPES
 
 # Shapes of public checkpoints (their config.json), for random-weight stand-ins.
 PRESETS: dict[str, dict[str, Any]] = {
@@ -129,6 +134,9 @@ def run(args: argparse.Namespace, overrides: list[str]) -> dict[str, Any]:
         trainable = sum(p.numel() for p in learner.trainable)
         step_s = statistics.median(times)
         tokens = len(samples) * args.completion_len
+        flops = learner_step_flops(learner, samples)
+        torch.set_num_threads(max(1, int(args.threads)))
+        peak = peak_flops(learner.device, DTYPES[config.dtype])
         return {
             "preset": args.preset,
             "device": str(learner.device),
@@ -139,8 +147,32 @@ def run(args: argparse.Namespace, overrides: list[str]) -> dict[str, Any]:
             "step_s": step_s,
             "tokens_per_s": tokens / step_s,
             "peak_memory_gib": peak_memory_gib(learner.device),
+            "model_tflop_per_step": flops / 1e12,
+            "achieved_tflops": flops / step_s / 1e12,
+            "peak_tflops": peak / 1e12,
+            "utilisation": flops / step_s / peak,
             "learner": config.model_dump(),
         }
+
+
+def learner_step_flops(learner, samples) -> float:
+    """Model FLOPs of one ``train_step`` of ``learner`` on ``samples`` (``flops.py``): every
+    epoch's forward and backward, the pi_old forward when there are several optimiser steps,
+    and the reference forward when the loss has a KL term."""
+    base = learner.model.get_base_model() if hasattr(learner.model, "get_base_model") else None
+    config = (base or learner.model).config
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    shape = (
+        matmul_parameters(learner.model),
+        config.num_hidden_layers,
+        config.num_attention_heads * head_dim,
+        [len(s.prompt_token_ids) + len(s.completion_token_ids) for s in samples],
+    )
+    lora = learner.config.lora.enabled
+    epochs = step_flops(*shape, lora=lora) * learner.ppo_epochs
+    several = learner.ppo_epochs > 1 or learner.mini_batches > 1
+    forwards = (learner.loss_beta > 0) + several  # the reference's, pi_old's
+    return epochs + forwards * (step_flops(*shape, reference=True) - step_flops(*shape))
 
 
 def _flatten(data: dict, prefix: str = "") -> list[str]:

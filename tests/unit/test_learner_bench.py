@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from learner.bench.step import PRESETS, main, random_batch
 
 
@@ -38,7 +40,36 @@ def test_bench_reports_step_time_throughput_and_memory(tmp_path, capsys):
     # LoRA from the flag, rank from the override: only the adapter trains
     assert result["learner"]["lora"]["rank"] == 4
     assert 0 < result["trainable_parameters"] < result["parameters"]
+    # utilisation: the step's model FLOP/s over the matmul peak measured in the same run
+    achieved = result["model_tflop_per_step"] / result["step_s"]
+    assert result["achieved_tflops"] == pytest.approx(achieved) and result["peak_tflops"] > 0
+    assert result["utilisation"] == pytest.approx(achieved / result["peak_tflops"])
+    assert result["utilisation"] > 0
     assert json.loads(capsys.readouterr().out) == result
+
+
+def test_step_flops_by_hand():
+    from learner.bench.flops import step_flops
+
+    # N = 10 matmul parameters, 2 layers of attention width 4, sequences of 3 and 5 tokens:
+    # 6 N T = 480; causal attention forward 2 * 2 * 4 * (9 + 25) = 544, x3 with the backward
+    assert step_flops(10, 2, 4, [3, 5]) == 480 + 3 * 544
+    assert step_flops(10, 2, 4, [3, 5], lora=True) == 320 + 3 * 544
+    assert step_flops(10, 2, 4, [3, 5], reference=True) == 480 + 3 * 544 + 160 + 544
+
+
+def test_matmul_parameters_count_the_head_once(tmp_path):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from learner.bench.flops import matmul_parameters
+
+    shape = {k: v for k, v in PRESETS["tiny"].items() if k != "tie_word_embeddings"}
+    for tied in (True, False):
+        model = Qwen2ForCausalLM(Qwen2Config(**shape, tie_word_embeddings=tied))
+        total = sum(p.numel() for p in model.parameters())
+        embedding = model.get_input_embeddings().weight.numel()
+        # tied: the one matrix is also the LM head's product; untied: the lookup is not one
+        assert matmul_parameters(model) == (total if tied else total - embedding)
 
 
 def test_bad_learner_override_is_a_clean_error(capsys):

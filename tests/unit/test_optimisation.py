@@ -206,6 +206,14 @@ def test_tie_noise_touches_only_groups_below_the_threshold():
     assert tie_noise(rewards, 3, 0.1, 1e-6, "0/2")[0] != noisy
 
 
+def test_tie_noise_judges_ties_on_the_raw_rewards():
+    raw = [1.0, 1.0, 0.0, 1.0]
+    shaped = [0.97, 0.95, -0.02, 0.99]  # a KL charged in the reward breaks the exact tie
+    noisy, touched = tie_noise(shaped, 2, sigma=0.1, below=1e-6, seed="s", raw=raw)
+    assert touched == 1 and noisy[2:] == shaped[2:] and noisy[:2] != shaped[:2]
+    assert tie_noise(shaped, 2, 0.1, 1e-6, "s")[1] == 0  # judged on the shaped ones: no tie
+
+
 def test_tie_noise_threshold_and_zero_mean():
     rewards = [0.5, 0.52] * 4000
     noisy, touched = tie_noise(rewards, 2, sigma=0.05, below=0.0101, seed="x")
@@ -238,6 +246,12 @@ def test_resume_continues_the_schedule_and_beta_exactly(tied_model, tmp_path):
     for want, got in zip(whole[2:], rest, strict=True):
         assert [got[k] for k in keys] == [want[k] for k in keys]
     assert len({m["train/beta"] for m in whole}) == 4  # beta moved every step
+    # optimiser settings come from the config on resume, not from the checkpoint
+    changed = config.model_copy(update={"adam_betas": (0.9, 0.95), "adam_eps": 1e-6})
+    again = Learner(tied_model, changed, total_steps=4)
+    again.load_training_state(str(tmp_path / "ckpt"))
+    group = again.optimizer.param_groups[0]
+    assert group["betas"] == (0.9, 0.95) and group["eps"] == 1e-6
 
 
 def test_options_load_from_a_config_file(tmp_path):

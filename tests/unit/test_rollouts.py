@@ -6,6 +6,8 @@ from __future__ import annotations
 import gzip
 import json
 
+import pytest
+
 from common.types import Completion, ExecutionResult, Problem, Verdict
 from launch.groups import Group
 from launch.rollouts import RolloutWriter, read_rollouts, rollout_files, step_rows
@@ -118,3 +120,30 @@ def test_step_rows_carry_the_group_as_trained(tmp_path):
         None,
         None,
     )
+
+
+def test_a_resume_forgets_the_abandoned_steps_of_the_interrupted_run(tmp_path):
+    first = RolloutWriter(tmp_path)
+    for step in (1, 2, 3, 4, 5):  # the run got to step 5; its checkpoint was at step 2
+        first.write(step, _rows(step, tag="first"))
+    resumed = RolloutWriter(tmp_path, resumed_after=2)
+    resumed.write(3, _rows(3, tag="resumed"))  # and it stopped again after one step
+    steps = [(r["step"], r["tag"]) for r in read_rollouts(tmp_path)][::3]
+    assert steps == [(1, "first"), (2, "first"), (3, "resumed")]
+
+
+def test_a_line_cut_by_a_crash_is_skipped_and_a_broken_one_named(tmp_path):
+    writer = RolloutWriter(tmp_path)
+    writer.write(1, _rows(1))
+    path = rollout_files(tmp_path)[0]
+    with path.open("a") as handle:
+        handle.write('{"step": 2, "sam')  # the process died here
+    assert [r["step"] for r in read_rollouts(tmp_path)] == [1, 1, 1]
+    path.write_text('{"step": 1}\nnot json\n{"step": 1}\n')
+    with pytest.raises(ValueError, match=r"rollouts-000001-step0000001\.jsonl:2: not a JSON row"):
+        list(read_rollouts(tmp_path))
+    cut = tmp_path / "cut"
+    RolloutWriter(cut, file_mib=1 / (1 << 20)).write(1, _rows(1))  # gzipped at once
+    gz = rollout_files(cut)[0]
+    gz.write_bytes(gz.read_bytes()[:-12])  # its end lost
+    assert list(read_rollouts(cut)) == []

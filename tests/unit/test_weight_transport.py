@@ -120,3 +120,14 @@ def test_bad_transport_and_bucket_size_are_refused():
     with pytest.raises(ValueError, match="not a cpu_safetensors update: 'lora_adapter'"):
         list(decode_update(adapter))
     assert CpuSafetensorsSender.name == "cpu_safetensors"
+
+
+def test_adapter_sender_clears_newer_versions_a_resumed_run_left(tmp_path):
+    for stale in ("v000014", "v000015", "v000010"):  # an interrupted run got further
+        (tmp_path / stale).mkdir()
+        (tmp_path / stale / "adapter_model.safetensors").write_text("old")
+    sender = make_sender("lora_adapter", adapter_dir=str(tmp_path))
+    update = sender.send(_Source({}, 10))  # resumed at the checkpoint of version 10
+    assert update.payload == str(tmp_path / "v000010")
+    assert (tmp_path / "v000010" / "adapter_model.safetensors").read_text() == "v10"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["v000010"]

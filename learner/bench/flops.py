@@ -1,0 +1,70 @@
+"""How much of the machine a learner step uses: model FLOPs over a peak measured on the spot.
+
+Model FLOPs of one ``train_step`` (the formula docs/benchmarks.md gives), for a decoder of
+``layers`` layers, attention width ``d_attn`` (heads x head_dim) and ``N`` matmul parameters
+(every weight a token multiplies, the LM head included; the input embedding is a lookup):
+
+- policy forward and backward: ``6 N T`` over the batch's ``T`` real tokens (prompt and
+  completion: every position runs forward and back), ``4 N T`` with LoRA (the frozen weights
+  need no weight gradient; the adapters' own FLOPs are negligible);
+- attention scores and mixing, causal: ``2 layers d_attn S^2`` forward per sequence of length
+  ``S``, three times that forward and backward;
+- the reference forward when the loss has a KL term: ``2 N T`` plus the attention forward.
+
+Padding is not counted: it is work the model did not need, so utilisation falls when a batch is
+badly packed, which is the point of measuring it. The peak is not a datasheet number but the
+best of a few large square matrix products in the step's compute dtype, on the same device and
+threads, measured by the same process just before: what this machine really reaches.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+
+def matmul_parameters(model) -> int:
+    """Parameters that take part in a matrix product: all but a separate input embedding."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    embedding = base.get_input_embeddings().weight
+    head = base.get_output_embeddings()
+    total = sum(p.numel() for n, p in base.named_parameters() if "lora_" not in n)
+    tied = head is not None and head.weight.data_ptr() == embedding.data_ptr()
+    return total if tied else total - embedding.numel()
+
+
+def step_flops(
+    matmul_params: int,
+    layers: int,
+    d_attn: int,
+    lengths: Sequence[int],
+    lora: bool = False,
+    reference: bool = False,
+) -> float:
+    """Model FLOPs of one step over sequences of ``lengths`` tokens (module docstring)."""
+    tokens = sum(lengths)
+    attention = 2.0 * layers * d_attn * sum(s * s for s in lengths)  # causal, forward
+    flops = (4.0 if lora else 6.0) * matmul_params * tokens + 3.0 * attention
+    if reference:
+        flops += 2.0 * matmul_params * tokens + attention
+    return flops
+
+
+def peak_flops(device, dtype, size: int = 0, repeats: int = 3) -> float:
+    """FLOP/s of the best of ``repeats`` ``size x size`` matrix products in ``dtype`` on
+    ``device`` (4096 on CPU, 8192 on GPU by default), after one warm-up product."""
+    import torch
+
+    size = size or (8192 if device.type == "cuda" else 4096)
+    a = torch.randn(size, size, device=device, dtype=dtype)
+    b = torch.randn(size, size, device=device, dtype=dtype)
+    times = []
+    for _ in range(repeats + 1):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        torch.mm(a, b)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return 2.0 * size**3 / min(times[1:])  # the first is the warm-up
