@@ -39,6 +39,7 @@ from learner.batching import (
 )
 from learner.epochs import MetricMeans, split_mini_batches
 from learner.export import export_state_dict
+from learner.flops import forward_flops, model_config_shape, step_flops
 from learner.grpo import Aggregation, grpo_loss, sequence_kl
 from learner.kl_control import KlControl
 from learner.logprobs import completion_logprobs
@@ -117,6 +118,7 @@ class Learner:
             mode = config.reference
             self.reference = Reference(self.model, mode, lora=config.lora.enabled)
         self.trainable = [p for p in self.model.parameters() if p.requires_grad]
+        self._flop_shape = model_config_shape(self.model)  # (matmul params, layers, width)
         self.optimizer = torch.optim.AdamW(
             self.trainable,
             lr=config.lr,
@@ -389,6 +391,7 @@ class Learner:
         else:
             metrics = self._train_epochs(samples)
         metrics["train/lr"] = self.optimizer.param_groups[0]["lr"]  # the step's last
+        metrics["train/model_tflop"] = self.model_flops(samples) / 1e12
         metrics["train/beta"] = beta
         self._weight_version += 1
         self.step += 1
@@ -396,6 +399,16 @@ class Learner:
         self.kl_control.update(kl or 0.0, len(samples), self.step)
         metrics["train/step_time_s"] = time.perf_counter() - start
         return metrics
+
+    def model_flops(self, samples: Sequence[TrainSample]) -> float:
+        """Model FLOPs of one ``train_step`` on ``samples`` (``learner/flops.py``): every epoch's
+        forward and backward, pi_old's forward when there are several optimiser steps, and the
+        reference's when the loss has a KL term."""
+        lengths = [len(s.prompt_token_ids) + len(s.completion_token_ids) for s in samples]
+        epoch = step_flops(*self._flop_shape, lengths, lora=self.config.lora.enabled)
+        several = self.ppo_epochs > 1 or self.mini_batches > 1
+        forwards = int(self.loss_beta > 0) + int(several)
+        return epoch * self.ppo_epochs + forwards * forward_flops(*self._flop_shape, lengths)
 
     def _train_epochs(self, samples: Sequence[TrainSample]) -> dict[str, float]:
         """mu epochs of mini-batch steps against pi_old computed once (see ``epochs.py``)."""

@@ -141,7 +141,33 @@ def summarize_ours(records: list[dict[str, float]], warmup: int) -> dict[str, An
         "rollout_tokens_per_s": statistics.median(r["rollout/tokens_per_s"] for r in measured),
         "response_len_mean": statistics.fmean(r["rollout/response_len_mean"] for r in measured),
         "reward_mean": statistics.fmean(r["reward/mean"] for r in measured),
+        # the learner's model FLOP/s: its step's model FLOPs (learner/flops.py) over its time
+        "learner_tflops": statistics.median(
+            r.get("train/model_tflop", 0.0) / r["time/train_s"] for r in measured
+        ),
     }
+
+
+def learner_peak(config: Config) -> float:
+    """FLOP/s of a large matrix product in the learner's dtype on this host, with the learner's
+    threads: its peak when it runs here (the bench's own cluster); 0 when its device (a GPU)
+    is not on this host."""
+    import torch
+
+    from learner.flops import peak_flops
+    from learner.policy import DTYPES
+
+    learner = config.learner
+    if learner.num_gpus > 0:
+        if not torch.cuda.is_available():
+            return 0.0
+        return peak_flops(torch.device("cuda"), DTYPES[learner.dtype])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(max(1, int(learner.num_cpus)))
+    try:
+        return peak_flops(torch.device("cpu"), DTYPES[learner.dtype])
+    finally:
+        torch.set_num_threads(threads)
 
 
 # ---- output ----------------------------------------------------------------------------------
@@ -161,6 +187,12 @@ def format_ours(summary: dict[str, Any]) -> str:
     for role, value in summary["roles"].items():
         lines.append(
             f"{role:<12} {value['busy_s']:>9.3f} {value['idle_s']:>9.3f} {value['idle_frac']:>6.1%}"
+        )
+    if summary.get("learner_peak_tflops"):
+        lines.append(
+            f"learner: {summary['learner_tflops']:.3f} TFLOP/s of model FLOPs, "
+            f"{summary['learner_utilisation']:.1%} of the {summary['learner_peak_tflops']:.3f} "
+            "TFLOP/s a large matrix product reaches here in the learner's dtype"
         )
     lines.append(
         f"throughput: {summary['samples_per_s']:.2f} samples/s, "
@@ -232,6 +264,10 @@ def main(argv: list[str] | None = None) -> int:
         config.rollout.ignore_eos = True
     records, drawn = run_ours(config, model_path, steps)
     ours = summarize_ours(records, warmup)
+    peak = learner_peak(config)
+    if peak:
+        ours["learner_peak_tflops"] = peak / 1e12
+        ours["learner_utilisation"] = ours["learner_tflops"] * 1e12 / peak
     phases = timeline.PhaseTimes(
         rollout=ours["rollout_s"],
         reward=ours["reward_s"],

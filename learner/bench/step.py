@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from learner.bench.flops import matmul_parameters, peak_flops, step_flops
+from learner.flops import peak_flops
 from learner.policy import DTYPES
 
 # Shapes of public checkpoints (their config.json), for random-weight stand-ins.
@@ -134,7 +134,7 @@ def run(args: argparse.Namespace, overrides: list[str]) -> dict[str, Any]:
         trainable = sum(p.numel() for p in learner.trainable)
         step_s = statistics.median(times)
         tokens = len(samples) * args.completion_len
-        flops = learner_step_flops(learner, samples)
+        flops = learner.model_flops(samples)
         torch.set_num_threads(max(1, int(args.threads)))
         peak = peak_flops(learner.device, DTYPES[config.dtype])
         return {
@@ -153,26 +153,6 @@ def run(args: argparse.Namespace, overrides: list[str]) -> dict[str, Any]:
             "utilisation": flops / step_s / peak,
             "learner": config.model_dump(),
         }
-
-
-def learner_step_flops(learner, samples) -> float:
-    """Model FLOPs of one ``train_step`` of ``learner`` on ``samples`` (``flops.py``): every
-    epoch's forward and backward, the pi_old forward when there are several optimiser steps,
-    and the reference forward when the loss has a KL term."""
-    base = learner.model.get_base_model() if hasattr(learner.model, "get_base_model") else None
-    config = (base or learner.model).config
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    shape = (
-        matmul_parameters(learner.model),
-        config.num_hidden_layers,
-        config.num_attention_heads * head_dim,
-        [len(s.prompt_token_ids) + len(s.completion_token_ids) for s in samples],
-    )
-    lora = learner.config.lora.enabled
-    epochs = step_flops(*shape, lora=lora) * learner.ppo_epochs
-    several = learner.ppo_epochs > 1 or learner.mini_batches > 1
-    forwards = (learner.loss_beta > 0) + several  # the reference's, pi_old's
-    return epochs + forwards * (step_flops(*shape, reference=True) - step_flops(*shape))
 
 
 def _flatten(data: dict, prefix: str = "") -> list[str]:

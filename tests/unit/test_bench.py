@@ -65,3 +65,16 @@ def test_summary_skips_warmup_and_computes_idle():
     assert s["samples_per_s"] == pytest.approx(128 / 11.0)
     assert s["tokens_per_s"] == pytest.approx(128 * 256 / 11.0)
     assert s["sync_share"] == pytest.approx(0.5 / 11.0)
+
+
+def test_learner_flops_per_second_and_the_printed_utilisation():
+    from launch.bench.step import format_ours
+
+    records = [_record(7.0, 1.0, train, 0.5, 11.0) for train in (9.0, 2.0, 4.0, 2.5)]
+    for record, tflop in zip(records, (90.0, 1.0, 2.0, 2.0), strict=True):
+        record["train/model_tflop"] = tflop
+    s = summarize_ours(records, warmup=1)
+    assert s["learner_tflops"] == pytest.approx(0.5)  # median of 0.5, 0.5, 0.8
+    assert "learner:" not in format_ours(s)  # no peak measured: no utilisation line
+    s.update(learner_peak_tflops=2.0, learner_utilisation=0.25)
+    assert "learner: 0.500 TFLOP/s of model FLOPs, 25.0% of the 2.000 TFLOP/s" in format_ours(s)

@@ -49,7 +49,7 @@ def test_bench_reports_step_time_throughput_and_memory(tmp_path, capsys):
 
 
 def test_step_flops_by_hand():
-    from learner.bench.flops import step_flops
+    from learner.flops import step_flops
 
     # N = 10 matmul parameters, 2 layers of attention width 4, sequences of 3 and 5 tokens:
     # 6 N T = 480; causal attention forward 2 * 2 * 4 * (9 + 25) = 544, x3 with the backward
@@ -61,7 +61,7 @@ def test_step_flops_by_hand():
 def test_matmul_parameters_count_the_head_once(tmp_path):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from learner.bench.flops import matmul_parameters
+    from learner.flops import matmul_parameters
 
     shape = {k: v for k, v in PRESETS["tiny"].items() if k != "tie_word_embeddings"}
     for tied in (True, False):
@@ -75,3 +75,17 @@ def test_matmul_parameters_count_the_head_once(tmp_path):
 def test_bad_learner_override_is_a_clean_error(capsys):
     assert main(["--preset", "tiny", "--learner.no_such_key", "1"]) == 2
     assert "learner.no_such_key" in capsys.readouterr().err
+
+
+def test_every_step_reports_its_model_flops(tmp_path):
+    from common.config import LearnerConfig
+    from learner.bench.step import build_random_model
+    from learner.flops import forward_flops, model_config_shape, step_flops
+    from learner.learner import Learner
+
+    learner = Learner(str(build_random_model("tiny", tmp_path)), LearnerConfig(beta=0.04))
+    metrics = learner.train_step(random_batch(2, 2, 4, 8, vocab=256))
+    shape, lengths = model_config_shape(learner.model), [4 + 8] * 4
+    # one epoch forward and backward, plus the reference's forward (beta > 0, KL in the loss)
+    want = step_flops(*shape, lengths) + forward_flops(*shape, lengths)
+    assert metrics["train/model_tflop"] == pytest.approx(want / 1e12)

@@ -1,5 +1,8 @@
 """How much of the machine a learner step uses: model FLOPs over a peak measured on the spot.
 
+Every ``train_step`` reports its model FLOPs (``train/model_tflop``); ``python -m learner.bench``
+and ``python -m launch.bench`` divide them by the step's time and by :func:`peak_flops`.
+
 Model FLOPs of one ``train_step`` (the formula docs/benchmarks.md gives), for a decoder of
 ``layers`` layers, attention width ``d_attn`` (heads x head_dim) and ``N`` matmul parameters
 (every weight a token multiplies, the LM head included; the input embedding is a lookup):
@@ -42,12 +45,30 @@ def step_flops(
     reference: bool = False,
 ) -> float:
     """Model FLOPs of one step over sequences of ``lengths`` tokens (module docstring)."""
-    tokens = sum(lengths)
-    attention = 2.0 * layers * d_attn * sum(s * s for s in lengths)  # causal, forward
-    flops = (4.0 if lora else 6.0) * matmul_params * tokens + 3.0 * attention
+    attention = _attention(layers, d_attn, lengths)
+    flops = (4.0 if lora else 6.0) * matmul_params * sum(lengths) + 3.0 * attention
     if reference:
-        flops += 2.0 * matmul_params * tokens + attention
+        flops += forward_flops(matmul_params, layers, d_attn, lengths)
     return flops
+
+
+def forward_flops(matmul_params: int, layers: int, d_attn: int, lengths: Sequence[int]) -> float:
+    """Model FLOPs of one forward pass (no gradient) over sequences of ``lengths`` tokens."""
+    return 2.0 * matmul_params * sum(lengths) + _attention(layers, d_attn, lengths)
+
+
+def _attention(layers: int, d_attn: int, lengths: Sequence[int]) -> float:
+    """Scores and mixing, causal (half of the square), forward."""
+    return 2.0 * layers * d_attn * sum(s * s for s in lengths)
+
+
+def model_config_shape(model) -> tuple[int, int, int]:
+    """(matmul parameters, layers, attention width) of an HF decoder (under peft or not)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    config = base.config
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    width = config.num_attention_heads * head_dim
+    return matmul_parameters(model), config.num_hidden_layers, width
 
 
 def peak_flops(device, dtype, size: int = 0, repeats: int = 3) -> float:
