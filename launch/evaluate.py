@@ -252,7 +252,7 @@ def run_evaluation(args: argparse.Namespace, worker=None) -> dict:
     args.model = locate_model(args.model, "--model")
     if args.rerank:  # before the generation, not after it
         args.rerank = locate_model(args.rerank, "--rerank")
-    worker_tokenizer = _load_tokenizer(args.model)
+    worker_tokenizer = load_tokenizer(args.model)
     problems = load_rendered(
         args.problems, args.split, args.format, args.template, worker_tokenizer, args.limit
     )
@@ -292,7 +292,7 @@ def run_evaluation(args: argparse.Namespace, worker=None) -> dict:
     return summary
 
 
-def _load_tokenizer(model_path: str):
+def load_tokenizer(model_path: str):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(model_path)

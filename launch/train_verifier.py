@@ -409,12 +409,12 @@ def process_examples(
     from common.data import load_rendered
     from common.model_source import locate_model
     from common.prompts import encode_prompt
-    from launch.evaluate import build_worker, default_max_model_len
+    from launch.evaluate import build_worker, default_max_model_len, load_tokenizer
     from launch.process_labels import mc_step_labels
     from sandbox.pool import SandboxPool
 
     policy = locate_model(args.policy or model_path, "--policy")
-    tokenizer = _tokenizer(policy)
+    tokenizer = load_tokenizer(policy)
     problems = {
         p.problem_id: p
         for p in load_rendered(args.problems, args.split, args.format, "auto", tokenizer)
@@ -452,12 +452,6 @@ def process_examples(
          "passed": label.label >= 0.5, "step": label.step, "count": 1}
         for label in labels
     ]  # fmt: skip
-
-
-def _tokenizer(path: str):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -71,6 +71,24 @@ def model_config_shape(model) -> tuple[int, int, int]:
     return matmul_parameters(model), config.num_hidden_layers, width
 
 
+def learner_peak_flops(config) -> float:
+    """:func:`peak_flops` where the learner of ``config`` (a ``LearnerConfig``) computes: its
+    dtype, on its GPU or with its CPU threads; 0 when its GPU is not on this host."""
+    import torch
+
+    from learner.policy import DTYPES
+
+    dtype = DTYPES[config.dtype]
+    if config.num_gpus > 0:
+        return peak_flops(torch.device("cuda"), dtype) if torch.cuda.is_available() else 0.0
+    threads = torch.get_num_threads()
+    torch.set_num_threads(max(1, int(config.num_cpus)))
+    try:
+        return peak_flops(torch.device("cpu"), dtype)
+    finally:
+        torch.set_num_threads(threads)
+
+
 def peak_flops(device, dtype, size: int = 0, repeats: int = 3) -> float:
     """FLOP/s of the best of ``repeats`` ``size x size`` matrix products in ``dtype`` on
     ``device`` (4096 on CPU, 8192 on GPU by default), after one warm-up product."""

@@ -123,8 +123,7 @@ def _aggregate(
     norm_len: float,
 ) -> Tensor:
     if aggregation == "seq_mean_token_mean":
-        per_seq = (per_token * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)  # (B,)
-        return per_seq.sum() / num_sequences
+        return _sequence_mean(per_token, mask).sum() / num_sequences
     if aggregation == "token_mean":
         return (per_token * mask).sum() / max(num_tokens, 1.0)
     if aggregation == "seq_mean_token_sum_norm":

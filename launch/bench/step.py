@@ -48,6 +48,7 @@ from launch.bench.workload import (
     load_bench_config,
     model_parameters,
 )
+from learner.flops import learner_peak_flops
 
 logger = logging.getLogger("launch.bench")
 
@@ -148,28 +149,6 @@ def summarize_ours(records: list[dict[str, float]], warmup: int) -> dict[str, An
     }
 
 
-def learner_peak(config: Config) -> float:
-    """FLOP/s of a large matrix product in the learner's dtype on this host, with the learner's
-    threads: its peak when it runs here (the bench's own cluster); 0 when its device (a GPU)
-    is not on this host."""
-    import torch
-
-    from learner.flops import peak_flops
-    from learner.policy import DTYPES
-
-    learner = config.learner
-    if learner.num_gpus > 0:
-        if not torch.cuda.is_available():
-            return 0.0
-        return peak_flops(torch.device("cuda"), DTYPES[learner.dtype])
-    threads = torch.get_num_threads()
-    torch.set_num_threads(max(1, int(learner.num_cpus)))
-    try:
-        return peak_flops(torch.device("cpu"), DTYPES[learner.dtype])
-    finally:
-        torch.set_num_threads(threads)
-
-
 # ---- output ----------------------------------------------------------------------------------
 
 
@@ -264,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         config.rollout.ignore_eos = True
     records, drawn = run_ours(config, model_path, steps)
     ours = summarize_ours(records, warmup)
-    peak = learner_peak(config)
+    peak = learner_peak_flops(config.learner)
     if peak:
         ours["learner_peak_tflops"] = peak / 1e12
         ours["learner_utilisation"] = ours["learner_tflops"] * 1e12 / peak

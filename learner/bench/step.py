@@ -27,8 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from learner.flops import peak_flops
-from learner.policy import DTYPES
+from learner.flops import learner_peak_flops
 
 # Shapes of public checkpoints (their config.json), for random-weight stand-ins.
 PRESETS: dict[str, dict[str, Any]] = {
@@ -135,8 +134,7 @@ def run(args: argparse.Namespace, overrides: list[str]) -> dict[str, Any]:
         step_s = statistics.median(times)
         tokens = len(samples) * args.completion_len
         flops = learner.model_flops(samples)
-        torch.set_num_threads(max(1, int(args.threads)))
-        peak = peak_flops(learner.device, DTYPES[config.dtype])
+        peak = learner_peak_flops(config)
         return {
             "preset": args.preset,
             "device": str(learner.device),
