@@ -1,0 +1,110 @@
+"""Reading configs: TOML files, ``--section.key value`` overrides, moved keys and errors that
+name the field, and writing the resolved config back as TOML."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import tomllib
+from pydantic import ValidationError
+
+from common.config.base import ConfigError
+from common.config.root import Config
+
+
+def _parse_value(raw: str) -> Any:
+    """A command-line value: JSON when it parses (numbers, bools, lists), else a string."""
+    lowered = raw.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        return raw
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    """Apply ``--section.key value`` pairs (already split into a flat list) onto a config dict."""
+    if len(overrides) % 2:
+        raise ConfigError(f"override {overrides[-1]!r} has no value: use --section.key VALUE")
+    for flag, raw in zip(overrides[::2], overrides[1::2], strict=True):
+        if not flag.startswith("--") or "." not in flag:
+            raise ConfigError(f"override {flag!r} must look like --section.key VALUE")
+        *sections, key = flag[2:].split(".")
+        node = data
+        for section in sections:
+            node = node.setdefault(section, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {flag!r}: {section!r} is not a section")
+        node[key] = _parse_value(raw)
+    return data
+
+
+#: Keys that moved, by their old place: a config that still uses one is refused with its new
+#: place, instead of "unknown key".
+MOVED_KEYS = {
+    "learner.advantage_scale": "advantage.scale",
+    "learner.advantage_eps": "advantage.eps",
+    "learner.reward_scale": "advantage.reward_scale",
+    "rollout.dynamic_sampling": "advantage.dynamic_sampling",
+    "rollout.max_sampling_rounds": "advantage.max_sampling_rounds",
+    "reward.baseline.kind": "advantage.baseline",
+    "reward.baseline.scale": "advantage.scale",
+    "reward.baseline.process_noise": "advantage.kalman.process_noise",
+    "reward.baseline.reward_variance": "advantage.kalman.reward_variance",
+    "reward.baseline.initial_mean": "advantage.kalman.initial_mean",
+    "reward.baseline.initial_variance": "advantage.kalman.initial_variance",
+    "reward.baseline.std_floor": "advantage.kalman.std_floor",
+    "sandbox.reward": "reward.terms.execution.options.mode",
+}
+
+
+def _moved(data: dict) -> list[str]:
+    """One line per moved key that ``data`` still uses."""
+    lines = []
+    for old, new in MOVED_KEYS.items():
+        *sections, key = old.split(".")
+        node: Any = data
+        for section in sections:
+            node = node.get(section) if isinstance(node, dict) else None
+        if isinstance(node, dict) and key in node:
+            lines.append(f"  {old} moved to {new}")
+    return lines
+
+
+def _format_error(err: ValidationError) -> str:
+    lines = []
+    for item in err.errors():
+        where = ".".join(str(p) for p in item["loc"]) or "config"
+        message = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "extra_forbidden":
+            message = "unknown key (check the spelling against the config reference in README.md)"
+        lines.append(f"  {where}: {message}")
+    return "invalid configuration:\n" + "\n".join(lines)
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    """Load a TOML file (or the defaults), apply overrides and validate everything."""
+    data: dict = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file {path} does not exist")
+        try:
+            data = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    return validate_config(apply_overrides(data, overrides or []))
+
+
+def validate_config(data: dict) -> Config:
+    """A config dict (file plus overrides) as a validated Config; moved keys name their place."""
+    moved = _moved(data)
+    if moved:
+        raise ConfigError("invalid configuration:\n" + "\n".join(moved))
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_format_error(exc)) from None

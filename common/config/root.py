@@ -1,0 +1,80 @@
+"""The whole run configuration: one table per section, and the rules that span sections."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import ConfigDict, Field, model_validator
+
+from common.config.base import Section
+from common.config.learning import (
+    AdvantageConfig,
+    AsyncConfig,
+    LearnerConfig,
+    RayConfig,
+    WeightsConfig,
+)
+from common.config.run import (
+    DataConfig,
+    EvalConfig,
+    ModelConfig,
+    RolloutConfig,
+    RunConfig,
+    SandboxConfig,
+)
+from common.config.toml_writer import dump_toml
+from common.rewards.config import RewardConfig
+
+
+class Config(Section):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True)
+
+    run: RunConfig = RunConfig()
+    model: ModelConfig = ModelConfig()
+    data: DataConfig = DataConfig()
+    eval: EvalConfig = EvalConfig()
+    rollout: RolloutConfig = RolloutConfig()
+    sandbox: SandboxConfig = SandboxConfig()
+    reward: RewardConfig = RewardConfig()
+    advantage: AdvantageConfig = AdvantageConfig()
+    learner: LearnerConfig = LearnerConfig()
+    # ``async`` is a Python keyword: the attribute is ``async_``, the key in files and on the
+    # command line is ``async`` (``--async.max_staleness 1``).
+    async_: AsyncConfig = Field(AsyncConfig(), alias="async")
+    weights: WeightsConfig = WeightsConfig()
+    ray: RayConfig = RayConfig()
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.run.output_dir) / self.run.name
+
+    @property
+    def bucket_bytes(self) -> int:
+        """``weights.bucket_mib`` in bytes."""
+        return int(self.weights.bucket_mib * (1 << 20))
+
+    @property
+    def served_lora_rank(self) -> int:
+        """Rank of the LoRA adapters the engines must serve: the learner's rank when updates
+        travel as adapters (``lora.export = "adapter"``), else 0 (merged weights, no adapters)."""
+        lora = self.learner.lora
+        return lora.rank if lora.enabled and lora.export == "adapter" else 0
+
+    @model_validator(mode="after")
+    def _check_learner_threads(self) -> Config:
+        narrowed = self.async_.learner_threads_during_rollout
+        if narrowed and not self.async_.max_staleness:
+            raise ValueError(
+                "async.learner_threads_during_rollout needs async.max_staleness >= 1: in "
+                "synchronous mode the learner never trains while a batch is generated"
+            )
+        if narrowed and narrowed >= int(self.learner.num_cpus):
+            raise ValueError(
+                f"async.learner_threads_during_rollout ({narrowed}) must be fewer than "
+                f"learner.num_cpus ({self.learner.num_cpus:g}), the threads it returns to"
+            )
+        return self
+
+    def to_toml(self) -> str:
+        """The resolved configuration, saved beside every run so it can be reproduced."""
+        return dump_toml(self.model_dump(by_alias=True))

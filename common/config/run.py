@@ -1,0 +1,171 @@
+"""Sections for what a run is and where its samples come from: run, model, data, eval,
+rollout and sandbox."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from common.config.base import Section
+
+
+class RunConfig(Section):
+    name: str = "run"
+    output_dir: str = "runs"
+    seed: int = 0
+    steps: int = Field(100, ge=1)
+    checkpoint_every: int = Field(0, ge=0, description="0: only at the end of the run")
+    plot: bool = True
+    save_rollouts: bool = Field(
+        True,
+        description="every trained completion, its program, verdicts, rewards and advantage "
+        "in <run>/rollouts/ (launch/rollouts.py reads them)",
+    )
+    rollouts_file_mib: float = Field(
+        64, gt=0, description="a rollout file past this size is gzipped and a new one started"
+    )
+    rollouts_max_mib: float = Field(
+        1024, gt=0, description="the oldest rollout files are deleted beyond this much in all"
+    )
+
+
+class ModelConfig(Section):
+    path: str = Field(
+        "builtin:tiny",
+        description="HF model directory or hub name; 'builtin:tiny' builds a tiny random model",
+    )
+    dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+    max_model_len: int = Field(512, ge=16)
+
+
+class DataConfig(Section):
+    source: str = Field(
+        "synthetic",
+        description="'synthetic', a problems file (MBPP .jsonl/.json, HumanEval .jsonl[.gz], "
+        "generic .jsonl) or a Hugging Face dataset name[:config]",
+    )
+    format: Literal["auto", "mbpp", "humaneval", "generic"] = "auto"
+    split: str = Field(
+        "train", description="MBPP: train, test, validation, prompt; 'all': every row"
+    )
+    max_problems: int = Field(0, ge=0, description="0: all")
+    prompt_template: Literal["auto", "chat", "plain"] = Field(
+        "auto", description="auto: the model's chat template if it has one; ignored for synthetic"
+    )
+    curriculum: Literal["uniform", "failure_focused", "easy_to_hard"] = "uniform"
+    curriculum_ema: float = Field(
+        0.3, gt=0, le=1, description="weight of the newest group in a problem's pass rate"
+    )
+    curriculum_ramp_steps: int = Field(
+        100, ge=1, description="easy_to_hard: steps until the pool is the whole set"
+    )
+
+
+class EvalConfig(Section):
+    every: int = Field(0, ge=0, description="evaluate every N steps and at the end; 0: never")
+    source: str = Field("", description="problems to evaluate on; '': data.source")
+    split: str = "test"
+    max_problems: int = Field(0, ge=0, description="0: the whole split")
+    n: int = Field(1, ge=1, description="samples per problem")
+    k: list[int] = Field(default_factory=lambda: [1])
+
+    @model_validator(mode="after")
+    def _check_k(self) -> EvalConfig:
+        if not self.k or min(self.k) < 1 or max(self.k) > self.n:
+            raise ValueError(
+                f"k ({self.k}) must be between 1 and n ({self.n}): pass@k needs at least k "
+                "samples per problem"
+            )
+        return self
+
+
+class RolloutConfig(Section):
+    num_actors: int = Field(1, ge=1)
+    batch_size: int = Field(64, ge=2, description="completions per step (prompts x group_size)")
+    group_size: int = Field(8, description="G: completions sampled per prompt")
+    max_new_tokens: int = Field(64, ge=1)
+    min_new_tokens: int = Field(0, ge=0, description="no stop (EOS or stop string) before this")
+    ignore_eos: bool = Field(False, description="keep sampling past EOS (fixed-length benchmarks)")
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    stop: list[str] = Field(default_factory=list, description="stop strings (kept in the output)")
+    kv_cache_gib: float = Field(1.0, gt=0, description="CPU engines only: KV cache size")
+    num_cpus: float = Field(1.0, ge=0)
+    num_gpus: float = Field(0.0, ge=0)
+    enforce_eager: bool = True
+    max_num_batched_tokens: int = Field(
+        0,
+        ge=0,
+        description="tokens one engine step processes (prefill and decode); 0: vLLM's default. "
+        "On CPU hosts prompts are never split across steps, so at least model.max_model_len",
+    )
+    engine_process: Literal["actor", "separate"] = Field(
+        "actor",
+        description="actor: vLLM's engine core runs inside the rollout actor's process (no "
+        "inter-process hop per engine step; on CPU hosts the two processes no longer compete "
+        "for cores); separate: vLLM's own engine-core process, which overlaps scheduling with "
+        "GPU execution",
+    )
+
+    @model_validator(mode="after")
+    def _check_group(self) -> RolloutConfig:
+        if self.group_size < 2:
+            raise ValueError(
+                f"group_size ({self.group_size}) must be at least 2: advantages are rewards "
+                "normalised within a group, and a group of one has no baseline"
+            )
+        if self.min_new_tokens > self.max_new_tokens:
+            raise ValueError(
+                f"min_new_tokens ({self.min_new_tokens}) must not exceed max_new_tokens "
+                f"({self.max_new_tokens})"
+            )
+        if self.batch_size % self.group_size:
+            raise ValueError(
+                f"batch_size ({self.batch_size}) must be a multiple of group_size "
+                f"({self.group_size}): advantages are normalised per group"
+            )
+        return self
+
+    @property
+    def prompts_per_step(self) -> int:
+        return self.batch_size // self.group_size
+
+
+class SandboxConfig(Section):
+    num_workers: int = Field(2, ge=1)
+    timeout_s: float = Field(10.0, gt=0, description="wall-clock limit for one completion")
+    test_timeout_s: float = Field(5.0, gt=0, description="wall-clock limit for one test")
+    memory_mb: int = Field(512, ge=32)
+    max_output_bytes: int = Field(64 * 1024, ge=1024)
+    cache: bool = True
+    allow_unisolated: bool = Field(
+        False, description="run without namespaces when the kernel allows none (unsafe)"
+    )
+    num_cpus: float = Field(0.0, ge=0)
+    pin_hot_pages: bool = Field(
+        True,
+        description="each worker's zygote pins the pages an execution writes (io_uring "
+        "buffers, ~1 MiB of RLIMIT_MEMLOCK per worker), so that a fork copies them at once "
+        "instead of faulting on each; falls back, and says why, where the kernel refuses",
+    )
+    zygote_loop: Literal["auto", "python"] = Field(
+        "auto",
+        description="'auto': each zygote runs its loop in C (sandbox/_zygote.c, built on "
+        "first use with the host's C compiler and cached) when it is its PID namespace's "
+        "init; 'python': the Python loop, which does the same with more CPU per execution",
+    )
+    cpu_affinity: Literal["auto", "none"] | list[int] = Field(
+        "auto",
+        description="'auto': worker i (its zygote and every child) is pinned to the i-th CPU "
+        "this process may use counting from the last, round robin; a list of CPU ids: the "
+        "same over those CPUs in that order; 'none': the scheduler places them",
+    )
+
+    @model_validator(mode="after")
+    def _check_cpu_affinity(self) -> SandboxConfig:
+        if isinstance(self.cpu_affinity, list) and (
+            not self.cpu_affinity or min(self.cpu_affinity) < 0
+        ):
+            raise ValueError("cpu_affinity must be 'auto', 'none' or a non-empty list of CPU ids")
+        return self
