@@ -1,9 +1,9 @@
 """Where training problems come from, and the order they are drawn in.
 
-``data.source`` is ``synthetic`` (the demo task, already in its final completion form, so the
-prompt template does not apply), a problems file or a Hugging Face dataset name
-(:mod:`common.datasets`); dataset prompts are rendered for the model with ``data.prompt_template``
-(:mod:`common.prompts`).
+``data.source`` is ``synthetic`` or ``synthetic_hidden`` (the demo tasks, already in their final
+completion form, so the prompt template does not apply), a problems file or a Hugging Face
+dataset name (:mod:`common.datasets`); dataset prompts are rendered for the model with
+``data.prompt_template`` (:mod:`common.prompts`).
 
 The sampler is a pure function of (seed, position): a resumed run that restores the position
 sees exactly the prompts an uninterrupted run would have seen. Pass-rate-aware orders are in
@@ -17,7 +17,7 @@ import random
 from common.config import DataConfig
 from common.datasets import load_dataset
 from common.prompts import render_problems
-from common.tasks import synthetic_problems
+from common.tasks import SYNTHETIC_SOURCES
 from common.types import Problem
 
 
@@ -42,15 +42,21 @@ def load_rendered(
 ) -> list[Problem]:
     """Problems from ``source`` with prompts rendered by ``template`` for ``tokenizer``.
 
-    The synthetic task has no splits and is already in its final completion form.
+    The synthetic tasks have no splits and are already in their final completion form.
     """
-    if source == "synthetic":
-        problems = synthetic_problems()
-        return problems[:limit] if limit else problems
+    if source in SYNTHETIC_SOURCES:
+        return load_raw(source, split, fmt, limit)
     if tokenizer is None:
         raise ValueError(f"rendering prompts for {source!r} needs the model's tokenizer")
-    problems = load_dataset(source, split, fmt, limit)
-    return render_problems(problems, template, tokenizer)
+    return render_problems(load_raw(source, split, fmt, limit), template, tokenizer)
+
+
+def load_raw(source: str, split: str | None, fmt: str, limit: int = 0) -> list[Problem]:
+    """Problems from ``source`` with their task text as ``prompt`` (not rendered for a model)."""
+    if source in SYNTHETIC_SOURCES:
+        problems = SYNTHETIC_SOURCES[source]()
+        return problems[:limit] if limit else problems
+    return load_dataset(source, split, fmt, limit)
 
 
 class PromptSampler:

@@ -46,6 +46,36 @@ def synthetic_problems() -> list[Problem]:
     return [synthetic_problem(target) for target in range(10)]
 
 
+_HIDDEN = "# Return the secret number.\ndef answer():\n    return "
+
+
+def hidden_problem(target: int) -> Problem:
+    """One instance of the multi-turn demo task (``data.source = "synthetic_hidden"``).
+
+    The prompt does not say the number, so a first turn can only guess. The tests grade
+    closeness as the synthetic task's do (a number within 9, within 5, within 2, exact), all
+    written ``abs(answer() - target) <= d``: whatever a first turn wrote, the feedback shows the
+    test it failed with the number at the same place, so a second turn can learn to copy it
+    (``configs/demo_repair.toml``).
+    """
+    return Problem(
+        problem_id=f"synthetic_hidden/{target}",
+        prompt=_HIDDEN,
+        tests=tuple(f"assert abs(answer() - {target}) <= {d}" for d in (9, 5, 2, 0)),
+        program_prefix=_HIDDEN,
+        reference_solution=f"{target}\n",
+    )
+
+
+def hidden_problems() -> list[Problem]:
+    """The ten problems of the hidden-number task, one per target digit."""
+    return [hidden_problem(target) for target in range(10)]
+
+
+#: The built-in tasks by ``data.source`` name.
+SYNTHETIC_SOURCES = {"synthetic": synthetic_problems, "synthetic_hidden": hidden_problems}
+
+
 _SNIPPETS = [
     "def add(a, b):\n    return a + b\n",
     "for i in range(10):\n    print(i)\n",

@@ -59,6 +59,11 @@ class Completion:
     finish_reason: str
     weight_version: int
     temperature: float | None = None  # the request's own sampling temperature, if it had one
+    #: A multi-turn episode (``launch.episodes``): ``token_ids`` are every turn's tokens with the
+    #: feedback between them, and this marks the model's own (1) against the feedback (0), which
+    #: is not trained on. None: a single turn, every token the model's.
+    loss_mask: list[int] | None = None
+    turns: int = 1
 
 
 class Verdict(str, Enum):
@@ -116,6 +121,16 @@ class TrainSample:
     #: Sampled at a temperature of its own (``advantage.low_variance_temperature``): the learner
     #: scores it at that temperature, so its logprobs match the sampler's. None: the run's.
     temperature: float | None = None
+    #: 1 on the tokens to train on, 0 on feedback of a multi-turn episode (its sampler logprobs
+    #: are 0 and never compared). None: every completion token is trained on.
+    loss_mask: list[int] | None = None
+
+    @property
+    def num_trained_tokens(self) -> int:
+        """The completion tokens the loss sees: the model's own, without episode feedback."""
+        if self.loss_mask is None:
+            return len(self.completion_token_ids)
+        return sum(self.loss_mask)
 
 
 @dataclass

@@ -89,7 +89,7 @@ class Driver:
         self.problems = problems
         self.tokenizer = tokenizer
         prompt_ids = [tuple(encode_prompt(tokenizer, p.prompt)) for p in problems]
-        self.collector = GroupCollector(config, fleet, problems, prompt_ids)
+        self.collector = GroupCollector(config, fleet, problems, prompt_ids, tokenizer)
         self.run_dir = run_dir
         self.start_step = state.step if state else 0
         self.weight_version = state.weight_version if state else 0
@@ -372,6 +372,7 @@ class Driver:
                 weight_version=c.weight_version,
                 group_index=i // size,
                 temperature=c.temperature,
+                loss_mask=c.loss_mask,
             )
             for i, (c, adv) in enumerate(zip(completions, scaled, strict=True))
             if adv is not None
@@ -394,6 +395,7 @@ class Driver:
                 0.0,
                 c.weight_version,
                 temperature=c.temperature,
+                loss_mask=c.loss_mask,
             )
             for c in (completions[i] for i in kept)
         ]
@@ -450,7 +452,7 @@ class Driver:
         import statistics
 
         scored = [r for r in rewards if r is not None]
-        lengths = [len(c.token_ids) for c in completions]
+        lengths = [sum(c.loss_mask) if c.loss_mask else len(c.token_ids) for c in completions]
         record: dict[str, float] = {
             "step": step,
             "weight_version": self.weight_version,

@@ -29,6 +29,7 @@ from common.rewards import (
     term_metrics,
 )
 from common.types import Completion, ExecutionJob, ExecutionResult, Problem, RolloutRequest
+from launch.episodes import Episode, EpisodeRunner, discounted, episode_metrics
 
 
 @dataclass
@@ -42,15 +43,26 @@ class Group:
 
 
 class GroupCollector:
-    """Turns prompt indices into scored groups using the fleet's rollout and sandbox actors."""
+    """Turns prompt indices into scored groups using the fleet's rollout and sandbox actors.
 
-    def __init__(self, config: Config, fleet, problems: list[Problem], prompt_ids: list) -> None:
+    With ``episode.max_turns > 1`` each completion is an episode (``launch.episodes``): the
+    later turns run once every group's first turn is judged, all episodes together.
+    """
+
+    def __init__(
+        self, config: Config, fleet, problems: list[Problem], prompt_ids: list, tokenizer=None
+    ) -> None:
         self.config = config
         self.fleet = fleet
         self.problems = problems
         self.prompt_ids = prompt_ids
         self.seconds = {"rollout": 0.0, "reward": 0.0}
         self.term_means: dict[str, float] = {}
+        self.episodes = None
+        if config.episode.max_turns > 1:
+            if tokenizer is None:
+                raise ValueError("multi-turn episodes need the tokenizer to write feedback")
+            self.episodes = EpisodeRunner(config, tokenizer, fleet.rollout.generate, self._execute)
         scorers = getattr(fleet, "scorers", None) or {}
         self.reward = build_reward(
             config.reward,
@@ -63,6 +75,8 @@ class GroupCollector:
         from launch.advantage import dynamic_sample, is_informative
 
         self.seconds = {"rollout": 0.0, "reward": 0.0}
+        if self.episodes is not None:
+            self.seconds["episode"] = 0.0
         rollout = self.config.rollout
         wanted = rollout.prompts_per_step
 
@@ -95,7 +109,16 @@ class GroupCollector:
         self.term_means = term_metrics(
             {name: [v for g in groups for v in g.terms.get(name, [])] for name in self._names()}
         )
+        if self.episodes is not None:
+            finals = [(c, r) for g in groups for c, r in zip(g.completions, g.results, strict=True)]
+            metrics.update(episode_metrics(finals, self.config.episode.max_turns))
         return groups, metrics
+
+    def _execute(self, jobs: list[ExecutionJob]) -> list[ExecutionResult]:
+        import ray
+
+        stop_early = self.config.reward.stops_at_first_failure()
+        return ray.get(self.fleet.sandbox.run(jobs, stop_at_first_failure=stop_early))
 
     def _names(self) -> list[str]:
         return [term.name for term in self.reward.terms]
@@ -144,12 +167,23 @@ class GroupCollector:
             for k in arrived:
                 results[k] = executed[offset : offset + len(completions[k])]
                 offset += len(completions[k])
+        last = [list(group) for group in completions]  # each sample's last turn
+        if self.episodes is not None:
+            self.seconds["reward"] += time.perf_counter() - start
+            start = time.perf_counter()
+            self._run_episodes(tag, indices, completions, programs, results, last)
+            self.seconds["episode"] += time.perf_counter() - start
+            start = time.perf_counter()
         batch = [
-            RewardInput(self.problems[indices[k]], c.text, code, result, len(c.token_ids))
+            RewardInput(self.problems[indices[k]], turn.text, code, result, len(turn.token_ids))
             for k in range(len(requests))
-            for c, code, result in zip(completions[k], programs[k], results[k], strict=True)
+            for turn, code, result in zip(last[k], programs[k], results[k], strict=True)
         ]
         scored = self.reward(batch)
+        rewards = scored.rewards
+        if self.episodes is not None:
+            turns = [c.turns for group in completions for c in group]
+            rewards = [discounted(r, n, self.config.episode) for r, n in zip(rewards, turns)]
         self.seconds["reward"] += time.perf_counter() - start
 
         def part(values: list, k: int) -> list:
@@ -160,12 +194,28 @@ class GroupCollector:
                 index,
                 completions[k],
                 results[k],
-                part(scored.rewards, k),
+                part(rewards, k),
                 {name: part(values, k) for name, values in scored.by_term.items()},
                 programs[k],
             )
             for k, index in enumerate(indices)
         ]
+
+    def _run_episodes(self, tag, indices, completions, programs, results, last) -> None:
+        """Turns 2..T of every sample (``launch.episodes``), in place: each sample's transcript,
+        last program and verdict, and ``last`` its last turn."""
+        size = self.config.rollout.group_size
+        episodes = [
+            Episode(self.problems[indices[k]], c, c, programs[k][j], results[k][j])
+            for k, group in enumerate(completions)
+            for j, c in enumerate(group)
+        ]
+        for n, episode in enumerate(self.episodes.run(tag, episodes)):
+            k, j = divmod(n, size)
+            completions[k][j] = episode.transcript
+            last[k][j] = episode.last_turn
+            programs[k][j] = episode.program
+            results[k][j] = episode.result
 
     def _requests(
         self, tag: str, indices: list[int], temperature: float | None = None

@@ -15,7 +15,9 @@ original task, the buggy program and the first failing test with the sandbox's r
 original ``tests``, ``setup_code`` and ``reference_solution``, plus ``source_task_id``,
 ``buggy_program`` (the whole program as it runs, setup code included) and ``operator``. Train on
 it like any problem file (``--data.source repairs.jsonl``): the completion is the fixed program
-and the reward is the execution reward against the original tests.
+and the reward is the execution reward against the original tests. A completion-style problem
+(a ``program_prefix``, like HumanEval or the synthetic task) is mutated as its whole program, and
+its tasks keep the prefix: the prompt ends with it and the fix continues it.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import json
 import random
 import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +81,11 @@ def candidates(source: str, count: int, seed: str) -> list[tuple[str, str]]:
     return chosen
 
 
+def reference_program(problem: Problem) -> str:
+    """The reference as a whole program: after the header of a completion-style problem."""
+    return problem.program_prefix + problem.reference_solution
+
+
 def _program(problem: Problem, code: str) -> str:
     return f"{problem.setup_code}\n{code}" if problem.setup_code else code
 
@@ -95,20 +102,29 @@ def _first_failure(problem: Problem, result: ExecutionResult) -> tuple[str, str]
 
 
 def make_repairs(
-    problems: Sequence[Problem], execute, per_problem: int, seed: int
+    problems: Sequence[Problem],
+    execute,
+    per_problem: int,
+    seed: int,
+    quota: Mapping[str, int] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Counter]]:
     """The repair rows and, per operator, counts of kept and rejected candidates (with the
-    reason). ``execute(jobs, stop_at_first_failure)`` is the sandbox."""
+    reason). ``execute(jobs, stop_at_first_failure)`` is the sandbox. ``quota`` overrides
+    ``per_problem`` by problem id (``launch.selfplay`` aims more bugs at weaker problems; a
+    problem missing from it gets none)."""
+    wanted = {p.problem_id: per_problem for p in problems} if quota is None else dict(quota)
     counts: dict[str, Counter] = {op: Counter() for op in OPERATORS}
-    usable = [p for p in problems if p.reference_solution.strip()]
-    references = execute([_job(p, p.reference_solution) for p in usable], False)
+    usable = [
+        p for p in problems if p.reference_solution.strip() and wanted.get(p.problem_id, 0) > 0
+    ]
+    references = execute([_job(p, reference_program(p)) for p in usable], False)
     pending: list[tuple[Problem, str, str]] = []
     for problem, result in zip(usable, references, strict=True):
         if not result.passed:
             continue  # a reference that fails its own tests cannot say what a bug is
         for operator, mutant in candidates(
-            problem.reference_solution,
-            per_problem * CANDIDATES_PER_BUG,
+            reference_program(problem),
+            wanted[problem.problem_id] * CANDIDATES_PER_BUG,
             f"{seed}/{problem.problem_id}",
         ):
             pending.append((problem, operator, mutant))
@@ -120,7 +136,7 @@ def make_repairs(
             counts[operator]["infra_error"] += 1
         elif result.passed:
             counts[operator]["still_passes"] += 1
-        elif kept[problem.problem_id] >= per_problem:
+        elif kept[problem.problem_id] >= wanted[problem.problem_id]:
             counts[operator]["surplus"] += 1
         else:
             counts[operator]["kept"] += 1
@@ -137,6 +153,9 @@ def make_repairs(
                 "buggy_program": _program(problem, mutant),
                 "operator": operator,
             })  # fmt: skip
+            if problem.program_prefix:  # the fix continues the original header
+                rows[-1]["program_prefix"] = problem.program_prefix
+                rows[-1]["prompt"] += "\n\n" + problem.program_prefix
     return rows, counts
 
 

@@ -4,8 +4,9 @@ With ``run.save_rollouts`` (on by default) every completion of every trained ste
 JSON row in ``<run>/rollouts/``:
 
     step, weight_version, problem_id, group (its position in the step), sample (its index in
-    the group), prompt, completion, program (what the sandbox ran), finish_reason, num_tokens,
-    verdict, tests_passed, tests_total, test_verdicts (one per test run), detail, reward
+    the group), prompt, completion (a multi-turn episode's whole transcript, feedback
+    included), program (what the sandbox ran: the last turn's), finish_reason, num_tokens,
+    turns, verdict, tests_passed, tests_total, test_verdicts (one per test run), detail, reward
     (None: no verdict, masked), terms ({reward term: value}), advantage (None: not trained on)
 
 Rows go to ``rollouts-<sequence>-step<first step>.jsonl``; when a file grows past
@@ -161,6 +162,7 @@ def step_rows(
                 "program": group.programs[k] if group.programs else None,
                 "finish_reason": completion.finish_reason,
                 "num_tokens": len(completion.token_ids),
+                "turns": completion.turns,
                 "verdict": result.verdict.value,
                 "tests_passed": result.tests_passed,
                 "tests_total": result.tests_total,

@@ -49,6 +49,13 @@ def validate_samples(samples: Sequence[TrainSample]) -> None:
                 f"sample {i}: {len(s.sampler_logprobs)} sampler logprobs for "
                 f"{len(s.completion_token_ids)} completion tokens; they must be aligned one to one"
             )
+        if s.loss_mask is not None and len(s.loss_mask) != len(s.completion_token_ids):
+            raise ValueError(
+                f"sample {i}: a loss mask of {len(s.loss_mask)} for "
+                f"{len(s.completion_token_ids)} completion tokens"
+            )
+        if s.loss_mask is not None and not any(s.loss_mask):
+            raise ValueError(f"sample {i}: the loss mask trains on no token")
 
 
 def _length(sample: TrainSample) -> int:
@@ -105,7 +112,9 @@ def collate(
         p, c = len(s.prompt_token_ids), len(s.completion_token_ids)
         input_ids[row, : p + c] = torch.tensor(s.prompt_token_ids + s.completion_token_ids)
         attention_mask[row, : p + c] = 1
-        completion_mask[row, p : p + c] = 1.0
+        # Episode feedback (loss_mask 0) is context, like the prompt: no logprob, no loss, no KL.
+        own = 1.0 if s.loss_mask is None else torch.tensor(s.loss_mask, dtype=torch.float32)
+        completion_mask[row, p : p + c] = own
         sampler_logprobs[row, p : p + c] = torch.tensor(s.sampler_logprobs, dtype=torch.float32)
     advantages = torch.tensor([s.advantage for s in rows], dtype=torch.float32)
     temperatures = None

@@ -275,9 +275,9 @@ class Learner:
         if ref_logprobs is None and self.loss_beta > 0:
             ref_logprobs = self.reference_logprobs(samples)
         self.model.train()
-        total_tokens = sum(len(s.completion_token_ids) for s in samples)
+        total_tokens = sum(s.num_trained_tokens for s in samples)
         # Dr. GRPO's normaliser must be one constant for the whole batch, not per micro-batch.
-        max_len = max_len or self.max_len or max(len(s.completion_token_ids) for s in samples)
+        max_len = max_len or self.max_len or max(s.num_trained_tokens for s in samples)
         sums: dict[str, float] = dict.fromkeys(("loss", *_AVERAGED), 0.0)
         abs_diff = 0.0
         threads: list[int] = []
@@ -414,7 +414,7 @@ class Learner:
         """mu epochs of mini-batch steps against pi_old computed once (see ``epochs.py``)."""
         ref = self.reference_logprobs(samples) if self.loss_beta > 0 else None
         old = self.policy_logprobs(samples)
-        max_len = self.max_len or max(len(s.completion_token_ids) for s in samples)
+        max_len = self.max_len or max(s.num_trained_tokens for s in samples)
         every, last = MetricMeans(), MetricMeans()
         for epoch in range(self.ppo_epochs):
             seed = f"{self.seed}/{self.step}/{epoch}"
@@ -432,7 +432,7 @@ class Learner:
         result = every.means()
         for key in ("ratio_mean", "clip_frac", "loss"):
             result[f"train/{key}_last_epoch"] = last.means()[f"train/{key}"]
-        result["train/num_tokens"] = float(sum(len(s.completion_token_ids) for s in samples))
+        result["train/num_tokens"] = float(sum(s.num_trained_tokens for s in samples))
         result["train/num_samples"] = float(len(samples))
         result["train/optimizer_steps"] = float(every.count)
         return result

@@ -8,11 +8,16 @@ the worker, which the child cannot influence.
 
 from __future__ import annotations
 
+import reprlib
 import signal
 
 from common.types import ExecutionResult, Verdict
 from sandbox import testplan
 from sandbox.canonical import rebuild
+
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxdict = 3, 8, 8
+_SHORT.maxstring, _SHORT.maxother, _SHORT.maxlong = 80, 80, 40
 
 _KIND_VERDICT = {
     "assert": Verdict.FAILED,
@@ -74,12 +79,16 @@ class Judgement:
             self._note(f"test {len(self.verdicts)}: malformed record")
             return Verdict.FAILED
         try:
-            if testplan.judge(plan, [rebuild(v) for v in values]):
+            rebuilt = [rebuild(v) for v in values]
+            if testplan.judge(plan, rebuilt):
                 return Verdict.PASSED
         except Exception as exc:  # a rebuilt value the assertion cannot handle fails it
             self._note(f"test {len(self.verdicts)}: {type(exc).__name__} while judging")
             return Verdict.FAILED
-        self._note(f"test {len(self.verdicts)}: assertion failed")
+        # What the candidate computed, for the feedback of a multi-turn episode: the program's
+        # own output (never an expected value), shortened without building a huge repr.
+        got = ", ".join(_SHORT.repr(value) for value in rebuilt)
+        self._note(f"test {len(self.verdicts)}: assertion failed, got {got}")
         return Verdict.FAILED
 
     def _note(self, text: str) -> None:

@@ -5,9 +5,9 @@ allocation. Unknown keys are refused (``extra="forbid"``) and cross-field rules 
 exist, e.g. the batch must be a multiple of the group size because advantages are normalised
 per group.
 
-Modules: ``run`` (run, model, data, eval, rollout, sandbox), ``learning`` (advantage, learner,
-async, weights, ray), ``root`` (:class:`Config` and its cross-section rules), ``files`` (reading
-TOML and overrides), ``toml_writer``.
+Modules: ``run`` (run, model, data, eval, rollout, episode, sandbox), ``learning`` (advantage,
+learner, async, weights, ray), ``root`` (:class:`Config` and its cross-section rules), ``files``
+(reading TOML and overrides), ``toml_writer``.
 """
 
 from common.config.base import ConfigError, Section
@@ -24,6 +24,7 @@ from common.config.learning import (
 from common.config.root import Config
 from common.config.run import (
     DataConfig,
+    EpisodeConfig,
     EvalConfig,
     ModelConfig,
     RolloutConfig,
@@ -38,6 +39,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "DataConfig",
+    "EpisodeConfig",
     "EvalConfig",
     "KalmanConfig",
     "LearnerConfig",

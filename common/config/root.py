@@ -16,6 +16,7 @@ from common.config.learning import (
 )
 from common.config.run import (
     DataConfig,
+    EpisodeConfig,
     EvalConfig,
     ModelConfig,
     RolloutConfig,
@@ -34,6 +35,7 @@ class Config(Section):
     data: DataConfig = DataConfig()
     eval: EvalConfig = EvalConfig()
     rollout: RolloutConfig = RolloutConfig()
+    episode: EpisodeConfig = EpisodeConfig()
     sandbox: SandboxConfig = SandboxConfig()
     reward: RewardConfig = RewardConfig()
     advantage: AdvantageConfig = AdvantageConfig()

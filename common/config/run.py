@@ -1,5 +1,5 @@
 """Sections for what a run is and where its samples come from: run, model, data, eval,
-rollout and sandbox."""
+rollout, episode and sandbox."""
 
 from __future__ import annotations
 
@@ -42,7 +42,8 @@ class ModelConfig(Section):
 class DataConfig(Section):
     source: str = Field(
         "synthetic",
-        description="'synthetic', a problems file (MBPP .jsonl/.json, HumanEval .jsonl[.gz], "
+        description="'synthetic' (the demo task), 'synthetic_hidden' (the multi-turn demo's), "
+        "a problems file (MBPP .jsonl/.json, HumanEval .jsonl[.gz], "
         "generic .jsonl) or a Hugging Face dataset name[:config]",
     )
     format: Literal["auto", "mbpp", "humaneval", "generic"] = "auto"
@@ -130,6 +131,35 @@ class RolloutConfig(Section):
     @property
     def prompts_per_step(self) -> int:
         return self.batch_size // self.group_size
+
+
+class EpisodeConfig(Section):
+    max_turns: int = Field(
+        1,
+        ge=1,
+        description="turns per episode: after a failing turn the sandbox's feedback is appended "
+        "and the model tries again (launch/episodes.py); 1: single-shot",
+    )
+    reward: Literal["final", "first_success_discounted"] = Field(
+        "final",
+        description="final: the last turn's reward; first_success_discounted: that reward "
+        "times discount^(turns - 1), so an earlier success is worth more",
+    )
+    discount: float = Field(0.9, gt=0, le=1, description="gamma of first_success_discounted")
+    template: Literal["auto", "chat", "plain"] = Field(
+        "auto",
+        description="how feedback is written: chat: a user turn in the chat template; plain: "
+        "text (comment lines for completion-style prompts) that reopens the program; auto: "
+        "the prompts' own template",
+    )
+    feedback_chars: int = Field(
+        300, ge=40, description="cap on the sandbox's report of the failing test in the feedback"
+    )
+    show_tests: bool = Field(
+        False,
+        description="also list every test of the problem in the feedback (their expected "
+        "values included); off: only the first failing test is shown",
+    )
 
 
 class SandboxConfig(Section):

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from common.config import Config, load_config
 
@@ -126,3 +131,21 @@ def token_count_reward(batch: list) -> list[float]:
     """A reward term that is never uniform within a group for long: the completion's length.
     For runs that must learn something from the first step, whatever the policy writes."""
     return [float(item.num_tokens) for item in batch]
+
+
+def run_module(module: str, args: list[str], cwd: Path, log: Path) -> None:
+    """``python -m module args`` as a user types it; fails with the tail of its output."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["PYTHONPATH"] = str(REPO)
+    with log.open("w") as out:
+        result = subprocess.run(
+            [sys.executable, "-m", module, *args],
+            cwd=cwd,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            timeout=600,
+        )
+    if result.returncode != 0:
+        tail = "\n".join(log.read_text().splitlines()[-40:])
+        pytest.fail(f"python -m {module} exited {result.returncode}:\n{tail}")

@@ -17,7 +17,9 @@ Modes are composed into a few short runs so the tier stays within CI's budget:
 - ``rewards``: full fine-tuning with beta > 0 and an adaptive beta, GSPO's sequence-level
   ratios, every built-in reward term plus a user function
   (which asks ``python -m launch.scale`` for a second engine at step 1: a resize at a step the
-  test controls), small weight buckets.
+  test controls), small weight buckets;
+- ``episodes``: the multi-turn demo's config (two-turn episodes with sandbox feedback) with the
+  discounted first-success reward.
 
 Every run must finish, advance the weight version once per step, take its rewards from the
 sandbox, record every trained completion in ``<run>/rollouts/`` in agreement with the step's
@@ -30,23 +32,21 @@ version of policy drift, so only the probe is bounded there.
 from __future__ import annotations
 
 import json
-import os
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from launch.rollouts import read_rollouts
 from learner.schedule import learning_rate
-from tests.integration.helpers import REPO, read_jsonl
+from tests.integration.helpers import REPO, read_jsonl, run_module
 
 pytestmark = pytest.mark.integration
 
 MBPP = REPO.parent / "shared" / "data" / "mbpp.jsonl"
 DEMO = REPO / "configs" / "demo.toml"
 DEMO_LORA = REPO / "configs" / "demo_lora.toml"
+DEMO_REPAIR = REPO / "configs" / "demo_repair.toml"
 
 #: The bound the issue sets for both gaps. Measured in these runs (bf16 engines, fp32 learner):
 #: the probe at 0.0007-0.0014 and train/logprob_diff_mean at 0.0008-0.0013 when the push
@@ -73,24 +73,6 @@ def brevity(batch, run_dir=""):
 """
 
 
-def _run(module: str, args: list[str], cwd: Path, log: Path) -> None:
-    """``python -m module args`` as a user types it; fails with the tail of its output."""
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env["PYTHONPATH"] = str(REPO)
-    with log.open("w") as out:
-        result = subprocess.run(
-            [sys.executable, "-m", module, *args],
-            cwd=cwd,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            timeout=600,
-        )
-    if result.returncode != 0:
-        tail = "\n".join(log.read_text().splitlines()[-40:])
-        pytest.fail(f"python -m {module} exited {result.returncode}:\n{tail}")
-
-
 def _train(tmp_path: Path, name: str, model: str, *args: str, config: Path = DEMO) -> Path:
     """A run in ``tmp_path/runs/name`` with ``config`` shrunk to fit 2 cores, or, with
     ``--resume`` among ``args``, that run continued from its own saved config."""
@@ -108,7 +90,7 @@ def _train(tmp_path: Path, name: str, model: str, *args: str, config: Path = DEM
             "--rollout.num_cpus", "0.5",
             "--rollout.kv_cache_gib", "0.1",
         ]  # fmt: skip
-    _run("launch.train", [*head, *args], tmp_path, tmp_path / f"{name}.log")
+    run_module("launch.train", [*head, *args], tmp_path, tmp_path / f"{name}.log")
     return run_dir
 
 
@@ -190,7 +172,7 @@ def test_mbpp_with_long_prompts_trains_and_evaluates(tmp_path, tiny_model_path):
         "--rerank", str(verifier),
         "--out", str(out),
     ]  # fmt: skip
-    _run("launch.evaluate", evaluate, tmp_path, tmp_path / "evaluate.log")
+    run_module("launch.evaluate", evaluate, tmp_path, tmp_path / "evaluate.log")
     summary = json.loads((out / "summary.json").read_text())
     assert summary["num_problems"] == 16 and summary["n"] == 2
     assert summary["verdicts"].get("infra_error", 0) == 0
@@ -292,6 +274,41 @@ options = {{ run_dir = "{run_dir}" }}
     assert all(m["train/kl"] >= 0 for m in metrics) and metrics[-1]["train/kl"] > 0
     betas = [m["train/beta"] for m in metrics]
     assert betas[0] == 0.04 and len(set(betas)) == 3, "the adaptive beta moved every step"
+
+
+def test_multi_turn_episodes_with_a_discounted_reward(tmp_path, tiny_model_path):
+    """The multi-turn demo's config (hidden-number task, two turns): feedback between turns is
+    context, so the sampler's logprobs of the model's own tokens still match the learner's
+    (``_check_run`` bounds ``train/logprob_diff_mean``)."""
+    run_dir = _train(
+        tmp_path, "episodes", tiny_model_path,
+        "--run.steps", "3",
+        "--episode.reward", "first_success_discounted",
+        "--episode.discount", "0.5",
+        config=DEMO_REPAIR,
+    )  # fmt: skip
+    metrics = _check_run(run_dir, 3)
+    rows = list(read_rollouts(run_dir / "rollouts"))
+    for m in metrics:
+        assert 1 < m["episode/turns_mean"] <= 2, "a random model fails its first turns"
+        assert m["episode/feedback_tokens_mean"] > 0
+        mine = [r for r in rows if r["step"] == m["step"]]
+        assert m["episode/turns_mean"] == pytest.approx(statistics.fmean(r["turns"] for r in mine))
+        for turn in (1, 2):
+            solved = [r["verdict"] == "passed" and r["turns"] == turn for r in mine]
+            assert m[f"episode/solved_at_turn/{turn}"] == pytest.approx(statistics.fmean(solved))
+    second = [r for r in rows if r["turns"] == 2]
+    assert second and all(r["turns"] in (1, 2) for r in rows)
+    for row in second:
+        _, _, rest = row["completion"].partition("\n# ")
+        assert rest.startswith("Error: "), row
+        assert "\n# Failed test: assert abs(answer() - " in rest, row
+        assert rest.count("# Return the secret number.\ndef answer():\n    return ") == 1
+        assert row["program"].startswith(row["prompt"])
+    for row in rows:
+        if row["reward"] is not None:
+            expected = row["terms"]["execution"] * 0.5 ** (row["turns"] - 1)
+            assert row["reward"] == pytest.approx(expected, rel=1e-12), row
 
 
 def test_parity_probe_rises_when_a_push_is_skipped(tmp_path, tiny_model_path, monkeypatch):

@@ -106,6 +106,7 @@ def test_step_rows_carry_the_group_as_trained(tmp_path):
         "program": "def f(): return 0",
         "finish_reason": "stop",
         "num_tokens": 1,
+        "turns": 1,
         "verdict": "passed",
         "tests_passed": 1,
         "tests_total": 1,
