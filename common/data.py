@@ -16,7 +16,7 @@ import random
 
 from common.config import DataConfig
 from common.datasets import load_dataset
-from common.prompts import render_problems
+from common.prompts import render_problems, resolve_template
 from common.tasks import SYNTHETIC_SOURCES
 from common.types import Problem
 
@@ -57,6 +57,14 @@ def load_raw(source: str, split: str | None, fmt: str, limit: int = 0) -> list[P
         problems = SYNTHETIC_SOURCES[source]()
         return problems[:limit] if limit else problems
     return load_dataset(source, split, fmt, limit)
+
+
+def rendered_template(data: DataConfig, tokenizer) -> str:
+    """``chat`` or ``plain``: the template the run's prompts are written in (the synthetic
+    tasks are completion prompts whatever the tokenizer)."""
+    if data.source in SYNTHETIC_SOURCES:
+        return "plain"
+    return resolve_template(data.prompt_template, tokenizer)
 
 
 class PromptSampler:

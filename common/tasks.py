@@ -52,16 +52,17 @@ _HIDDEN = "# Return the secret number.\ndef answer():\n    return "
 def hidden_problem(target: int) -> Problem:
     """One instance of the multi-turn demo task (``data.source = "synthetic_hidden"``).
 
-    The prompt does not say the number, so a first turn can only guess. The tests grade
-    closeness as the synthetic task's do (a number within 9, within 5, within 2, exact), all
-    written ``abs(answer() - target) <= d``: whatever a first turn wrote, the feedback shows the
-    test it failed with the number at the same place, so a second turn can learn to copy it
-    (``configs/demo_repair.toml``).
+    The prompt does not say the number, so a first turn can only guess. Half the reward is for
+    any number from 0 to 9, half for the right one, and both tests are written
+    ``abs(answer() - target) <= d``: whatever a first turn wrote, the feedback shows the test it
+    failed with the number at the same place, so a second turn can learn to copy it
+    (``configs/demo_repair.toml``). No guess is worth more than another (unlike the synthetic
+    task's graded tests, which make a middle digit a good constant answer).
     """
     return Problem(
         problem_id=f"synthetic_hidden/{target}",
         prompt=_HIDDEN,
-        tests=tuple(f"assert abs(answer() - {target}) <= {d}" for d in (9, 5, 2, 0)),
+        tests=tuple(f"assert abs(answer() - {target}) <= {d}" for d in (9, 0)),
         program_prefix=_HIDDEN,
         reference_solution=f"{target}\n",
     )

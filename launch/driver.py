@@ -329,7 +329,10 @@ class Driver:
         return metrics
 
     def _observe(self, group) -> None:
-        """Feed the curriculum the group's pass rate (sandbox failures say nothing)."""
+        """Feed the curriculum the group's pass rate (sandbox failures say nothing); a
+        self-play group posed a prompt of its own, which says nothing about its problem."""
+        if group.role != "solver":
+            return
         judged = [r for r in group.results if r.verdict is not Verdict.INFRA_ERROR]
         if judged:
             self.curriculum.observe(group.index, sum(r.passed for r in judged) / len(judged))

@@ -29,7 +29,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from common.config import Config, EpisodeConfig
-from common.prompts import build_program, continues_prefix, resolve_template
+from common.data import rendered_template
+from common.prompts import build_program, continues_prefix
 from common.types import (
     Completion,
     ExecutionJob,
@@ -118,9 +119,7 @@ def feedback_template(config: Config, tokenizer) -> str:
     """``chat`` or ``plain``: ``episode.template``, or with ``auto`` the prompts' own."""
     if config.episode.template != "auto":
         return config.episode.template
-    if config.data.source.startswith("synthetic"):
-        return "plain"  # the synthetic tasks are completion prompts whatever the tokenizer
-    return resolve_template(config.data.prompt_template, tokenizer)
+    return rendered_template(config.data, tokenizer)
 
 
 def append_turn(

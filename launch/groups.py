@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 
 from common.config import Config
-from common.prompts import build_program
+from common.prompts import build_program, encode_prompt
 from common.rewards import (
     RewardInput,
     ScorerTerm,
@@ -40,6 +40,10 @@ class Group:
     rewards: list[float | None]
     terms: dict[str, list[float | None]] = field(default_factory=dict)  # each term's values
     programs: list[str] = field(default_factory=list)  # what the sandbox ran, per completion
+    #: ``solver`` (the training problem itself), or a self-play role (``launch.saboteur``):
+    #: ``saboteur`` or ``fixer``, which pose a prompt of their own built from that problem.
+    role: str = "solver"
+    posed: Problem | None = None  # the problem posed, when it is not the training problem
 
 
 class GroupCollector:
@@ -58,11 +62,21 @@ class GroupCollector:
         self.prompt_ids = prompt_ids
         self.seconds = {"rollout": 0.0, "reward": 0.0}
         self.term_means: dict[str, float] = {}
+        self.tokenizer = tokenizer
         self.episodes = None
         if config.episode.max_turns > 1:
             if tokenizer is None:
                 raise ValueError("multi-turn episodes need the tokenizer to write feedback")
             self.episodes = EpisodeRunner(config, tokenizer, fleet.rollout.generate, self._execute)
+        self.saboteur = None
+        if config.selfplay.saboteur:
+            from common.data import load_raw, rendered_template
+            from launch.saboteur import Saboteur
+
+            data = config.data
+            raw = load_raw(data.source, data.split, data.format, data.max_problems)
+            template = rendered_template(data, tokenizer)
+            self.saboteur = Saboteur(config, raw, template, tokenizer, self.sample)
         scorers = getattr(fleet, "scorers", None) or {}
         self.reward = build_reward(
             config.reward,
@@ -79,6 +93,8 @@ class GroupCollector:
             self.seconds["episode"] = 0.0
         rollout = self.config.rollout
         wanted = rollout.prompts_per_step
+        if self.saboteur is not None:
+            wanted -= self.config.selfplay.saboteur_prompts
 
         advantage = self.config.advantage
         hot = advantage.low_variance_temperature
@@ -106,6 +122,10 @@ class GroupCollector:
             )
             if hot:
                 metrics["advantage/resampled_groups"] = float(resampled)
+        if self.saboteur is not None:
+            drawn = next_indices(self.config.selfplay.saboteur_prompts)
+            played, selfplay_metrics = self.saboteur.collect(step, drawn)
+            groups, metrics = groups + played, {**metrics, **selfplay_metrics}
         self.term_means = term_metrics(
             {name: [v for g in groups for v in g.terms.get(name, [])] for name in self._names()}
         )
@@ -123,9 +143,16 @@ class GroupCollector:
     def _names(self) -> list[str]:
         return [term.name for term in self.reward.terms]
 
-    def sample(self, tag: str, indices: list[int], temperature: float | None = None) -> list[Group]:
+    def sample(
+        self,
+        tag: str,
+        indices: list[int],
+        temperature: float | None = None,
+        posed: list[Problem] | None = None,
+    ) -> list[Group]:
         """G completions for each prompt (at ``temperature``, default ``rollout.temperature``),
-        executed and rewarded.
+        executed and rewarded. ``posed``: the problems to pose instead of the training problems
+        at ``indices`` (a prompt of their own, rendered, and their tests).
 
         Groups go to the sandbox as soon as their engine has finished them (one sandbox call per
         arrival), so execution overlaps the generation of the other groups;
@@ -137,7 +164,13 @@ class GroupCollector:
         start = time.perf_counter()
         size = self.config.rollout.group_size
         stop_early = self.config.reward.stops_at_first_failure()
-        requests = self._requests(tag, indices, temperature)
+        problems = posed or [self.problems[i] for i in indices]
+        prompt_ids = (
+            [tuple(encode_prompt(self.tokenizer, p.prompt)) for p in posed]
+            if posed
+            else [self.prompt_ids[i] for i in indices]
+        )
+        requests = self._requests(tag, prompt_ids, temperature)
         position = {request.request_id: k for k, request in enumerate(requests)}
         completions: list[list[Completion]] = [[] for _ in requests]
         programs: list[list[str]] = [[] for _ in requests]
@@ -146,7 +179,7 @@ class GroupCollector:
             jobs, arrived = [], []
             for group in groups:
                 k = position[group[0].request_id]
-                problem = self.problems[indices[k]]
+                problem = problems[k]
                 completions[k] = group
                 programs[k] = [build_program(problem, c.text) for c in group]
                 jobs += [
@@ -171,11 +204,11 @@ class GroupCollector:
         if self.episodes is not None:
             self.seconds["reward"] += time.perf_counter() - start
             start = time.perf_counter()
-            self._run_episodes(tag, indices, completions, programs, results, last)
+            self._run_episodes(tag, problems, completions, programs, results, last)
             self.seconds["episode"] += time.perf_counter() - start
             start = time.perf_counter()
         batch = [
-            RewardInput(self.problems[indices[k]], turn.text, code, result, len(turn.token_ids))
+            RewardInput(problems[k], turn.text, code, result, len(turn.token_ids))
             for k in range(len(requests))
             for turn, code, result in zip(last[k], programs[k], results[k], strict=True)
         ]
@@ -197,16 +230,17 @@ class GroupCollector:
                 part(rewards, k),
                 {name: part(values, k) for name, values in scored.by_term.items()},
                 programs[k],
+                posed=posed[k] if posed else None,
             )
             for k, index in enumerate(indices)
         ]
 
-    def _run_episodes(self, tag, indices, completions, programs, results, last) -> None:
+    def _run_episodes(self, tag, problems, completions, programs, results, last) -> None:
         """Turns 2..T of every sample (``launch.episodes``), in place: each sample's transcript,
         last program and verdict, and ``last`` its last turn."""
         size = self.config.rollout.group_size
         episodes = [
-            Episode(self.problems[indices[k]], c, c, programs[k][j], results[k][j])
+            Episode(problems[k], c, c, programs[k][j], results[k][j])
             for k, group in enumerate(completions)
             for j, c in enumerate(group)
         ]
@@ -218,7 +252,7 @@ class GroupCollector:
             results[k][j] = episode.result
 
     def _requests(
-        self, tag: str, indices: list[int], temperature: float | None = None
+        self, tag: str, prompt_ids: list, temperature: float | None = None
     ) -> list[RolloutRequest]:
         """One request per prompt with G seeds, derived from (run seed, step tag)."""
         rng = random.Random(f"{self.config.run.seed}/rollout/{tag}")
@@ -226,9 +260,9 @@ class GroupCollector:
         return [
             RolloutRequest(
                 request_id=f"{tag}/{k}",
-                prompt_token_ids=self.prompt_ids[index],
+                prompt_token_ids=ids,
                 seeds=tuple(rng.getrandbits(31) for _ in range(size)),
                 temperature=temperature,
             )
-            for k, index in enumerate(indices)
+            for k, ids in enumerate(prompt_ids)
         ]

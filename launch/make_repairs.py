@@ -101,6 +101,14 @@ def _first_failure(problem: Problem, result: ExecutionResult) -> tuple[str, str]
     return test, f"{result.verdict.value}: {result.detail or 'the assertion failed'}"
 
 
+def repair_prompt(problem: Problem, buggy: str, result: ExecutionResult) -> str:
+    """The task text of a repair: the task, the buggy program, its first failing test with the
+    sandbox's report, and for a completion-style problem its header to continue."""
+    test, report = _first_failure(problem, result)
+    text = PROMPT.format(task=problem.prompt, buggy=buggy, test=test, report=report)
+    return f"{text}\n\n{problem.program_prefix}" if problem.program_prefix else text
+
+
 def make_repairs(
     problems: Sequence[Problem],
     execute,
@@ -141,11 +149,9 @@ def make_repairs(
         else:
             counts[operator]["kept"] += 1
             kept[problem.problem_id] += 1
-            test, report = _first_failure(problem, result)
             rows.append({
                 "id": f"{problem.problem_id}/repair/{kept[problem.problem_id]}",
-                "prompt": PROMPT.format(task=problem.prompt, buggy=mutant, test=test,
-                                        report=report),
+                "prompt": repair_prompt(problem, mutant, result),
                 "tests": list(problem.tests),
                 "setup_code": problem.setup_code,
                 "reference_solution": problem.reference_solution,
@@ -155,7 +161,6 @@ def make_repairs(
             })  # fmt: skip
             if problem.program_prefix:  # the fix continues the original header
                 rows[-1]["program_prefix"] = problem.program_prefix
-                rows[-1]["prompt"] += "\n\n" + problem.program_prefix
     return rows, counts
 
 

@@ -3,10 +3,12 @@
 With ``run.save_rollouts`` (on by default) every completion of every trained step becomes one
 JSON row in ``<run>/rollouts/``:
 
-    step, weight_version, problem_id, group (its position in the step), sample (its index in
-    the group), prompt, completion (a multi-turn episode's whole transcript, feedback
-    included), program (what the sandbox ran: the last turn's), finish_reason, num_tokens,
-    turns, verdict, tests_passed, tests_total, test_verdicts (one per test run), detail, reward
+    step, weight_version, problem_id, role (solver; saboteur or fixer with
+    ``selfplay.saboteur``, whose prompt and problem id are the ones they were posed), group
+    (its position in the step), sample (its index in the group), prompt, completion (a
+    multi-turn episode's whole transcript, feedback included), program (what the sandbox ran:
+    the last turn's), finish_reason, num_tokens, turns, verdict, tests_passed, tests_total,
+    test_verdicts (one per test run), detail, reward
     (None: no verdict, masked), terms ({reward term: value}), advantage (None: not trained on)
 
 Rows go to ``rollouts-<sequence>-step<first step>.jsonl``; when a file grows past
@@ -148,13 +150,14 @@ def step_rows(
     aligned with their completions."""
     position = 0
     for g, group in enumerate(groups):
-        problem = problems[group.index]
+        problem = group.posed or problems[group.index]
         for k, completion in enumerate(group.completions):
             result = group.results[k]
             yield {
                 "step": step,
                 "weight_version": completion.weight_version,
                 "problem_id": problem.problem_id,
+                "role": group.role,
                 "group": g,
                 "sample": completion.sample_index,
                 "prompt": problem.prompt,

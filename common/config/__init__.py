@@ -5,9 +5,9 @@ allocation. Unknown keys are refused (``extra="forbid"``) and cross-field rules 
 exist, e.g. the batch must be a multiple of the group size because advantages are normalised
 per group.
 
-Modules: ``run`` (run, model, data, eval, rollout, episode, sandbox), ``learning`` (advantage,
-learner, async, weights, ray), ``root`` (:class:`Config` and its cross-section rules), ``files``
-(reading TOML and overrides), ``toml_writer``.
+Modules: ``run`` (run, model, data, eval, rollout, episode, selfplay, sandbox), ``learning``
+(advantage, learner, async, weights, ray), ``root`` (:class:`Config` and its cross-section
+rules), ``files`` (reading TOML and overrides), ``toml_writer``.
 """
 
 from common.config.base import ConfigError, Section
@@ -30,6 +30,7 @@ from common.config.run import (
     RolloutConfig,
     RunConfig,
     SandboxConfig,
+    SelfPlayConfig,
 )
 
 __all__ = [
@@ -50,6 +51,7 @@ __all__ = [
     "RunConfig",
     "SandboxConfig",
     "Section",
+    "SelfPlayConfig",
     "WeightsConfig",
     "apply_overrides",
     "load_config",

@@ -22,6 +22,7 @@ from common.config.run import (
     RolloutConfig,
     RunConfig,
     SandboxConfig,
+    SelfPlayConfig,
 )
 from common.config.toml_writer import dump_toml
 from common.rewards.config import RewardConfig
@@ -36,6 +37,7 @@ class Config(Section):
     eval: EvalConfig = EvalConfig()
     rollout: RolloutConfig = RolloutConfig()
     episode: EpisodeConfig = EpisodeConfig()
+    selfplay: SelfPlayConfig = SelfPlayConfig()
     sandbox: SandboxConfig = SandboxConfig()
     reward: RewardConfig = RewardConfig()
     advantage: AdvantageConfig = AdvantageConfig()
@@ -61,6 +63,26 @@ class Config(Section):
         travel as adapters (``lora.export = "adapter"``), else 0 (merged weights, no adapters)."""
         lora = self.learner.lora
         return lora.rank if lora.enabled and lora.export == "adapter" else 0
+
+    @model_validator(mode="after")
+    def _check_selfplay(self) -> Config:
+        selfplay = self.selfplay
+        if not selfplay.saboteur:
+            return self
+        if selfplay.saboteur_prompts >= self.rollout.prompts_per_step:
+            raise ValueError(
+                f"selfplay.saboteur_prompts ({selfplay.saboteur_prompts}) must be fewer than "
+                f"the step's prompts ({self.rollout.prompts_per_step}): the rest are solved "
+                "as usual"
+            )
+        if self.advantage.baseline == "kalman":
+            raise ValueError(
+                "selfplay.saboteur needs advantage.baseline = 'group_mean': the Kalman baseline "
+                "tracks problems, and saboteur and fixer groups pose other prompts"
+            )
+        if self.episode.max_turns > 1:
+            raise ValueError("selfplay.saboteur and episode.max_turns > 1 do not combine yet")
+        return self
 
     @model_validator(mode="after")
     def _check_learner_threads(self) -> Config:

@@ -1,5 +1,5 @@
 """Sections for what a run is and where its samples come from: run, model, data, eval,
-rollout, episode and sandbox."""
+rollout, episode, selfplay and sandbox."""
 
 from __future__ import annotations
 
@@ -159,6 +159,24 @@ class EpisodeConfig(Section):
         False,
         description="also list every test of the problem in the feedback (their expected "
         "values included); off: only the first failing test is shown",
+    )
+
+
+class SelfPlayConfig(Section):
+    saboteur: bool = Field(
+        False,
+        description="the policy also plays saboteur: part of each step's prompts ask it to "
+        "break a correct program (launch/saboteur.py), and its valid bugs become repair "
+        "prompts for the same step's fixer groups",
+    )
+    saboteur_prompts: int = Field(
+        2, ge=1, description="prompts per step given to the saboteur role (from prompts_per_step)"
+    )
+    bugs_per_group: int = Field(
+        2,
+        ge=1,
+        description="valid bugs of each saboteur group that get a fixer group (G repair "
+        "attempts each) in the same step; a valid bug beyond them is not scored (masked)",
     )
 
 

@@ -17,7 +17,7 @@ Modes are composed into a few short runs so the tier stays within CI's budget:
 - ``rewards``: full fine-tuning with beta > 0 and an adaptive beta, GSPO's sequence-level
   ratios, every built-in reward term plus a user function
   (which asks ``python -m launch.scale`` for a second engine at step 1: a resize at a step the
-  test controls), small weight buckets;
+  test controls), small weight buckets, the self-play saboteur;
 - ``episodes``: the multi-turn demo's config (two-turn episodes with sandbox feedback) with the
   discounted first-success reward.
 
@@ -264,9 +264,13 @@ options = {{ run_dir = "{run_dir}" }}
         "--weights.bucket_mib", "0.125",
         "--learner.kl_control", "adaptive",
         "--learner.ratio_level", "sequence",
+        "--selfplay.saboteur", "true",
+        "--selfplay.saboteur_prompts", "1",
+        "--model.max_model_len", "384",  # the saboteur's and fixers' prompts hold programs
         config=config,
     )  # fmt: skip
     metrics = _check_run(run_dir, 3)
+    _check_saboteur(run_dir, metrics)
     for term in ("execution", "format", "length", "scorer", "brevity"):
         assert all(f"reward/{term}/mean" in m for m in metrics), term
     assert [m["rollout/num_actors"] for m in metrics] == [1, 2, 2]
@@ -309,6 +313,34 @@ def test_multi_turn_episodes_with_a_discounted_reward(tmp_path, tiny_model_path)
         if row["reward"] is not None:
             expected = row["terms"]["execution"] * 0.5 ** (row["turns"] - 1)
             assert row["reward"] == pytest.approx(expected, rel=1e-12), row
+
+
+def _check_saboteur(run_dir: Path, metrics: list[dict]) -> None:
+    """One saboteur group per step, posed its own prompt; fixer groups for its valid bugs; each
+    saboteur reward 0 (no valid bug), masked, or 1 - the solve rate of a fixer group of its
+    problem in the same step."""
+    rows = list(read_rollouts(run_dir / "rollouts"))
+    saboteur = [r for r in rows if r["role"] == "saboteur"]
+    fixers = [r for r in rows if r["role"] == "fixer"]
+    assert len(saboteur) == 3 * 8
+    assert all("solves the task correctly" in r["prompt"] for r in saboteur)
+    assert len(fixers) == 8 * sum(m["selfplay/fixer_groups"] for m in metrics)
+    assert all("has a bug" in r["prompt"] for r in fixers)
+    for m in metrics:
+        mine = [r for r in saboteur if r["step"] == m["step"]]
+        valid = statistics.fmean(r["verdict"] == "failed" for r in mine)
+        assert m["selfplay/bug_valid_frac"] == pytest.approx(valid)
+    for row in saboteur:
+        source = row["problem_id"].removesuffix("/saboteur")
+        groups: dict[int, list[bool]] = {}
+        for r in fixers:
+            if r["step"] == row["step"] and r["problem_id"].startswith(source + "/fix"):
+                groups.setdefault(r["group"], []).append(r["verdict"] == "passed")
+        hardness = [1 - statistics.fmean(passed) for passed in groups.values()]
+        if row["verdict"] != "failed":
+            assert row["reward"] == 0.0, row
+        elif row["reward"] is not None:
+            assert any(row["reward"] == pytest.approx(h) for h in hardness), row
 
 
 def test_parity_probe_rises_when_a_push_is_skipped(tmp_path, tiny_model_path, monkeypatch):

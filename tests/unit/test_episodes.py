@@ -24,7 +24,7 @@ from tests.unit.test_learner_step import _save_tiny_qwen2
 WRONG = ExecutionResult(
     Verdict.FAILED, 1, 2, [Verdict.PASSED, Verdict.FAILED], 0.0, "test 1: assertion failed, got 3"
 )
-PASSED = ExecutionResult(Verdict.PASSED, 4, 4, [Verdict.PASSED] * 4)
+PASSED = ExecutionResult(Verdict.PASSED, 2, 2, [Verdict.PASSED] * 2)
 
 
 def _turn(tokens, logprobs, text="3\n", version=0, request_id="r") -> Completion:
@@ -110,7 +110,7 @@ def test_a_loss_mask_must_match_the_completion():
 def test_feedback_names_the_failing_test_and_what_the_program_returned():
     problem = hidden_problem(7)
     assert feedback_message(problem, WRONG, 300) == (
-        "Error: assertion failed, got 3\nFailed test: assert abs(answer() - 7) <= 5"
+        "Error: assertion failed, got 3\nFailed test: assert abs(answer() - 7) <= 0"
     )
     crashed = ExecutionResult(Verdict.SYNTAX_ERROR, 0, 2, [], 0.0, "SyntaxError: bad input")
     assert feedback_message(problem, crashed, 300) == (
@@ -142,8 +142,8 @@ def test_the_sandbox_reports_what_a_failing_program_computed():
         result = run(pool, hidden_problem(7).prompt + "3\n", hidden_problem(7).tests)
     finally:
         pool.close()
-    assert result.test_verdicts == [Verdict.PASSED, Verdict.PASSED, Verdict.FAILED, Verdict.FAILED]
-    assert result.detail == "test 2: assertion failed, got 3"  # the first failure's
+    assert result.test_verdicts == [Verdict.PASSED, Verdict.FAILED]
+    assert result.detail == "test 1: assertion failed, got 3"
 
 
 def test_plain_feedback_comments_and_reopens_the_program(tiny_tokenizer):
@@ -151,7 +151,7 @@ def test_plain_feedback_comments_and_reopens_the_program(tiny_tokenizer):
     writer = FeedbackWriter(EpisodeConfig(), "plain", tiny_tokenizer)
     text, tokens = writer.feedback(problem, _turn([5, 6], [0, 0]), WRONG)
     assert text == (
-        "# Error: assertion failed, got 3\n# Failed test: assert abs(answer() - 7) <= 5\n"
+        "# Error: assertion failed, got 3\n# Failed test: assert abs(answer() - 7) <= 0\n"
         + problem.prompt
     )
     assert tiny_tokenizer.decode(tokens) == text
@@ -165,7 +165,7 @@ def test_plain_feedback_comments_and_reopens_the_program(tiny_tokenizer):
 def test_chat_feedback_is_a_user_turn_that_opens_the_next_answer(tiny_tokenizer):
     writer = FeedbackWriter(EpisodeConfig(), "chat", tiny_tokenizer)
     problem = hidden_problem(7)
-    message = "Error: assertion failed, got 3\nFailed test: assert abs(answer() - 7) <= 5"
+    message = "Error: assertion failed, got 3\nFailed test: assert abs(answer() - 7) <= 0"
     user_turn = f"<|im_start|>user\n{message}<|im_end|>\n<|im_start|>assistant\n"
     text, tokens = writer.feedback(problem, _turn([5, 6], [0, 0], text="3"), WRONG)
     assert text == "<|im_end|>\n" + user_turn  # the turn was cut, so the template closes it
@@ -212,13 +212,13 @@ def _judge(jobs):
         value = job.code.rsplit("return ", 1)[-1].strip()
         target = job.tests[1].split("answer() - ")[1].split(")")[0]
         if not value.isdigit():
-            results.append(ExecutionResult(Verdict.FAILED, 0, 4, [Verdict.FAILED], 0.0, ""))
+            results.append(ExecutionResult(Verdict.FAILED, 0, 2, [Verdict.FAILED], 0.0, ""))
         elif value == target:
             results.append(PASSED)
         else:
             detail = f"test 1: assertion failed, got {value}"
             verdicts = [Verdict.PASSED, Verdict.FAILED]
-            results.append(ExecutionResult(Verdict.FAILED, 1, 4, verdicts, 0.0, detail))
+            results.append(ExecutionResult(Verdict.FAILED, 1, 2, verdicts, 0.0, detail))
     return results
 
 

@@ -99,6 +99,7 @@ def test_step_rows_carry_the_group_as_trained(tmp_path):
         "step": 9,
         "weight_version": 4,
         "problem_id": "p7",
+        "role": "solver",
         "group": 0,
         "sample": 0,
         "prompt": "def f():",

@@ -1,0 +1,113 @@
+"""The saboteur's rewards and the prompts it poses, with a scripted sampler in place of the
+fleet (its run through ``python -m launch.train`` is in tests/integration/test_modes.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from common.config import Config
+from common.tasks import synthetic_problems
+from common.types import Completion, ExecutionResult, Verdict
+from launch.groups import Group
+from launch.saboteur import Saboteur, is_valid_bug, saboteur_rewards
+
+WRONG = ExecutionResult(Verdict.FAILED, 1, 4, [Verdict.PASSED, Verdict.FAILED])
+CRASH = ExecutionResult(Verdict.RUNTIME_ERROR, 0, 4, [Verdict.RUNTIME_ERROR])
+SYNTAX = ExecutionResult(Verdict.SYNTAX_ERROR, 0, 4)
+PASS = ExecutionResult(Verdict.PASSED, 4, 4, [Verdict.PASSED] * 4)
+BROKEN = ExecutionResult(Verdict.INFRA_ERROR, 0, 4)
+
+
+def test_only_a_wrong_answer_is_a_valid_bug():
+    assert [is_valid_bug(r) for r in (WRONG, CRASH, SYNTAX, PASS, BROKEN)] == [
+        True, False, False, False, False,
+    ]  # fmt: skip
+
+
+def test_saboteur_rewards_are_the_fixers_failure_rate_or_masked():
+    results = [WRONG, WRONG, WRONG, CRASH, PASS, BROKEN]
+    keys = ["a", "a", "b", "c", "d", "e"]
+    # "a" measured (fixers solved a quarter of it), "b" valid but not measured
+    assert saboteur_rewards(results, keys, {"a": 0.75}) == [0.75, 0.75, None, 0.0, 0.0, None]
+
+
+class ScriptedSampler:
+    """Stands in for ``GroupCollector.sample``: saboteurs write the given programs, fixers pass
+    the given number of their G attempts; records what was posed."""
+
+    def __init__(self, bugs: list[list[tuple[str, ExecutionResult]]], fixes: list[int]) -> None:
+        self.bugs, self.fixes, self.calls = bugs, fixes, []
+
+    def __call__(self, tag, indices, temperature=None, posed=None):
+        self.calls.append((tag, list(indices), posed))
+        groups = []
+        for k, index in enumerate(indices):
+            if tag.endswith("saboteur"):
+                programs, results = zip(*self.bugs[k], strict=True)
+            else:
+                passed = self.fixes[k]
+                programs = ("fixed",) * 4
+                results = (PASS,) * passed + (WRONG,) * (4 - passed)
+            completions = [Completion(f"{tag}/{k}", j, [1], [2], [0.0], "", "stop", 0)
+                           for j in range(4)]  # fmt: skip
+            groups.append(Group(index, completions, list(results), [0.0] * 4, {},
+                                list(programs), posed=posed[k]))  # fmt: skip
+        return groups
+
+
+def test_valid_distinct_bugs_get_fixer_groups_and_the_saboteur_their_difficulty(tiny_tokenizer):
+    raw = synthetic_problems()
+    header = raw[3].program_prefix
+    bugs = [
+        [  # problem 3: two distinct valid bugs (one written twice), a crash, a syntax error
+            (header + "4\n", WRONG),
+            (header + "4  # same bug\n", WRONG),
+            (header + "x\n", CRASH),
+            (header + "5\n", WRONG),
+        ],
+        [(header + "(\n", SYNTAX)] * 4,  # problem 5: nothing valid, no fixer group
+    ]
+    config = Config.model_validate(
+        {
+            "selfplay": {"saboteur": True, "bugs_per_group": 2},
+            "rollout": {"group_size": 4},
+            "model": {"max_model_len": 384},
+        }
+    )
+    sampler = ScriptedSampler(bugs, fixes=[1, 4])
+    groups, metrics = Saboteur(config, raw, "plain", tiny_tokenizer, sampler).collect(7, [3, 5])
+
+    (tag, indices, posed), (fix_tag, fix_indices, fix_posed) = sampler.calls
+    assert (tag, indices, fix_tag, fix_indices) == ("7.saboteur", [3, 5], "7.fixer", [3, 3])
+    assert "return 3" in posed[0].prompt and posed[0].prompt.endswith(header)
+    assert posed[0].tests == raw[3].tests and posed[0].problem_id == "synthetic/3/saboteur"
+    # the fixers see the bug and its failing test, and continue the original header
+    assert "return 4" in fix_posed[0].prompt and "return 5" in fix_posed[1].prompt
+    assert fix_posed[0].prompt.endswith(header) and fix_posed[0].tests == raw[3].tests
+
+    saboteurs = groups[:2]
+    assert [g.role for g in groups] == ["saboteur", "saboteur", "fixer", "fixer"]
+    # fixers solved bug "4" once in 4 and bug "5" always: difficulties 0.75 and 0
+    assert saboteurs[0].rewards == [0.75, 0.75, 0.0, 0.0]
+    assert saboteurs[1].rewards == [0.0] * 4 and saboteurs[0].terms == {}
+    assert metrics == {
+        "selfplay/bug_valid_frac": pytest.approx(3 / 8),
+        "selfplay/fixer_solve_rate": pytest.approx(5 / 8),
+        "selfplay/fixer_groups": 2.0,
+        "selfplay/saboteur_groups": 2.0,
+    }
+
+
+def test_a_prompt_without_room_for_an_answer_is_not_posed(tiny_tokenizer):
+    config = Config.model_validate({"selfplay": {"saboteur": True}, "model": {"max_model_len": 64}})
+    sampler = ScriptedSampler([], fixes=[])
+    saboteur = Saboteur(config, synthetic_problems(), "plain", tiny_tokenizer, sampler)
+    assert saboteur.collect(1, [3]) == ([], {"selfplay/saboteur_groups": 0.0})
+    assert sampler.calls == []
+
+
+@pytest.fixture(scope="module")
+def tiny_tokenizer():
+    from common.tiny_model import build_tokenizer
+
+    return build_tokenizer()
