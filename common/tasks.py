@@ -46,7 +46,8 @@ def synthetic_problems() -> list[Problem]:
     return [synthetic_problem(target) for target in range(10)]
 
 
-_HIDDEN = "# Return the secret number.\ndef answer():\n    return "
+_HIDDEN = "# Return the secret number.\n"
+_ANSWER = "def answer():\n    return "
 
 
 def hidden_problem(target: int) -> Problem:
@@ -55,15 +56,16 @@ def hidden_problem(target: int) -> Problem:
     The prompt does not say the number, so a first turn can only guess. Half the reward is for
     any number from 0 to 9, half for the right one, and both tests are written
     ``abs(answer() - target) <= d``: whatever a first turn wrote, the feedback shows the test it
-    failed with the number at the same place, so a second turn can learn to copy it
-    (``configs/demo_repair.toml``). No guess is worth more than another (unlike the synthetic
-    task's graded tests, which make a middle digit a good constant answer).
+    failed with the number at the same place, right before the reopened ``def answer()``, so a
+    second turn can learn to copy it (``configs/demo_repair.toml``). No guess is worth more than
+    another (unlike the synthetic task's graded tests, which make a middle digit a good constant
+    answer).
     """
     return Problem(
         problem_id=f"synthetic_hidden/{target}",
-        prompt=_HIDDEN,
+        prompt=_HIDDEN + _ANSWER,
         tests=tuple(f"assert abs(answer() - {target}) <= {d}" for d in (9, 0)),
-        program_prefix=_HIDDEN,
+        program_prefix=_ANSWER,
         reference_solution=f"{target}\n",
     )
 

@@ -43,7 +43,14 @@ from learner.flops import forward_flops, model_config_shape, step_flops
 from learner.grpo import Aggregation, grpo_loss, sequence_kl
 from learner.kl_control import KlControl
 from learner.logprobs import completion_logprobs
-from learner.policy import autocast, build_policy, load_tokenizer, precision, to_dtype
+from learner.policy import (
+    autocast,
+    build_policy,
+    compile_layers,
+    load_tokenizer,
+    precision,
+    to_dtype,
+)
 from learner.reference import Reference
 from learner.schedule import learning_rate
 
@@ -117,6 +124,8 @@ class Learner:
         if config.beta > 0:
             mode = config.reference
             self.reference = Reference(self.model, mode, lora=config.lora.enabled)
+        if config.compile:  # after the reference's copy: a frozen copy stays eager
+            compile_layers(self.model)
         self.trainable = [p for p in self.model.parameters() if p.requires_grad]
         self._flop_shape = model_config_shape(self.model)  # (matmul params, layers, width)
         self.optimizer = torch.optim.AdamW(

@@ -66,6 +66,27 @@ def build_policy(model_path: str, config: LearnerConfig, param_dtype: torch.dtyp
     return model
 
 
+def compile_layers(model: nn.Module) -> int:
+    """``torch.compile`` every decoder layer in place (``learner.compile``); returns how many.
+
+    Layer by layer rather than the whole model: the layers share one compiled graph, a graph
+    break in the model's own glue code (masks, rotary tables) costs nothing, and the module tree
+    and its parameter names stay as they are (checkpoints, weight export, LoRA). Shapes are
+    dynamic: every micro-batch has its own length.
+    """
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    backbone = getattr(base, getattr(base, "base_model_prefix", "model"), None)
+    layers = getattr(backbone, "layers", None)
+    if not isinstance(layers, nn.ModuleList) or not len(layers):
+        raise ValueError(
+            f"learner.compile: no decoder layers found in {type(base).__name__} (expected "
+            "<model>.layers, as in Qwen2 and Llama)"
+        )
+    for layer in layers:
+        layer.compile(dynamic=True)
+    return len(layers)
+
+
 def to_dtype(value: object) -> torch.dtype:
     """A serving dtype from a config value (``"bfloat16"``, ``"torch.float16"``, a dtype)."""
     if isinstance(value, torch.dtype):

@@ -208,6 +208,11 @@ class LearnerConfig(Section):
     micro_batch_tokens: int = Field(8192, ge=16, description="token budget of one micro-batch")
     dtype: Literal["float32", "bfloat16"] = "float32"
     gradient_checkpointing: bool = False
+    compile: bool = Field(
+        False,
+        description="torch.compile each decoder layer of the policy (dynamic shapes); the "
+        "first steps pay the compilation (docs/benchmarks.md, one learner step)",
+    )
     lora: LoraConfig = LoraConfig()
     num_cpus: float = Field(1.0, ge=0)
     num_gpus: float = Field(0.0, ge=0)

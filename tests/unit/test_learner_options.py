@@ -150,3 +150,25 @@ def test_adapter_export_writes_the_trained_adapter_of_each_version(tied_model, t
     assert any(not torch.equal(a[name], b[name]) for name in a)
     with pytest.raises(ValueError, match=r"lora\.enabled"):
         Learner(tied_model, _config()).save_adapter(str(tmp_path / "full"))
+
+
+def test_a_compiled_policy_gives_the_eager_gradients(tmp_path):
+    """``learner.compile``: the decoder layers run compiled (inductor's CPU kernels), the math
+    does not move. Measured on this model: largest relative gradient difference 6.4e-7 over
+    the parameters (fp32 sums in another order), identical loss; bound 1e-5."""
+    from learner.learner import Learner
+    from tests.unit.test_learner_step import _config, _samples, _save_tiny_qwen2
+
+    model = _save_tiny_qwen2(tmp_path / "model", tie_word_embeddings=True)
+    losses, grads = [], []
+    for compiled in (False, True):
+        learner = Learner(model, _config(beta=0.05, compile=compiled))
+        losses.append(learner.accumulate_gradients(_samples())["train/loss"])
+        grads.append({n: p.grad.clone() for n, p in learner.model.named_parameters()})
+        if compiled:
+            layers = learner.model.model.layers
+            assert all(layer._compiled_call_impl is not None for layer in layers)
+    assert losses[1] == pytest.approx(losses[0], rel=1e-5)
+    for name, grad in grads[0].items():
+        scale = grad.abs().max().item() or 1.0
+        assert (grads[1][name] - grad).abs().max().item() <= 1e-5 * scale, name
