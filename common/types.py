@@ -65,6 +65,11 @@ class Completion:
     loss_mask: list[int] | None = None
     turns: int = 1
 
+    @property
+    def num_trained_tokens(self) -> int:
+        """The model's own tokens, every turn's, without an episode's feedback."""
+        return len(self.token_ids) if self.loss_mask is None else sum(self.loss_mask)
+
 
 class Verdict(str, Enum):
     """Outcome of executing one completion (or one test) in the sandbox."""

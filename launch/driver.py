@@ -43,6 +43,7 @@ from launch.advantage import (
 )
 from launch.checkpoint import DriverState, save_checkpoint
 from launch.control import CONTROL_FILE, ControlFile
+from launch.episodes import episode_metrics
 from launch.fleet import Fleet
 from launch.groups import GroupCollector
 from launch.parity import ParityProbe
@@ -266,6 +267,9 @@ class Driver:
         if self.rollouts is not None:
             self.rollouts.write(step, step_rows(step, groups, advantages, self.problems))
         record.update(staleness_metrics(groups, dropped, learner_version))
+        if self.config.episode.max_turns > 1:  # over the groups trained on, as the records
+            ends = [(c, r) for g in groups for c, r in zip(g.completions, g.results, strict=True)]
+            record.update(episode_metrics(ends, self.config.episode.max_turns))
         record.update(batch.sampling_metrics)
         record.update(kl_metrics)
         record.update(self.curriculum.stats())
@@ -363,7 +367,7 @@ class Driver:
         else:
             advantages = masked_group_advantages(shaped, size, advantage.eps, advantage.scale)
         scaled = [
-            adv * advantage.reward_scale if adv is not None and c.token_ids else None
+            adv * advantage.reward_scale if adv is not None and c.num_trained_tokens else None
             for c, adv in zip(completions, advantages, strict=True)
         ]
         samples = [
@@ -389,7 +393,9 @@ class Driver:
         learner's current beta (``learner.kl_control`` may move it)."""
         import torch
 
-        kept = [i for i, r in enumerate(rewards) if r is not None and completions[i].token_ids]
+        kept = [
+            i for i, r in enumerate(rewards) if r is not None and completions[i].num_trained_tokens
+        ]
         probes = [
             TrainSample(
                 c.prompt_token_ids,
@@ -455,7 +461,8 @@ class Driver:
         import statistics
 
         scored = [r for r in rewards if r is not None]
-        lengths = [sum(c.loss_mask) if c.loss_mask else len(c.token_ids) for c in completions]
+        lengths = [c.num_trained_tokens for c in completions]
+        generated_s = timer.marks["time/rollout_s"] + timer.marks.get("time/episode_s", 0.0)
         record: dict[str, float] = {
             "step": step,
             "weight_version": self.weight_version,
@@ -464,7 +471,7 @@ class Driver:
             "reward/masked_frac": 1 - len(scored) / max(len(rewards), 1),
             "train/zero_std_frac": zero_std_fraction(rewards, self.config.rollout.group_size),
             "rollout/response_len_mean": statistics.fmean(lengths) if lengths else 0.0,
-            "rollout/tokens_per_s": sum(lengths) / max(timer.marks["time/rollout_s"], 1e-9),
+            "rollout/tokens_per_s": sum(lengths) / max(generated_s, 1e-9),
         }
         record.update(train_metrics)
         record.update(sandbox_stats)

@@ -231,9 +231,14 @@ class EpisodeRunner:
         return episodes
 
 
-def discounted(reward: float | None, turns: int, episode: EpisodeConfig) -> float | None:
-    """The episode's reward under ``episode.reward`` (None stays None: no verdict)."""
-    if reward is None or episode.reward == "final":
+def discounted(
+    reward: float | None, turns: int, solved: bool, episode: EpisodeConfig
+) -> float | None:
+    """The episode's reward under ``episode.reward``: with ``first_success_discounted`` a
+    success at turn k is worth ``discount^(k-1)`` of one at the first; an unsolved episode
+    keeps its last turn's reward (discounting it would make a late failure, or a negative
+    term, cost less than an early one). None stays None: no verdict."""
+    if reward is None or episode.reward == "final" or not solved:
         return reward
     return reward * episode.discount ** (turns - 1)
 
@@ -247,7 +252,7 @@ def episode_metrics(
     metrics = {
         "episode/turns_mean": sum(c.turns for c, _ in episodes) / count,
         "episode/feedback_tokens_mean": sum(
-            len(c.token_ids) - sum(c.loss_mask) for c, _ in episodes if c.loss_mask
+            len(c.token_ids) - c.num_trained_tokens for c, _ in episodes
         )
         / count,
     }

@@ -11,7 +11,11 @@ prompts for the rest (``advantage/resampled_groups`` counts the former).
 
 Rewards are the weighted sum of the configured terms (``common.rewards``; by default the
 execution reward alone, as before). Each group keeps every term's values, so the step's
-``reward/<term>/mean`` is computed over the groups actually trained on (``term_means``).
+``reward/<term>/mean`` is computed over the groups actually trained on (``term_means``). Two
+rewards are not that sum: a multi-turn episode's with ``first_success_discounted``
+(``launch.episodes``; its terms are the last turn's, undiscounted), and a saboteur group's
+(``launch.saboteur``; it has no terms), so with either the term means need not add up to
+``reward/mean``.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from common.rewards import (
     term_metrics,
 )
 from common.types import Completion, ExecutionJob, ExecutionResult, Problem, RolloutRequest
-from launch.episodes import Episode, EpisodeRunner, discounted, episode_metrics
+from launch.episodes import Episode, EpisodeRunner, discounted
 
 
 @dataclass
@@ -129,9 +133,6 @@ class GroupCollector:
         self.term_means = term_metrics(
             {name: [v for g in groups for v in g.terms.get(name, [])] for name in self._names()}
         )
-        if self.episodes is not None:
-            finals = [(c, r) for g in groups for c, r in zip(g.completions, g.results, strict=True)]
-            metrics.update(episode_metrics(finals, self.config.episode.max_turns))
         return groups, metrics
 
     def _execute(self, jobs: list[ExecutionJob]) -> list[ExecutionResult]:
@@ -215,8 +216,15 @@ class GroupCollector:
         scored = self.reward(batch)
         rewards = scored.rewards
         if self.episodes is not None:
-            turns = [c.turns for group in completions for c in group]
-            rewards = [discounted(r, n, self.config.episode) for r, n in zip(rewards, turns)]
+            ends = [
+                (c.turns, r.passed)
+                for group, rs in zip(completions, results)
+                for c, r in zip(group, rs)
+            ]
+            rewards = [
+                discounted(reward, turns, solved, self.config.episode)
+                for reward, (turns, solved) in zip(rewards, ends, strict=True)
+            ]
         self.seconds["reward"] += time.perf_counter() - start
 
         def part(values: list, k: int) -> list:

@@ -7,8 +7,8 @@ JSON row in ``<run>/rollouts/``:
     ``selfplay.saboteur``, whose prompt and problem id are the ones they were posed), group
     (its position in the step), sample (its index in the group), prompt, completion (a
     multi-turn episode's whole transcript, feedback included), program (what the sandbox ran:
-    the last turn's), finish_reason, num_tokens, turns, verdict, tests_passed, tests_total,
-    test_verdicts (one per test run), detail, reward
+    the last turn's), finish_reason, num_tokens (the model's, feedback excluded), turns,
+    verdict, tests_passed, tests_total, test_verdicts (one per test run), detail, reward
     (None: no verdict, masked), terms ({reward term: value}), advantage (None: not trained on)
 
 Rows go to ``rollouts-<sequence>-step<first step>.jsonl``; when a file grows past
@@ -164,7 +164,7 @@ def step_rows(
                 "completion": completion.text,
                 "program": group.programs[k] if group.programs else None,
                 "finish_reason": completion.finish_reason,
-                "num_tokens": len(completion.token_ids),
+                "num_tokens": completion.num_trained_tokens,
                 "turns": completion.turns,
                 "verdict": result.verdict.value,
                 "tests_passed": result.tests_passed,

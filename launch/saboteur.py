@@ -29,6 +29,13 @@ from common.types import ExecutionResult, Problem, Verdict
 from launch.make_repairs import reference_program, repair_prompt
 from launch.mutations import normalised
 
+METRICS = (
+    "selfplay/bug_valid_frac",
+    "selfplay/fixer_solve_rate",
+    "selfplay/fixer_groups",
+    "selfplay/saboteur_groups",
+)
+
 SABOTEUR_PROMPT = """{task}
 
 This program solves the task correctly:
@@ -63,11 +70,12 @@ def saboteur_rewards(
     return rewards
 
 
-def _key(index: int, program: str) -> str | None:
-    """A bug's identity: its problem and its program without formatting or comments."""
+def _key(group: int, program: str) -> str | None:
+    """A bug's identity: its saboteur group and its program without formatting or comments
+    (None for a program the parser gives up on: not a valid bug anyway)."""
     try:
-        return f"{index}:{normalised(program)}"
-    except (SyntaxError, ValueError):
+        return f"{group}:{normalised(program)}"
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
 
 
@@ -110,13 +118,13 @@ class Saboteur:
                 posed.append(task)
                 kept.append(i)
         if not posed:
-            return [], {"selfplay/saboteur_groups": 0.0}
+            return [], dict.fromkeys(METRICS, 0.0)
         indices = kept
         saboteurs = self.sample(f"{step}.saboteur", indices, posed=posed)
         fix_indices, fix_posed, fix_keys = [], [], []
         keys_of = []
-        for index, group in zip(indices, saboteurs, strict=True):
-            keys = [_key(index, program) for program in group.programs]
+        for position, (index, group) in enumerate(zip(indices, saboteurs, strict=True)):
+            keys = [_key(position, program) for program in group.programs]
             keys_of.append(keys)
             chosen: list[str] = []
             for program, key, result in zip(group.programs, keys, group.results, strict=True):

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from common.config import Config, ConfigError, load_config
+from common.tasks import SYNTHETIC_SOURCES
 
 logger = logging.getLogger("launch.selfplay")
 
@@ -97,16 +98,20 @@ def problem_rows(problems, split: str = "train") -> list[dict]:
 
 
 def read_rounds(run_dir: Path) -> list[dict]:
-    """The rounds done so far (a last line cut by a crash is a round not done)."""
+    """The rounds done so far. A last line cut by a crash is a round not done: the file is
+    rewritten without it, so the next round's row starts a line of its own."""
     path = run_dir / ROUNDS_FILE
     if not path.is_file():
         return []
     rounds = []
-    for line in path.read_text().splitlines():
+    lines = path.read_text().splitlines()
+    for line in lines:
         try:
             rounds.append(json.loads(line))
         except json.JSONDecodeError:
             break
+    if len(rounds) < len(lines) or not path.read_text().endswith("\n"):
+        path.write_text("".join(json.dumps(row) + "\n" for row in rounds))
     return rounds
 
 
@@ -118,7 +123,8 @@ def plot_rounds(rounds: list[dict], out: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.plot([r["round"] for r in rounds], [r["pass@1"] for r in rounds], marker="o")
+    judged = [r for r in rounds if r["pass@1"] is not None]
+    ax.plot([r["round"] for r in judged], [r["pass@1"] for r in judged], marker="o")
     ax.set_xlabel("round")
     ax.set_ylabel("held-out pass@1")
     ax.set_ylim(-0.02, 1.02)
@@ -146,9 +152,7 @@ class SelfPlay:
         """The held-out problems are the training problems (the synthetic demo)."""
         data, ev = self.config.data, self.config.eval
         held_out = ev.source or data.source
-        return held_out == data.source and (
-            held_out.startswith("synthetic") or ev.split == data.split
-        )
+        return held_out == data.source and (held_out in SYNTHETIC_SOURCES or ev.split == data.split)
 
     def run(self, rounds: int) -> list[dict]:
         done = read_rounds(self.run_dir)
@@ -158,7 +162,7 @@ class SelfPlay:
             base, out = resolve_model(self.config), self.run_dir / "round-0" / "eval"
             summary, _ = self.evaluate(base, out, held_out=True)
             row = {"round": 0, "pass@1": summary["pass@1"], "checkpoint": base}
-            done = [self._append({**row, "eval_records": str(out / "samples.jsonl")})]
+            done = [self._append({**row, "eval_records": str((out / "samples.jsonl").resolve())})]
         for number in range(len(done), rounds + 1):
             done.append(self._append(self.round(number, done[-1])))
         return done
@@ -193,7 +197,7 @@ class SelfPlay:
                 "repairs_by_problem": dict(Counter(row["source_task_id"] for row in repairs)),
             },
             "checkpoint": checkpoint,
-            "eval_records": str(directory / "eval" / "samples.jsonl"),
+            "eval_records": str((directory / "eval" / "samples.jsonl").resolve()),
         }
 
     def _append(self, row: dict) -> dict:
@@ -202,7 +206,7 @@ class SelfPlay:
             handle.write(json.dumps(row) + "\n")
         rounds = read_rounds(self.run_dir)
         plot_rounds(rounds, self.run_dir / "rounds.png")
-        logger.info("round %d: held-out pass@1 %.4f", row["round"], row["pass@1"])
+        logger.info("round %d: held-out pass@1 %s", row["round"], _score(row["pass@1"]))
         return row
 
     def make_tasks(self, quota: dict[str, int], number: int) -> tuple[list[dict], list[dict]]:
@@ -229,7 +233,7 @@ class SelfPlay:
     def train(self, policy: str, problems: Path, run_dir: Path) -> str:
         """K steps from ``policy`` on ``problems``; returns the checkpoint's path."""
         prompt_template = self.config.data.prompt_template
-        if self.config.data.source.startswith("synthetic"):
+        if self.config.data.source in SYNTHETIC_SOURCES:
             prompt_template = "plain"  # the synthetic tasks are completion prompts
         args = [
             *(["--config", self.config_path] if self.config_path else []),
@@ -257,7 +261,7 @@ class SelfPlay:
         source = (ev.source or data.source) if held_out else data.source
         split = ev.split if held_out else data.split
         limit = ev.max_problems if held_out else data.max_problems
-        template = "plain" if source.startswith("synthetic") else data.prompt_template
+        template = "plain" if source in SYNTHETIC_SOURCES else data.prompt_template
         args = [
             "--model", model,
             "--problems", source,
@@ -286,6 +290,11 @@ class SelfPlay:
         return summary, records
 
 
+def _score(value: float | None) -> str:
+    """A pass@1 for people: n/a when no sample could be judged (every one an infra error)."""
+    return "n/a" if value is None else f"{value:.4f}"
+
+
 def _jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
@@ -304,6 +313,19 @@ def _command(module: str, args: list[str], log: Path) -> None:
 
 
 # ---- command line ----------------------------------------------------------------------------
+
+
+def check_sources(config: Config) -> None:
+    """Load the training and held-out problems once before any round: a missing file or a
+    malformed row is a one-line error (exit 2), not a failed phase minutes later."""
+    from common.data import load_raw
+
+    data, ev = config.data, config.eval
+    training = load_raw(data.source, data.split, data.format, data.max_problems)
+    held_out = load_raw(ev.source or data.source, ev.split, data.format, ev.max_problems)
+    if not training or not held_out:
+        which = "data.source/data.split" if not training else "eval.source/eval.split"
+        raise ConfigError(f"{which}: no problems to play rounds on")
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -326,22 +348,32 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from common.datasets import DatasetError
+    from common.prompts import PromptError
+    from sandbox.pool import SandboxIsolationError
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     args, overrides = parse_args(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
         config = load_config(args.config, overrides)
+        if config.learner.lora.enabled:
+            raise ConfigError(
+                "learner.lora: launch.selfplay starts each round from the last round's "
+                "checkpoint as a whole model, and a LoRA checkpoint holds only the adapter"
+            )
+        check_sources(config)
         if args.overwrite and config.run_dir.exists():
             shutil.rmtree(config.run_dir)
         rounds = SelfPlay(config, args.config or "", overrides, args).run(args.rounds)
-    except ConfigError as exc:
+    except (ConfigError, DatasetError, PromptError, SandboxIsolationError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except RoundFailed as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     for row in rounds:
-        print(f"round {row['round']}: held-out pass@1 {row['pass@1']:.4f}")
+        print(f"round {row['round']}: held-out pass@1 {_score(row['pass@1'])}")
     print(f"wrote {config.run_dir / ROUNDS_FILE}")
     return 0
 

@@ -128,6 +128,11 @@ def train(config: Config, resume: bool = False, overwrite: bool = False) -> Path
             f"model.path: cannot load the tokenizer of {model_path}: {_first_line(exc)}"
         ) from None
     problems = load_problems(config.data, tokenizer)
+    if config.selfplay.saboteur and not any(p.reference_solution.strip() for p in problems):
+        raise ConfigError(
+            f"selfplay.saboteur: no problem of {config.data.source} has a reference solution, "
+            "so there is no correct program to break"
+        )
     state = None
     if resume:
         run_dir = config.run_dir

@@ -61,10 +61,13 @@ class VerifierError(ValueError):
 
 def examples_from(rows: Sequence[dict[str, Any]], target: str) -> list[dict[str, Any]]:
     """One example per distinct (problem, prompt + completion), label from its verdict (or its
-    fraction of tests passed); rows without a verdict (infra errors) are left out."""
+    fraction of tests passed); rows without a verdict (infra errors) are left out, and so are
+    multi-turn transcripts and self-play roles: a verifier scores one answer to the task."""
     seen: dict[tuple[str, str], dict[str, Any]] = {}
     for row in rows:
         if row.get("verdict") in (None, "infra_error"):
+            continue
+        if row.get("turns", 1) > 1 or row.get("role", "solver") != "solver":
             continue
         text = row["prompt"] + row["completion"]
         passed = row["verdict"] == "passed"

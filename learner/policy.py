@@ -82,6 +82,11 @@ def compile_layers(model: nn.Module) -> int:
             f"learner.compile: no decoder layers found in {type(base).__name__} (expected "
             "<model>.layers, as in Qwen2 and Llama)"
         )
+    # Inductor's CPU kernels read the thread count at run time, not at compile time: the
+    # learner narrows and widens its threads (async.learner_threads_during_rollout).
+    import torch._inductor.config as inductor
+
+    inductor.cpp.dynamic_threads = True
     for layer in layers:
         layer.compile(dynamic=True)
     return len(layers)

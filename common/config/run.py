@@ -142,8 +142,9 @@ class EpisodeConfig(Section):
     )
     reward: Literal["final", "first_success_discounted"] = Field(
         "final",
-        description="final: the last turn's reward; first_success_discounted: that reward "
-        "times discount^(turns - 1), so an earlier success is worth more",
+        description="final: the last turn's reward; first_success_discounted: a success at "
+        "turn k earns discount^(k - 1) of its reward (an unsolved episode keeps its last "
+        "turn's), so an earlier success is worth more",
     )
     discount: float = Field(0.9, gt=0, le=1, description="gamma of first_success_discounted")
     template: Literal["auto", "chat", "plain"] = Field(

@@ -281,7 +281,7 @@ options = {{ run_dir = "{run_dir}" }}
 
 
 def test_multi_turn_episodes_with_a_discounted_reward(tmp_path, tiny_model_path):
-    """The multi-turn demo's config (hidden-number task, two turns): feedback between turns is
+    """The multi-turn demo's config on the hidden-number task (two turns): feedback between turns is
     context, so the sampler's logprobs of the model's own tokens still match the learner's
     (``_check_run`` bounds ``train/logprob_diff_mean``)."""
     run_dir = _train(
@@ -289,6 +289,7 @@ def test_multi_turn_episodes_with_a_discounted_reward(tmp_path, tiny_model_path)
         "--run.steps", "3",
         "--episode.reward", "first_success_discounted",
         "--episode.discount", "0.5",
+        "--data.source", "synthetic_hidden",
         config=DEMO_REPAIR,
     )  # fmt: skip
     metrics = _check_run(run_dir, 3)
@@ -312,7 +313,8 @@ def test_multi_turn_episodes_with_a_discounted_reward(tmp_path, tiny_model_path)
         assert "\n" + header in rest, row  # the feedback reopens the program's header
     for row in rows:
         if row["reward"] is not None:
-            expected = row["terms"]["execution"] * 0.5 ** (row["turns"] - 1)
+            solved = row["verdict"] == "passed"
+            expected = row["terms"]["execution"] * (0.5 ** (row["turns"] - 1) if solved else 1)
             assert row["reward"] == pytest.approx(expected, rel=1e-12), row
 
 
@@ -333,15 +335,22 @@ def _check_saboteur(run_dir: Path, metrics: list[dict]) -> None:
         assert m["selfplay/bug_valid_frac"] == pytest.approx(valid)
     for row in saboteur:
         source = row["problem_id"].removesuffix("/saboteur")
-        groups: dict[int, list[bool]] = {}
+        groups: dict[int, list[dict]] = {}
         for r in fixers:
             if r["step"] == row["step"] and r["problem_id"].startswith(source + "/fix"):
-                groups.setdefault(r["group"], []).append(r["verdict"] == "passed")
-        hardness = [1 - statistics.fmean(passed) for passed in groups.values()]
+                groups.setdefault(r["group"], []).append(r)
+        hardness = {
+            g: 1 - statistics.fmean(r["verdict"] == "passed" for r in rs)
+            for g, rs in groups.items()
+        }
+        # the fixer group posed this very program (a duplicate bug: another writer's text)
+        own = [g for g, rs in groups.items() if row["program"] in rs[0]["prompt"]]
         if row["verdict"] != "failed":
-            assert row["reward"] == 0.0, row
+            assert row["reward"] == 0.0 and not own, row
+        elif own:
+            assert row["reward"] == pytest.approx(hardness[own[0]]), row
         elif row["reward"] is not None:
-            assert any(row["reward"] == pytest.approx(h) for h in hardness), row
+            assert any(row["reward"] == pytest.approx(h) for h in hardness.values()), row
 
 
 def test_parity_probe_rises_when_a_push_is_skipped(tmp_path, tiny_model_path, monkeypatch):

@@ -276,12 +276,18 @@ def test_episodes_advance_together_until_solved_or_out_of_turns(tiny_tokenizer):
     )
 
 
-def test_an_episode_ends_when_the_next_turn_would_not_fit(tiny_tokenizer):
+@pytest.mark.parametrize("spare", [0, -1])
+def test_an_episode_ends_when_the_next_turn_would_not_fit(tiny_tokenizer, spare):
+    """Another turn is taken exactly when context + feedback + max_new_tokens (4) fits."""
     engine = ScriptedEngine({"0": "7\n"}, tiny_tokenizer)
     [episode] = _episodes(tiny_tokenizer, [(7, "3\n")])
     context = len(episode.transcript.prompt_token_ids) + len(episode.transcript.token_ids)
-    [done] = _runner(tiny_tokenizer, engine, max_model_len=context + 40).run("1", [episode])
-    assert engine.requests == [] and done.transcript.turns == 1 and not done.result.passed
+    runner = _runner(tiny_tokenizer, engine)
+    _, feedback = runner.writer.feedback(episode.problem, episode.last_turn, episode.result)
+    fits = context + len(feedback) + 4 + spare
+    [done] = _runner(tiny_tokenizer, engine, max_model_len=fits).run("1", [episode])
+    assert done.transcript.turns == (2 if spare == 0 else 1)
+    assert len(engine.requests) == (1 if spare == 0 else 0)
 
 
 def test_infra_errors_end_an_episode(tiny_tokenizer):
@@ -295,6 +301,8 @@ def test_infra_errors_end_an_episode(tiny_tokenizer):
 def test_the_discounted_reward_rewards_an_earlier_success():
     final = EpisodeConfig()
     eager = EpisodeConfig(reward="first_success_discounted", discount=0.5)
-    assert discounted(1.0, 3, final) == 1.0
-    assert [discounted(1.0, n, eager) for n in (1, 2, 3)] == [1.0, 0.5, 0.25]
-    assert discounted(None, 2, eager) is None
+    assert discounted(1.0, 3, True, final) == 1.0
+    assert [discounted(1.0, n, True, eager) for n in (1, 2, 3)] == [1.0, 0.5, 0.25]
+    # an unsolved episode keeps its last turn's reward: a late failure costs no less
+    assert discounted(0.5, 3, False, eager) == 0.5 and discounted(-0.2, 2, False, eager) == -0.2
+    assert discounted(None, 2, True, eager) is None

@@ -3,13 +3,15 @@ fleet (its run through ``python -m launch.train`` is in tests/integration/test_m
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from common.config import Config
 from common.tasks import synthetic_problems
 from common.types import Completion, ExecutionResult, Verdict
 from launch.groups import Group
-from launch.saboteur import Saboteur, is_valid_bug, saboteur_rewards
+from launch.saboteur import METRICS, Saboteur, is_valid_bug, saboteur_rewards
 
 WRONG = ExecutionResult(Verdict.FAILED, 1, 4, [Verdict.PASSED, Verdict.FAILED])
 CRASH = ExecutionResult(Verdict.RUNTIME_ERROR, 0, 4, [Verdict.RUNTIME_ERROR])
@@ -102,7 +104,8 @@ def test_a_prompt_without_room_for_an_answer_is_not_posed(tiny_tokenizer):
     config = Config.model_validate({"selfplay": {"saboteur": True}, "model": {"max_model_len": 64}})
     sampler = ScriptedSampler([], fixes=[])
     saboteur = Saboteur(config, synthetic_problems(), "plain", tiny_tokenizer, sampler)
-    assert saboteur.collect(1, [3]) == ([], {"selfplay/saboteur_groups": 0.0})
+    groups, metrics = saboteur.collect(1, [3])
+    assert groups == [] and metrics == dict.fromkeys(METRICS, 0.0)
     assert sampler.calls == []
 
 
@@ -111,3 +114,64 @@ def tiny_tokenizer():
     from common.tiny_model import build_tokenizer
 
     return build_tokenizer()
+
+
+class RolloutByRole:
+    """A rollout fleet whose samples depend on the role the prompt asks for: saboteurs write
+    ``return 8``/``return 9`` (wrong answers for problem 7) and a crash, fixers write 7 in half
+    their attempts, solvers write 7."""
+
+    def generate_stream(self, requests):
+        for r in requests:
+            role = r.request_id.split("/")[0].rsplit(".", 1)[-1]
+            answers = {"saboteur": ["8", "9", "8", "x"], "fixer": ["7", "1", "7", "2"]}
+            texts = answers.get(role, ["7"] * 4)
+            ids = list(r.prompt_token_ids)
+            yield [[Completion(r.request_id, j, ids, [5], [0.0], texts[j] + "\n", "stop", 0)
+                    for j in range(len(r.seeds))]]  # fmt: skip
+
+
+class JudgeSeven:
+    """The synthetic task's 4 graded tests, judged here for target 7."""
+
+    def run(self, jobs, stop_at_first_failure):
+        results = []
+        for job in jobs:
+            value = job.code.rsplit("return ", 1)[-1].strip()
+            if not value.isdigit():
+                results.append(CRASH)
+            elif value == "7":
+                results.append(PASS)
+            else:
+                results.append(WRONG)
+        return results
+
+
+def test_the_collector_poses_saboteur_and_fixer_groups_in_the_step(monkeypatch, tiny_tokenizer):
+    import ray
+
+    from launch.groups import GroupCollector
+
+    monkeypatch.setattr(ray, "get", lambda value: value)
+    config = Config.model_validate(
+        {
+            "rollout": {"group_size": 4, "batch_size": 12},
+            "model": {"max_model_len": 512},
+            "selfplay": {"saboteur": True, "saboteur_prompts": 1, "bugs_per_group": 2},
+        }
+    )
+    problems = synthetic_problems()
+    fleet = SimpleNamespace(rollout=RolloutByRole(), sandbox=JudgeSeven())
+    ids = [tuple(tiny_tokenizer(p.prompt)["input_ids"]) for p in problems]
+    collector = GroupCollector(config, fleet, problems, ids, tiny_tokenizer)
+    groups, metrics = collector.collect(3, lambda count: [7] * count)
+    assert [g.role for g in groups] == ["solver", "solver", "saboteur", "fixer", "fixer"]
+    saboteur, fixers = groups[2], groups[3:]
+    # bugs "8" (written twice) and "9" are valid and distinct; "x" crashes: invalid
+    assert [f.posed.problem_id for f in fixers] == ["synthetic/7/fix1", "synthetic/7/fix2"]
+    assert "return 8" in fixers[0].posed.prompt and "return 9" in fixers[1].posed.prompt
+    assert all(f.rewards == [1.0, 0.25, 1.0, 0.25] for f in fixers)  # execution, graded
+    # the fixers solved each bug in half their attempts: difficulty 0.5
+    assert saboteur.rewards == [0.5, 0.5, 0.5, 0.0]
+    assert metrics["selfplay/bug_valid_frac"] == 0.75
+    assert metrics["selfplay/fixer_solve_rate"] == 0.5

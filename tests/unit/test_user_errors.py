@@ -90,3 +90,50 @@ def test_evaluate_without_its_model_says_how_to_get_it(tmp_path, capsys, empty_h
     assert main([*args, "--out", str(tmp_path / "eval")]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: --model: Qwen/Qwen2.5-Coder-0.5B is")
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--learner.lora.enabled", "true"], "error: learner.lora: launch.selfplay starts each"),
+        (["--rollout.batch_siz", "8"], "rollout.batch_siz: unknown key"),
+        (["--data.source", "/nonexistent/problems.jsonl"], "/nonexistent/problems.jsonl"),
+    ],
+)
+def test_selfplay_refuses_what_it_cannot_run(tmp_path, capsys, args, said):
+    from launch.selfplay import main
+
+    demo = str(REPO_ROOT / "configs" / "demo.toml")
+    status = main(["--config", demo, "--rounds", "1", "--run.output_dir", str(tmp_path), *args])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and said in "\n".join(lines)
+    assert not any(tmp_path.iterdir()), "nothing written"
+
+
+def test_saboteur_settings_that_cannot_work_are_refused():
+    from common.config import ConfigError, validate_config
+
+    for data, said in [
+        ({"selfplay": {"saboteur": True, "saboteur_prompts": 8}}, "must be fewer than"),
+        ({"selfplay": {"saboteur": True}, "advantage": {"baseline": "kalman"}}, "group_mean"),
+        ({"selfplay": {"saboteur": True}, "episode": {"max_turns": 2}}, "do not combine"),
+    ]:
+        with pytest.raises(ConfigError, match=said):
+            validate_config(data)
+
+
+def test_a_saboteur_without_reference_programs_is_refused(tmp_path, capsys, tiny_model_path):
+    problems = tmp_path / "problems.jsonl"
+    problems.write_text('{"id": "a", "prompt": "Write f.", "tests": ["assert f() == 1"]}\n')
+    status, lines = _train(
+        capsys,
+        "--config", str(REPO_ROOT / "configs" / "demo.toml"),
+        "--model.path", tiny_model_path,
+        "--data.source", str(problems),
+        "--data.split", "all",
+        "--selfplay.saboteur", "true",
+        "--run.output_dir", str(tmp_path / "runs"),
+    )  # fmt: skip
+    assert status == 2 and len(lines) == 1
+    assert "selfplay.saboteur: no problem of" in lines[0] and "reference solution" in lines[0]
+    assert not (tmp_path / "runs").exists()
