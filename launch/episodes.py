@@ -73,7 +73,6 @@ class FeedbackWriter:
 
     def __init__(self, episode: EpisodeConfig, template: str, tokenizer) -> None:
         self.episode = episode
-        self.template = template
         self.tokenizer = tokenizer
         self._chat = _chat_frame(tokenizer) if template == "chat" else None
         self._special = set(tokenizer.all_special_tokens) | set(tokenizer.get_added_vocab())

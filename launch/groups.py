@@ -135,11 +135,16 @@ class GroupCollector:
         )
         return groups, metrics
 
+    def _judge(self, jobs: list[ExecutionJob]):
+        """A ref of the sandbox's results for ``jobs``, stopping at the first failing test
+        unless the reward needs every test's verdict."""
+        stop_early = self.config.reward.stops_at_first_failure()
+        return self.fleet.sandbox.run(jobs, stop_at_first_failure=stop_early)
+
     def _execute(self, jobs: list[ExecutionJob]) -> list[ExecutionResult]:
         import ray
 
-        stop_early = self.config.reward.stops_at_first_failure()
-        return ray.get(self.fleet.sandbox.run(jobs, stop_at_first_failure=stop_early))
+        return ray.get(self._judge(jobs))
 
     def _names(self) -> list[str]:
         return [term.name for term in self.reward.terms]
@@ -164,7 +169,6 @@ class GroupCollector:
 
         start = time.perf_counter()
         size = self.config.rollout.group_size
-        stop_early = self.config.reward.stops_at_first_failure()
         problems = posed or [self.problems[i] for i in indices]
         prompt_ids = (
             [tuple(encode_prompt(self.tokenizer, p.prompt)) for p in posed]
@@ -187,8 +191,7 @@ class GroupCollector:
                     ExecutionJob(code, problem.tests, problem.setup_code) for code in programs[k]
                 ]
                 arrived.append(k)
-            ref = self.fleet.sandbox.run(jobs, stop_at_first_failure=stop_early)
-            arrivals.append((arrived, ref))
+            arrivals.append((arrived, self._judge(jobs)))
         self.seconds["rollout"] += time.perf_counter() - start
         missing = [r.request_id for r, done in zip(requests, completions, strict=True) if not done]
         if missing:

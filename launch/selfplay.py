@@ -230,11 +230,13 @@ class SelfPlay:
             row["split"] = "train"
         return problem_rows(problems) + repairs, repairs
 
+    def _template(self, source: str) -> str:
+        """The prompt template for a phase on ``source``: the synthetic tasks are completion
+        prompts whatever the tokenizer (a round's problem file holds them as generic rows)."""
+        return "plain" if source in SYNTHETIC_SOURCES else self.config.data.prompt_template
+
     def train(self, policy: str, problems: Path, run_dir: Path) -> str:
         """K steps from ``policy`` on ``problems``; returns the checkpoint's path."""
-        prompt_template = self.config.data.prompt_template
-        if self.config.data.source in SYNTHETIC_SOURCES:
-            prompt_template = "plain"  # the synthetic tasks are completion prompts
         args = [
             *(["--config", self.config_path] if self.config_path else []),
             *self.overrides,
@@ -246,7 +248,7 @@ class SelfPlay:
             "--data.format", "generic",
             "--data.split", "train",
             "--data.max_problems", "0",
-            "--data.prompt_template", prompt_template,
+            "--data.prompt_template", self._template(self.config.data.source),
             "--data.curriculum", "failure_focused",
             "--eval.every", "0",
             "--overwrite",
@@ -261,13 +263,12 @@ class SelfPlay:
         source = (ev.source or data.source) if held_out else data.source
         split = ev.split if held_out else data.split
         limit = ev.max_problems if held_out else data.max_problems
-        template = "plain" if source in SYNTHETIC_SOURCES else data.prompt_template
         args = [
             "--model", model,
             "--problems", source,
             "--split", split,
             "--format", data.format,
-            "--template", template,
+            "--template", self._template(source),
             "--n", str(ev.n),
             "--k", "1",
             "--temperature", str(rollout.temperature),
