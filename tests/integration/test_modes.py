@@ -19,7 +19,7 @@ Modes are composed into a few short runs so the tier stays within CI's budget:
   (which asks ``python -m launch.scale`` for a second engine at step 1: a resize at a step the
   test controls), small weight buckets, the self-play saboteur;
 - ``episodes``: the multi-turn demo's config (two-turn episodes with sandbox feedback) with the
-  discounted first-success reward.
+  discounted first-success reward and the learner's decoder layers compiled.
 
 Every run must finish, advance the weight version once per step, take its rewards from the
 sandbox, record every trained completion in ``<run>/rollouts/`` in agreement with the step's
@@ -281,15 +281,17 @@ options = {{ run_dir = "{run_dir}" }}
 
 
 def test_multi_turn_episodes_with_a_discounted_reward(tmp_path, tiny_model_path):
-    """The multi-turn demo's config on the hidden-number task (two turns): feedback between turns is
-    context, so the sampler's logprobs of the model's own tokens still match the learner's
-    (``_check_run`` bounds ``train/logprob_diff_mean``)."""
+    """The multi-turn demo's config on the hidden-number task (two turns), with a compiled
+    learner: feedback between turns is context, so the sampler's logprobs of the model's own
+    tokens still match the compiled learner's (``_check_run`` bounds
+    ``train/logprob_diff_mean`` and the parity probe)."""
     run_dir = _train(
         tmp_path, "episodes", tiny_model_path,
         "--run.steps", "3",
         "--episode.reward", "first_success_discounted",
         "--episode.discount", "0.5",
         "--data.source", "synthetic_hidden",
+        "--learner.compile", "true",
         config=DEMO_REPAIR,
     )  # fmt: skip
     metrics = _check_run(run_dir, 3)
