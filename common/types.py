@@ -150,3 +150,15 @@ class WeightUpdate:
     transport: str
     payload: list[bytes] | str | dict
     num_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class ProcessGroupSpec:
+    """Where one learner rank joins its group: rank 0's rendezvous ``host:port``, this
+    process's rank, the group's size and the torch.distributed backend (gloo on CPU, nccl on
+    GPU)."""
+
+    address: str
+    rank: int
+    world_size: int
+    backend: str = "gloo"

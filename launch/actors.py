@@ -3,9 +3,10 @@
 The role classes are plain Python classes; here they become Ray actors, with resources taken
 from config (``ray.remote(**resources)(RolloutWorker)``), so the same classes run in unit tests
 without Ray and on a GPU cluster with ``num_gpus=1``. Actors get readable names
-(``learner-<run>``, ``rollout-<run>-<i>``, ``sandbox-<run>``, ``scorer-<run>-<term>``,
-``metrics-<run>``) for the dashboard. The driver gets typed clients back
-(:mod:`launch.clients`); the rollout fleet gets its engines' handles, which it wraps itself.
+(``learner-<run>``, further learner ranks ``learner-<run>-<rank>``, ``rollout-<run>-<i>``,
+``sandbox-<run>``, ``scorer-<run>-<term>``, ``metrics-<run>``) for the dashboard. The driver
+gets typed clients back (:mod:`launch.clients`); the rollout fleet gets its engines' handles,
+which it wraps itself.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from common.config import Config
+from common.types import ProcessGroupSpec
 from launch.clients import LearnerClient, SandboxClient
 from launch.cluster import ACTOR_ENV
 
@@ -51,10 +53,13 @@ def bundle(num_cpus: float, num_gpus: float) -> dict[str, float]:
 
 @dataclass
 class Placement:
-    """The run's placement group: one bundle for the learner, one per initial rollout actor.
+    """The run's placement group: one bundle per learner rank, one per initial rollout actor.
 
     Actors with no resources (a CPU-less sandbox front) and rollout actors added later by a
-    resize are scheduled outside it; a restarted actor returns to its own bundle.
+    resize are scheduled outside it; a restarted actor returns to its own bundle. Several
+    learner ranks always get one (PACK unless ``ray.placement`` says otherwise, the learner's
+    bundles alone with ``ray.placement = "none"``): rank 0's node must be known before the
+    ranks start, to give them its address.
     """
 
     group: Any
@@ -65,16 +70,22 @@ class Placement:
         import ray
         from ray.util.placement_group import placement_group
 
-        if config.ray.placement == "none":
-            return None
         learner, rollout = config.learner, config.rollout
-        members = {f"learner-{run_id}": bundle(learner.num_cpus, learner.num_gpus)}
-        for i in range(rollout.num_actors):
-            members[f"rollout-{run_id}-{i}"] = bundle(rollout.num_cpus, rollout.num_gpus)
+        strategy = config.ray.placement
+        if strategy == "none" and learner.num_ranks == 1:
+            return None
+        members = {
+            learner_name(run_id, rank): bundle(learner.num_cpus, learner.num_gpus)
+            for rank in range(learner.num_ranks)
+        }
+        if strategy != "none":
+            for i in range(rollout.num_actors):
+                members[f"rollout-{run_id}-{i}"] = bundle(rollout.num_cpus, rollout.num_gpus)
         members = {name: b for name, b in members.items() if b}
         if not members:
             return None
-        group = placement_group(list(members.values()), strategy=config.ray.placement.upper())
+        strategy = "pack" if strategy == "none" else strategy
+        group = placement_group(list(members.values()), strategy=strategy.upper())
         ray.get(group.ready(), timeout=600)
         return cls(group, {name: i for i, name in enumerate(members)})
 
@@ -86,6 +97,11 @@ class Placement:
         return PlacementGroupSchedulingStrategy(
             placement_group=self.group, placement_group_bundle_index=self.bundle_of[name]
         )
+
+
+def learner_name(run_id: str, rank: int) -> str:
+    """Rank 0 keeps the single learner's name; the others are numbered after it."""
+    return f"learner-{run_id}" if rank == 0 else f"learner-{run_id}-{rank}"
 
 
 def learner_actor_class():
@@ -100,26 +116,63 @@ def learner_actor_class():
 
 
 def start_learner(
-    config: Config, model_path: str, run_id: str, placement: Placement | None
+    config: Config,
+    model_path: str,
+    run_id: str,
+    placement: Placement | None,
+    resume_from: str | None = None,
 ) -> LearnerClient:
-    """The learner actor, in its bundle of the placement group (not yet waited for)."""
-    learner_cls = learner_actor_class().options(
-        **actor_options(
-            f"learner-{run_id}", config.learner.num_cpus, config.learner.num_gpus, placement
+    """The learner's ranks (``learner.num_ranks`` actors, one bundle each), resumed from a
+    checkpoint directory when given (not yet waited for)."""
+    import ray
+
+    learner = config.learner
+    group = None
+    if learner.num_ranks > 1:
+        assert placement is not None, "Placement.create gives several learner ranks a group"
+        rendezvous = ray.remote(num_cpus=0)(_rendezvous_address).options(
+            scheduling_strategy=placement.strategy_for(learner_name(run_id, 0))
         )
-    )
-    handle = learner_cls.remote(
-        model_path,
-        config.learner,
-        temperature=config.rollout.temperature,
-        seed=config.run.seed,
-        transport=config.weights.transport,
-        export_dtype=config.model.dtype,
-        adapter_dir=str((config.run_dir / "adapters").resolve()),
-        bucket_bytes=config.bucket_bytes,
-        total_steps=config.run.steps,
-    )
-    return LearnerClient(handle)
+        address = ray.get(rendezvous.remote())
+        backend = "nccl" if learner.num_gpus > 0 else "gloo"
+        group = [
+            ProcessGroupSpec(address, rank, learner.num_ranks, backend)
+            for rank in range(learner.num_ranks)
+        ]
+    handles = []
+    for rank in range(learner.num_ranks):
+        name = learner_name(run_id, rank)
+        options = actor_options(name, learner.num_cpus, learner.num_gpus, placement)
+        handles.append(
+            learner_actor_class()
+            .options(**options)
+            .remote(
+                model_path,
+                learner,
+                temperature=config.rollout.temperature,
+                seed=config.run.seed,
+                transport=config.weights.transport,
+                export_dtype=config.model.dtype,
+                adapter_dir=str((config.run_dir / "adapters").resolve()),
+                bucket_bytes=config.bucket_bytes,
+                total_steps=config.run.steps,
+                group=group[rank] if group else None,
+                resume_from=resume_from,
+            )
+        )
+    return LearnerClient(handles)
+
+
+def _rendezvous_address() -> str:
+    """``host:port`` on this node where learner rank 0 will listen (run in its bundle)."""
+    import socket
+
+    import ray
+
+    with socket.socket() as probe:
+        probe.bind(("", 0))
+        port = probe.getsockname()[1]
+    return f"{ray.util.get_node_ip_address()}:{port}"
 
 
 def start_sandbox(config: Config, run_id: str) -> SandboxClient:

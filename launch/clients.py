@@ -22,53 +22,85 @@ ObjectRef = Any  # ray.ObjectRef, kept out of the signatures so this module impo
 
 
 class LearnerClient:
-    """The learner actor (``learner.learner.Learner``)."""
+    """The learner's ranks (``learner.learner.Learner``, ``learner.num_ranks`` actors).
 
-    def __init__(self, handle: Any) -> None:
-        self.handle = handle
+    Every call goes to every rank, in the same order: the ranks of a sharded learner step
+    together and meet in collectives, so each needs every call. Rank 0's answer is the
+    learner's (metrics are already summed over the ranks; only rank 0 sends weights). The
+    other ranks' answers are only checked: a rank that failed fails the call at once, even
+    while rank 0 still waits for it in a collective.
+    """
 
-    def ready(self) -> ObjectRef:
-        return self.handle.__ray_ready__.remote()
+    def __init__(self, handles: list[Any]) -> None:
+        self.handles = handles
+        self._followers: list[ObjectRef] = []  # the other ranks' pending calls
+
+    @property
+    def handle(self) -> Any:
+        """Rank 0's actor handle."""
+        return self.handles[0]
+
+    def _fan_out(self, method: str, *args: Any, **options: Any) -> list[Any]:
+        calls = [getattr(h, method).options(**options).remote(*args) for h in self.handles]
+        for follower in calls[1:]:
+            self._followers.extend(follower if isinstance(follower, list) else [follower])
+        return calls
+
+    def _get(self, ref: ObjectRef) -> Any:
+        """``ray.get(ref)``, raising at once when any rank's pending call failed."""
+        import ray
+
+        remaining = list(dict.fromkeys([ref, *self._followers]))
+        while ref in remaining:
+            ready, remaining = ray.wait(remaining, num_returns=1)
+            ray.get(ready)
+        self._followers = remaining
+        return ray.get(ref)
+
+    def ready(self) -> list[ObjectRef]:
+        return [handle.__ray_ready__.remote() for handle in self.handles]
 
     def train_and_export(self, samples: list[TrainSample]) -> tuple[ObjectRef, ObjectRef]:
-        """One training step and the new weights: refs of (metrics, ``WeightUpdate``)."""
-        return self.handle.train_and_export.options(num_returns=2).remote(samples)
+        """One training step and the new weights: refs of (metrics, ``WeightUpdate``); fetch
+        the metrics with :meth:`get`."""
+        return self._fan_out("train_and_export", samples, num_returns=2)[0]
+
+    def get(self, ref: ObjectRef) -> Any:
+        """The value of a ref this client handed out (metrics, a score)."""
+        return self._get(ref)
 
     def export_weights(self) -> ObjectRef:
         """A ref of the current weights' ``WeightUpdate``."""
-        return self.handle.export_weights.remote()
+        return self._fan_out("export_weights")[0]
 
     def score(self, samples: list[TrainSample]) -> ObjectRef:
         """A ref of the policy's logprobs of fixed completions (the parity probe)."""
-        return self.handle.score.remote(samples)
+        return self._fan_out("score", samples)[0]
 
     def sequence_kl(self, samples: list[TrainSample]) -> tuple[float, list[float]]:
         """The learner's current beta and each sample's KL to the reference (summed)."""
-        import ray
-
-        return ray.get(self.handle.sequence_kl.remote(samples))
+        return self._get(self._fan_out("sequence_kl", samples)[0])
 
     def set_compute_threads(self, threads: int) -> None:
         """Through the ``control`` concurrency group: reaches the learner while it trains."""
         import ray
 
-        call = self.handle.set_compute_threads.options(concurrency_group="control")
-        ray.get(call.remote(threads))
+        calls = [
+            h.set_compute_threads.options(concurrency_group="control").remote(threads)
+            for h in self.handles
+        ]
+        ray.get(calls)
 
     def save_checkpoint(self, path: str) -> None:
-        import ray
-
-        ray.get(self.handle.save_checkpoint.remote(path))
-
-    def load_training_state(self, path: str) -> None:
-        import ray
-
-        ray.get(self.handle.load_training_state.remote(path))
+        """Every rank writes its part (rank 0 the weights, each its optimiser shard)."""
+        for call in self._fan_out("save_checkpoint", path):
+            self._get(call)
 
     def kill(self) -> None:
         import ray
 
-        ray.kill(self.handle, no_restart=True)
+        for handle in self.handles:
+            ray.kill(handle, no_restart=True)
 
 
 class SandboxClient:

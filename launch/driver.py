@@ -289,8 +289,6 @@ class Driver:
         call at a time): ``time/weight_sync_s`` then counts the engines' own load time and the
         queueing is ``time/push_wait_s``. Without samples nothing changed, nothing is pushed.
         """
-        import ray
-
         if not samples:
             marks = dict.fromkeys(
                 ("time/train_s", "time/weight_sync_s", "time/weight_export_s"), 0.0
@@ -304,7 +302,7 @@ class Driver:
         # for this step (no overlap).
         pending = None if runs_ahead else self.fleet.rollout.start_push(update)
         probe = None if runs_ahead else self._start_probe()
-        metrics = ray.get(metrics_ref)
+        metrics = self.fleet.learner.get(metrics_ref)
         trained = time.perf_counter()
         if pending is None:
             pending = self.fleet.rollout.start_push(update)

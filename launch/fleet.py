@@ -34,15 +34,18 @@ class Fleet:
             remove_placement_group(self.placement.group)
 
 
-def start_fleet(config: Config, model_path: str, run_id: str) -> Fleet:
-    """Start the rollout workers, the learner and the sandbox pool; wait until all are ready."""
+def start_fleet(
+    config: Config, model_path: str, run_id: str, resume_from: str | None = None
+) -> Fleet:
+    """Start the rollout workers, the learner (from checkpoint ``resume_from`` when given) and
+    the sandbox pool; wait until all are ready."""
     import ray
 
     placement = Placement.create(config, run_id)
     sandbox = start_sandbox(config, run_id)
-    learner = start_learner(config, model_path, run_id, placement)
+    learner = start_learner(config, model_path, run_id, placement, resume_from)
     rollout = RolloutFleet(config, model_path, run_id, placement)
     rollout.start(config.rollout.num_actors)
     scorers = start_scorers(config, run_id)
-    ray.get([learner.ready(), sandbox.ready()])
+    ray.get([*learner.ready(), sandbox.ready()])
     return Fleet(rollout, learner, sandbox, placement=placement, scorers=scorers)

@@ -41,6 +41,7 @@ class PendingProbe:
 
     learner: Any
     engines: dict[int, Any]
+    client: LearnerClient  # fetches the learner's answer, checking every rank
 
 
 class ParityProbe:
@@ -65,15 +66,14 @@ class ParityProbe:
         (each actor runs its calls in the order this thread submitted them)."""
         if not self.samples:
             return None
-        return PendingProbe(learner.score(self.samples), rollout.start_score(self.samples))
+        engines = rollout.start_score(self.samples)
+        return PendingProbe(learner.score(self.samples), engines, learner)
 
     def finish(self, pending: PendingProbe | None, version: int) -> dict[str, float]:
         """``weights/parity_probe_diff``: the largest gap over the engines that answered."""
-        import ray
-
         if pending is None:
             return {}
-        reference = ray.get(pending.learner)
+        reference = pending.client.get(pending.learner)
         gaps = []
         for index, (engine_version, logprobs) in _answers(pending):
             if engine_version != version:

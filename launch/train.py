@@ -148,12 +148,11 @@ def train(config: Config, resume: bool = False, overwrite: bool = False) -> Path
         config.rollout.num_actors,
         config.sandbox.num_workers,
     )
-    fleet = start_fleet(config, model_path, run_id=config.run.name)
+    checkpoint = str((run_dir / "checkpoint").resolve()) if state is not None else None
+    fleet = start_fleet(config, model_path, run_id=config.run.name, resume_from=checkpoint)
     logger.info("sandbox: %s", fleet.sandbox.describe())
     try:
         if state is not None:
-            checkpoint = run_dir / "checkpoint"
-            fleet.learner.load_training_state(str(checkpoint.resolve()))
             fleet.rollout.push(fleet.learner.export_weights())
             logger.info("resumed %s at step %d", run_dir, state.step)
         Driver(config, fleet, problems, tokenizer, run_dir, state).run()

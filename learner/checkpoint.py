@@ -1,14 +1,15 @@
 """Checkpoints and LoRA adapter export.
 
 A checkpoint directory is servable as is: the full model in HF format (full fine-tuning) or the
-peft adapter (LoRA), the tokenizer, plus ``optimizer.pt`` and ``learner_state.json``.
+peft adapter (LoRA), the tokenizer, plus the optimiser state (``optimizer.pt``; a sharded
+learner's is a torch distributed checkpoint in ``optimizer/``) and ``learner_state.json``.
 
-Resuming: build the ``Learner`` on the *original* model path with the same config, then call
-``load_training_state(checkpoint)``; it loads the trained weights (full model or adapter), the
-optimiser state, the step and the weight version. Building on the original path keeps the
-reference (frozen copy, initial weights or LoRA base) equal to the run's initial policy; a
-learner built on the checkpoint directory itself also resumes, but its reference is then the
-checkpoint's weights.
+Resuming: build the ``Learner`` on the *original* model path with the same config and
+``resume_from=checkpoint`` (or call ``load_training_state(checkpoint)`` on one rank); it loads
+the trained weights (full model or adapter), the optimiser state, the step and the weight
+version. Building on the original path keeps the reference (frozen copy, initial weights or
+LoRA base) equal to the run's initial policy; a learner built on the checkpoint directory
+itself also resumes, but its reference is then the checkpoint's weights.
 """
 
 from __future__ import annotations
@@ -20,9 +21,12 @@ import torch
 from torch import nn
 
 from learner.export import base_model_of, tied_output_name
+from learner.sharding import Ranks, full
 
 STATE_FILE = "learner_state.json"
 OPTIMIZER_FILE = "optimizer.pt"
+#: A sharded learner's optimiser state: one torch distributed checkpoint, a shard per rank.
+SHARDED_OPTIMIZER_DIR = "optimizer"
 
 
 def is_lora(model: nn.Module) -> bool:
@@ -30,27 +34,78 @@ def is_lora(model: nn.Module) -> bool:
 
 
 def save_training_state(
-    out: Path, model: nn.Module, optimizer: torch.optim.Optimizer, tokenizer, state: dict
+    out: Path,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    tokenizer,
+    state: dict,
+    ranks: Ranks | None = None,
 ) -> None:
-    """Weights (model or adapter) + tokenizer + optimiser + ``state`` into ``out``."""
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out)
-    if tokenizer is not None:
-        tokenizer.save_pretrained(out)
-    torch.save(optimizer.state_dict(), out / OPTIMIZER_FILE)
-    (out / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
+    """Weights (model or adapter) + tokenizer + optimiser + ``state`` into ``out``.
+
+    With several ranks every rank calls it: the weights are gathered (a collective) and rank 0
+    writes them in HF format, so the checkpoint serves and evaluates like any other; the
+    optimiser state stays sharded, written by every rank into one distributed checkpoint.
+    """
+    ranks = ranks or Ranks(None)
+    weights = None
+    if ranks.sharded:
+        weights = {name: full(tensor) for name, tensor in model.state_dict().items()}
+    if ranks.rank == 0:
+        out.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(out, state_dict=weights)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(out)
+    if ranks.sharded:
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+        shards = {"optimizer": get_optimizer_state_dict(model, optimizer)}
+        dcp.save(shards, checkpoint_id=str(out / SHARDED_OPTIMIZER_DIR))
+    else:
+        torch.save(optimizer.state_dict(), out / OPTIMIZER_FILE)
+    if ranks.rank == 0:
+        (out / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
+    ranks.barrier()
 
 
-def load_training_state(
-    out: Path, model: nn.Module, optimizer: torch.optim.Optimizer, device: torch.device
-) -> dict:
-    """Load weights and optimiser state from ``out`` into ``model``/``optimizer``; return state."""
+def load_weights(out: Path, model: nn.Module) -> dict:
+    """Load the checkpoint's weights (full model or adapter) into an unsharded ``model``;
+    return the learner state saved beside them."""
     if is_lora(model):
         _load_adapter(out, model)
     else:
         _load_full_weights(out, model)
-    optimizer.load_state_dict(torch.load(out / OPTIMIZER_FILE, map_location=device))
     return json.loads((out / STATE_FILE).read_text())
+
+
+def load_optimizer(
+    out: Path,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    device: torch.device,
+    ranks: Ranks,
+) -> None:
+    """The optimiser state of checkpoint ``out``, written by as many ranks as load it."""
+    sharded = (out / SHARDED_OPTIMIZER_DIR).is_dir()
+    if sharded != ranks.sharded:
+        saved = "several learner ranks" if sharded else "one learner rank"
+        raise ValueError(
+            f"checkpoint {out} was written by {saved}: resume it with the learner.num_ranks "
+            f"it was trained with (this learner has {ranks.size})"
+        )
+    if not sharded:
+        optimizer.load_state_dict(torch.load(out / OPTIMIZER_FILE, map_location=device))
+        return
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import (
+        get_optimizer_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    shards = {"optimizer": get_optimizer_state_dict(model, optimizer)}
+    dcp.load(shards, checkpoint_id=str(out / SHARDED_OPTIMIZER_DIR))
+    set_optimizer_state_dict(model, optimizer, shards["optimizer"])
 
 
 def _load_adapter(out: Path, model: nn.Module) -> None:

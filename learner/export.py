@@ -7,6 +7,9 @@ and the base weights untouched so training continues from exactly the same state
 ``lora.modules_to_save`` are held by peft twice (``X.original_module.*``, frozen, and
 ``X.modules_to_save.<adapter>.*``, trained): the trained copy is sent as ``X.*``.
 
+A sharded learner's parameters are gathered here one by one (``full``): every rank runs this
+function, in the same order.
+
 Tied embeddings: only the input embedding is sent. safetensors refuses two names for one
 storage, and the receiving engine re-ties its LM head to the refreshed embedding.
 """
@@ -15,6 +18,8 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
+
+from learner.sharding import full
 
 
 def base_model_of(model: nn.Module) -> nn.Module:
@@ -46,10 +51,10 @@ def _merged_lora_weights(base: nn.Module) -> dict[str, Tensor]:
     for name, module in base.named_modules():
         if not isinstance(module, LoraLayer) or module.merged:
             continue
-        weight = module.get_base_layer().weight.float().clone()
+        weight = full(module.get_base_layer().weight).float().clone()
         for adapter in module.active_adapters:
             if adapter in module.lora_A:
-                weight += module.get_delta_weight(adapter).float()
+                weight += full(module.get_delta_weight(adapter)).float()
         merged[f"{name}.weight"] = weight
     return merged
 
@@ -97,7 +102,7 @@ def export_state_dict(model: nn.Module, dtype: torch.dtype) -> dict[str, Tensor]
         name = name.replace(".base_layer.", ".")
         if name == skip:
             continue
-        source = merged.get(name, tensor)
+        source = merged[name] if name in merged else full(tensor)
         target = dtype if source.is_floating_point() else source.dtype
         tensors[name] = source.detach().to(device="cpu", dtype=target).contiguous()
     return tensors

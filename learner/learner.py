@@ -25,10 +25,11 @@ from pathlib import Path
 
 import torch
 from torch import Tensor
+from torch.nn.utils import clip_grad_norm_
 
 from common.config import LearnerConfig
 from common.transport import DEFAULT_BUCKET_BYTES, make_sender, transport_for
-from common.types import TrainSample, WeightUpdate
+from common.types import ProcessGroupSpec, TrainSample, WeightUpdate
 from learner import checkpoint
 from learner.batching import (
     MicroBatch,
@@ -47,12 +48,14 @@ from learner.policy import (
     autocast,
     build_policy,
     compile_layers,
+    load_causal_lm,
     load_tokenizer,
     precision,
     to_dtype,
 )
 from learner.reference import Reference
 from learner.schedule import learning_rate
+from learner.sharding import Deal, Ranks, call, full
 
 _AVERAGED = ("kl", "clip_frac", "ratio_mean", "entropy", "tis_weight_mean", "tis_clip_frac")
 
@@ -77,6 +80,8 @@ class Learner:
         adapter_dir: str | None = None,
         bucket_bytes: int = DEFAULT_BUCKET_BYTES,
         total_steps: int = 0,
+        group: ProcessGroupSpec | None = None,
+        resume_from: str | None = None,
     ) -> None:
         from transformers import AutoConfig
 
@@ -118,12 +123,16 @@ class Learner:
         self.export_dtype = to_dtype(served) if served is not None else torch.bfloat16
         self.pad_token_id = getattr(hf_config, "pad_token_id", None) or 0
 
+        # group: this process's place among learner.num_ranks ranks (None: the only one).
+        self.ranks = Ranks(group)
         param_dtype, self.autocast_dtype = precision(config)
         self.model = build_policy(model_path, config, param_dtype).to(self.device)
-        self.reference: Reference | None = None
-        if config.beta > 0:
-            mode = config.reference
-            self.reference = Reference(self.model, mode, lora=config.lora.enabled)
+        self.reference = self._build_reference(model_path, param_dtype)
+        # A checkpoint's weights go in after the reference took the initial ones and before
+        # the policy is sharded, through the same loaders for any number of ranks.
+        state = checkpoint.load_weights(Path(resume_from), self.model) if resume_from else None
+        # What forward passes run through: the FSDP root around the policy, or the policy.
+        self.root = self.ranks.shard(self.model, self.device)
         if config.compile:  # after the reference's copy: a frozen copy stays eager
             compile_layers(self.model)
         self.trainable = [p for p in self.model.parameters() if p.requires_grad]
@@ -157,6 +166,21 @@ class Learner:
         self._reward_kl: float | None = None  # per-token KL of the batch, kl_in = "reward"
         self._weight_version = 0
         self.step = 0
+        if resume_from:
+            self._restore(Path(resume_from), state)
+
+    def _build_reference(self, model_path: str, param_dtype: torch.dtype) -> Reference | None:
+        """pi_ref from the initial policy (beta > 0). With several ranks a frozen copy is
+        loaded afresh and sharded like the policy will be: a deep copy of the policy would be
+        whole in every rank."""
+        config = self.config
+        if config.beta <= 0:
+            return None
+        frozen = None
+        if self.ranks.sharded and config.reference == "frozen_copy" and not config.lora.enabled:
+            copy = load_causal_lm(model_path, param_dtype).to(self.device)
+            frozen = self.ranks.shard(copy.eval().requires_grad_(False), self.device)
+        return Reference(self.model, config.reference, config.lora.enabled, frozen)
 
     def set_compute_threads(self, threads: int) -> None:
         """Train on ``threads`` torch threads from the next micro-batch on (0: ``num_cpus``).
@@ -199,9 +223,11 @@ class Learner:
     ):
         if temperature is None:  # each row's own where samples have one, else the run's
             temperature = self.temperature if batch.temperatures is None else batch.temperatures
+        runner = self.root if model is None or model is self.model else model
         with autocast(self.device, self.autocast_dtype):
-            return completion_logprobs(
-                self.model if model is None else model,
+            return call(
+                runner,
+                completion_logprobs,
                 batch.input_ids,
                 batch.attention_mask,
                 batch.completion_mask,
@@ -214,18 +240,28 @@ class Learner:
     def _per_sample_logprobs(
         self, samples: Sequence[TrainSample], model, temperature: float | None = None
     ) -> list[Tensor]:
-        """Logprobs of each sample's completion tokens under ``model``: 1-D CPU tensors."""
-        result: list[Tensor] = [torch.empty(0)] * len(samples)
-        for indices in pack_micro_batches(samples, self.config.micro_batch_tokens):
+        """Logprobs of each sample's completion tokens under ``model``: 1-D CPU tensors (each
+        rank computes its share, then every rank has them all)."""
+        result: dict[int, Tensor] = {}
+        deal = self._deal(samples)
+        for indices, weight in zip(deal.micro_batches, deal.weights, strict=True):
             self._apply_compute_threads()
             batch = collate(
                 samples, indices, self.pad_token_id, self.device, temperature=self.temperature
             )
             logprobs = self._logprobs(batch, model, temperature=temperature)
-            rows = completion_rows(logprobs, samples, indices)
-            for i, row in zip(indices, rows, strict=True):
-                result[i] = row
-        return result
+            if weight:
+                rows = completion_rows(logprobs, samples, indices)
+                result.update(zip(indices, rows, strict=True))
+        result = self.ranks.gather(result)
+        return [result[i] for i in range(len(samples))]
+
+    def _deal(self, samples: Sequence[TrainSample]) -> Deal:
+        """This rank's micro-batches of ``samples`` (all of them with one rank)."""
+        micro_batches = pack_micro_batches(samples, self.config.micro_batch_tokens)
+        lengths = [len(s.prompt_token_ids) + len(s.completion_token_ids) for s in samples]
+        costs = [len(m) * max(lengths[i] for i in m) for m in micro_batches]
+        return self.ranks.deal(micro_batches, costs)
 
     def reference_logprobs(self, samples: Sequence[TrainSample]) -> list[Tensor]:
         """Reference-policy logprobs of every completion token (needs beta > 0)."""
@@ -287,12 +323,11 @@ class Learner:
         total_tokens = sum(s.num_trained_tokens for s in samples)
         # Dr. GRPO's normaliser must be one constant for the whole batch, not per micro-batch.
         max_len = max_len or self.max_len or max(s.num_trained_tokens for s in samples)
-        sums: dict[str, float] = dict.fromkeys(("loss", *_AVERAGED), 0.0)
-        abs_diff = 0.0
-        threads: list[int] = []
-        for indices in pack_micro_batches(samples, self.config.micro_batch_tokens):
+        sums: dict[str, float] = dict.fromkeys(("loss", *_AVERAGED, "abs_diff"), 0.0)
+        sums.update(threads=0.0, micro_batches=0.0)
+        deal = self._deal(samples)
+        for indices, weight in zip(deal.micro_batches, deal.weights, strict=True):
             self._apply_compute_threads()
-            threads.append(torch.get_num_threads())
             batch = collate(
                 samples,
                 indices,
@@ -307,13 +342,20 @@ class Learner:
             loss, metrics = self._loss(
                 batch, logprobs, old, entropy, max_len, len(samples), total_tokens
             )
-            loss.backward()
+            (loss * weight).backward()  # weight 0: a padding copy, for the ranks' collectives
+            if not weight:
+                continue
+            sums["threads"] += torch.get_num_threads()
+            sums["micro_batches"] += 1
             share = batch.num_completion_tokens / total_tokens
             sums["loss"] += metrics["loss"]  # already normalised by the whole batch
             for key in _AVERAGED:
                 sums[key] += metrics.get(key, 0.0) * share
             diff = (old - batch.sampler_logprobs).abs() * batch.completion_mask
-            abs_diff += diff.sum().item()
+            sums["abs_diff"] += diff.sum().item()
+        sums = self.ranks.sum(sums)
+        abs_diff, threads = sums.pop("abs_diff"), sums.pop("threads")
+        micro_batches = sums.pop("micro_batches")
         if self.tis_cap <= 0:
             del sums["tis_weight_mean"], sums["tis_clip_frac"]
         return {
@@ -321,7 +363,7 @@ class Learner:
             "train/logprob_diff_mean": abs_diff / total_tokens,
             "train/num_tokens": float(total_tokens),
             "train/num_samples": float(len(samples)),
-            "train/compute_threads_mean": sum(threads) / len(threads),
+            "train/compute_threads_mean": threads / micro_batches,
         }
 
     def _loss(
@@ -373,7 +415,7 @@ class Learner:
 
     def _optimizer_step(self) -> float:
         self._apply_compute_threads()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.trainable, self.config.max_grad_norm)
+        grad_norm = full(clip_grad_norm_(self.trainable, self.config.max_grad_norm))
         lr = self.lr
         for group in self.optimizer.param_groups:
             group["lr"] = lr
@@ -453,7 +495,7 @@ class Learner:
         validate_samples(samples)
         return [row.tolist() for row in self.policy_logprobs(samples, temperature=1.0)]
 
-    def train_and_export(self, samples: Sequence[TrainSample]) -> tuple[dict, WeightUpdate]:
+    def train_and_export(self, samples: Sequence[TrainSample]) -> tuple[dict, WeightUpdate | None]:
         """``train_step`` then ``export_weights`` in one call, ``time/weight_export_s`` added
         to the metrics. Called with ``num_returns=2``, the driver gets the update's reference
         before the step ends and queues every engine's load on it, so the push starts the
@@ -462,13 +504,19 @@ class Learner:
         start = time.perf_counter()
         update = self.export_weights()
         metrics["time/weight_export_s"] = time.perf_counter() - start
-        metrics["weights/update_mib"] = update.num_bytes / (1 << 20)
-        if isinstance(update.payload, list):
-            metrics["weights/buckets"] = float(len(update.payload))
+        if update is not None:
+            metrics["weights/update_mib"] = update.num_bytes / (1 << 20)
+            if isinstance(update.payload, list):
+                metrics["weights/buckets"] = float(len(update.payload))
         return metrics, update
 
-    def export_weights(self) -> WeightUpdate:
-        """The policy for the engines, through the run's weight transport (``self.sender``)."""
+    def export_weights(self) -> WeightUpdate | None:
+        """The policy for the engines, through the run's weight transport (``self.sender``).
+        Every rank gathers the weights (a collective); rank 0 alone sends, the others return
+        None."""
+        if self.ranks.rank != 0:
+            self.export_tensors()
+            return None
         return self.sender.send(self)
 
     def export_tensors(self) -> dict[str, Tensor]:
@@ -480,23 +528,35 @@ class Learner:
         checkpoint.save_adapter(self.model, directory)
 
     def save_checkpoint(self, path: str) -> None:
-        """HF directory (full model, or the adapter with LoRA) + tokenizer + optimiser + state."""
+        """HF directory (full model, or the adapter with LoRA) + tokenizer + optimiser + state;
+        with several ranks every rank calls it (rank 0 writes the weights, each its optimiser
+        shard), on a file system they all reach."""
         state = {
             "weight_version": self._weight_version,
             "step": self.step,
             "optimizer_steps": self.optimizer_steps,
             "beta": self.beta,
+            "num_ranks": self.ranks.size,
         }
         tokenizer = load_tokenizer(self.model_path)
-        checkpoint.save_training_state(Path(path), self.model, self.optimizer, tokenizer, state)
+        checkpoint.save_training_state(
+            Path(path), self.model, self.optimizer, tokenizer, state, self.ranks
+        )
 
     def load_training_state(self, path: str) -> None:
         """Restore weights (full model or LoRA adapter), optimiser, step and weight version.
 
         Build the learner on the original model path first, so the reference stays the run's
-        initial policy (see ``checkpoint.py``).
+        initial policy (see ``checkpoint.py``). A sharded learner resumes through its
+        constructor's ``resume_from`` instead: weights go in before sharding.
         """
-        state = checkpoint.load_training_state(Path(path), self.model, self.optimizer, self.device)
+        if self.ranks.sharded:
+            raise ValueError("a sharded learner resumes through Learner(..., resume_from=path)")
+        self._restore(Path(path), checkpoint.load_weights(Path(path), self.model))
+
+    def _restore(self, path: Path, state: dict) -> None:
+        """Optimiser state and counters from checkpoint ``path`` (weights already loaded)."""
+        checkpoint.load_optimizer(path, self.model, self.optimizer, self.device, self.ranks)
         self._weight_version, self.step = int(state["weight_version"]), int(state["step"])
         # Checkpoints from before the schedules: ppo_epochs x mini_batches per step, fixed beta.
         steps = self.step * self.ppo_epochs * self.mini_batches

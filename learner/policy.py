@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from common.config import LearnerConfig
+from learner.sharding import decoder_layers
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -74,14 +75,7 @@ def compile_layers(model: nn.Module) -> int:
     and its parameter names stay as they are (checkpoints, weight export, LoRA). Shapes are
     dynamic: every micro-batch has its own length.
     """
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    backbone = getattr(base, getattr(base, "base_model_prefix", "model"), None)
-    layers = getattr(backbone, "layers", None)
-    if not isinstance(layers, nn.ModuleList) or not len(layers):
-        raise ValueError(
-            f"learner.compile: no decoder layers found in {type(base).__name__} (expected "
-            "<model>.layers, as in Qwen2 and Llama)"
-        )
+    layers = decoder_layers(model)
     # Inductor's CPU kernels read the thread count at run time, not at compile time: the
     # learner narrows and widens its threads (async.learner_threads_during_rollout).
     import torch._inductor.config as inductor

@@ -58,7 +58,11 @@ class InitialWeights:
 class Reference:
     """Context manager factory: ``with reference.active() as model`` runs pi_ref."""
 
-    def __init__(self, policy: nn.Module, mode: ReferenceMode, lora: bool) -> None:
+    def __init__(
+        self, policy: nn.Module, mode: ReferenceMode, lora: bool, frozen: nn.Module | None = None
+    ) -> None:
+        """``frozen``: the frozen copy, when the caller built it (a sharded learner loads it
+        afresh); by default a deep copy of ``policy``."""
         if mode not in ("frozen_copy", "precomputed"):
             raise ValueError(f"unknown reference {mode!r}; use frozen_copy or precomputed")
         self.policy = policy
@@ -66,7 +70,9 @@ class Reference:
         self._frozen: nn.Module | None = None
         self._initial: InitialWeights | None = None
         if self.mode == "frozen_copy":
-            self._frozen = copy.deepcopy(policy).eval().requires_grad_(False)
+            self._frozen = frozen
+            if frozen is None:
+                self._frozen = copy.deepcopy(policy).eval().requires_grad_(False)
         elif self.mode == "precomputed":
             self._initial = InitialWeights(policy)
 

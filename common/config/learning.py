@@ -119,6 +119,21 @@ class LearnerConfig(Section):
                 "'merged': a vLLM LoRA adapter carries only low-rank deltas, so fully trained "
                 "modules (a norm, an embedding) would never reach the engines"
             )
+        if self.num_ranks > 1 and not (self.num_cpus or self.num_gpus):
+            raise ValueError(
+                "learner.num_ranks > 1 needs num_cpus or num_gpus per rank: each rank gets a "
+                "bundle of the run's placement group, and a bundle cannot be empty"
+            )
+        if self.num_ranks > 1 and self.lora.export == "adapter":
+            raise ValueError(
+                "learner.num_ranks > 1 sends merged weights: lora.export = 'adapter' is not "
+                "implemented for a sharded learner yet"
+            )
+        if self.num_ranks > 1 and self.reference == "precomputed" and not self.lora.enabled:
+            raise ValueError(
+                "reference = 'precomputed' is not implemented for learner.num_ranks > 1: use "
+                "'frozen_copy', which is sharded like the policy"
+            )
         if self.warmup_steps and self.warmup_ratio:
             raise ValueError("give warmup_steps or warmup_ratio, not both")
         if self.min_lr > self.lr:
@@ -214,8 +229,15 @@ class LearnerConfig(Section):
         "first steps pay the compilation (docs/benchmarks.md, one learner step)",
     )
     lora: LoraConfig = LoraConfig()
-    num_cpus: float = Field(1.0, ge=0)
-    num_gpus: float = Field(0.0, ge=0)
+    num_cpus: float = Field(1.0, ge=0, description="per learner rank")
+    num_gpus: float = Field(0.0, ge=0, description="per learner rank")
+    num_ranks: int = Field(
+        1,
+        ge=1,
+        description="learner processes that shard the policy, gradients and optimiser state "
+        "(FSDP2) and split each step's micro-batches; they step together and compute the same "
+        "update as one rank. Each gets num_cpus/num_gpus in the run's placement group",
+    )
 
 
 class AsyncConfig(Section):

@@ -296,7 +296,13 @@ def test_checkpoint_round_trip(tied_model, tmp_path):
     files = {p.name for p in (tmp_path / "ckpt").iterdir()}
     assert {"config.json", "model.safetensors", "optimizer.pt", "learner_state.json"} <= files
     state = json.loads((tmp_path / "ckpt" / "learner_state.json").read_text())
-    assert state == {"weight_version": 1, "step": 1, "optimizer_steps": 1, "beta": 0.0}
+    assert state == {
+        "weight_version": 1,
+        "step": 1,
+        "optimizer_steps": 1,
+        "beta": 0.0,
+        "num_ranks": 1,
+    }
     resumed = Learner(str(tmp_path / "ckpt"), _config())
     resumed.load_training_state(str(tmp_path / "ckpt"))
     assert resumed.weight_version == 1

@@ -1,0 +1,162 @@
+"""Learner ranks: N processes train one policy, sharded with FSDP2 (``learner.num_ranks``).
+
+Each rank holds 1/N of the parameters, gradients and AdamW state (torch's ``fully_shard`` on
+every decoder layer, then on the root: parameters become ``DTensor`` shards, gathered layer by
+layer for each forward and backward). Each train step's micro-batches are dealt out across the
+ranks, so N ranks also split the step's compute.
+
+The loss does not depend on N. Every micro-batch's loss is already normalised by the whole
+step's counts (``learner.py``), so the step's gradient is the *sum* of the micro-batches'
+gradients, whichever rank ran them: the reduce-scatter sums (divide factor 1) instead of
+FSDP's default average, and the metrics are summed across ranks the same way.
+
+Every collective must be entered by every rank in the same order: the all-gather in each
+forward, the reduce-scatter in each backward, ``full_tensor()`` when weights are gathered for
+export or a checkpoint. So every rank runs the same number of micro-batches (a rank dealt fewer
+runs a copy of one with weight 0: same collectives, no gradient), and gathers parameters in the
+module's own order.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+
+from common.types import ProcessGroupSpec
+
+
+def decoder_layers(model: nn.Module) -> nn.ModuleList:
+    """The decoder layers of an HF causal LM (under a peft wrapper too): the units that are
+    compiled (``learner.compile``) and sharded one by one."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    backbone = getattr(base, getattr(base, "base_model_prefix", "model"), None)
+    layers = getattr(backbone, "layers", None)
+    if not isinstance(layers, nn.ModuleList) or not len(layers):
+        raise ValueError(
+            f"no decoder layers found in {type(base).__name__} (expected <model>.layers, as in "
+            "Qwen2 and Llama): learner.compile and learner.num_ranks > 1 work layer by layer"
+        )
+    return layers
+
+
+def full(tensor: Tensor) -> Tensor:
+    """The whole tensor of a ``DTensor`` shard (a collective: every rank must call it in the
+    same order), or the tensor itself."""
+    from torch.distributed.tensor import DTensor
+
+    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+
+
+class Root(nn.Module):
+    """The FSDP root around a sharded model, whose forward runs any function of the model.
+
+    FSDP gathers a unit's parameters in its forward's pre-hook. The root unit holds what is
+    outside the decoder layers (embedding, final norm, LM head), and the logprob code runs the
+    backbone and then the LM head in chunks (``logprobs.py``), not the model's own forward: run
+    through :func:`call`, all of it happens inside one root forward.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return fn(self.model, *args, **kwargs)
+
+
+def call(module: nn.Module, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``fn(model, *args, **kwargs)``, inside the root's forward when ``module`` is a
+    :class:`Root`."""
+    if isinstance(module, Root):
+        return module(fn, *args, **kwargs)
+    return fn(module, *args, **kwargs)
+
+
+@dataclass(frozen=True)
+class Deal:
+    """One rank's share of a step's micro-batches: index lists, and a weight per micro-batch
+    (1, or 0 for a padding copy that only keeps the collectives in step)."""
+
+    micro_batches: list[list[int]]
+    weights: list[float]
+
+
+class Ranks:
+    """This process's place in the learner group; a group of one is a plain single learner."""
+
+    def __init__(self, spec: ProcessGroupSpec | None, timeout_s: float = 1800) -> None:
+        self.rank = spec.rank if spec else 0
+        self.size = spec.world_size if spec else 1
+        if self.size > 1 and not dist.is_initialized():
+            dist.init_process_group(
+                spec.backend,
+                init_method=f"tcp://{spec.address}",
+                rank=spec.rank,
+                world_size=spec.world_size,
+                timeout=datetime.timedelta(seconds=timeout_s),
+            )
+
+    @property
+    def sharded(self) -> bool:
+        return self.size > 1
+
+    def shard(self, model: nn.Module, device: torch.device) -> nn.Module:
+        """``fully_shard`` each decoder layer, then a :class:`Root` around the model (returned;
+        the model itself when there is one rank); gradients summed across ranks."""
+        if not self.sharded:
+            return model
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import FSDPModule, fully_shard
+
+        mesh = init_device_mesh(device.type, (self.size,))
+        for layer in decoder_layers(model):
+            fully_shard(layer, mesh=mesh)
+        root = fully_shard(Root(model), mesh=mesh)
+        for module in root.modules():
+            if isinstance(module, FSDPModule):
+                module.set_gradient_divide_factor(1.0)
+                module.set_force_sum_reduction_for_comms(True)  # gloo has no PREMUL_SUM
+        return root
+
+    def deal(self, micro_batches: list[list[int]], costs: Sequence[int]) -> Deal:
+        """This rank's micro-batches: each goes to the least loaded rank so far (longest first,
+        by padded tokens), then every rank is padded to the same count."""
+        if not self.sharded:
+            return Deal(micro_batches, [1.0] * len(micro_batches))
+        load = [0] * self.size
+        dealt: list[list[list[int]]] = [[] for _ in range(self.size)]
+        for i in sorted(range(len(micro_batches)), key=lambda i: (-costs[i], i)):
+            rank = min(range(self.size), key=lambda r: (load[r], r))
+            dealt[rank].append(micro_batches[i])
+            load[rank] += costs[i]
+        mine = dealt[self.rank]
+        count = max(len(d) for d in dealt)
+        padding = [mine[0] if mine else micro_batches[0][:1]] * (count - len(mine))
+        return Deal(mine + padding, [1.0] * len(mine) + [0.0] * len(padding))
+
+    def sum(self, values: dict[str, float]) -> dict[str, float]:
+        """``values`` summed over the ranks (float64, every rank gets the sums)."""
+        if not self.sharded:
+            return values
+        keys = sorted(values)
+        total = torch.tensor([values[k] for k in keys], dtype=torch.float64)
+        dist.all_reduce(total)
+        return dict(zip(keys, total.tolist(), strict=True))
+
+    def gather(self, rows: dict[int, Tensor]) -> dict[int, Tensor]:
+        """Every rank's ``{sample index: row}`` merged, on every rank."""
+        if not self.sharded:
+            return rows
+        parts: list[dict[int, Tensor] | None] = [None] * self.size
+        dist.all_gather_object(parts, rows)
+        return {i: row for part in parts if part for i, row in part.items()}
+
+    def barrier(self) -> None:
+        if self.sharded:
+            dist.barrier()

@@ -1,0 +1,145 @@
+"""learner.num_ranks: two gloo processes sharding the policy with FSDP2 compute the update one
+learner computes on the same batch, and a two-rank checkpoint resumes."""
+
+from __future__ import annotations
+
+import socket
+import traceback
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from common.config import LearnerConfig, LoraConfig
+from common.types import ProcessGroupSpec
+from learner.learner import Learner
+from learner.sharding import Ranks
+from tests.unit.test_learner_step import _samples, _save_tiny_qwen2
+
+_BASE = {"lr": 1e-3, "micro_batch_tokens": 24, "num_cpus": 1}
+
+
+def _config(**overrides) -> LearnerConfig:
+    return LearnerConfig(**{**_BASE, **overrides})
+
+
+@pytest.fixture(scope="module")
+def tied_model(tmp_path_factory) -> str:
+    return _save_tiny_qwen2(tmp_path_factory.mktemp("tied"), tie_word_embeddings=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _steps(learner: Learner, steps: int) -> list[dict]:
+    # Each step's batch is fixed by the step number, so a resumed run sees the same batches.
+    return [learner.train_step(_samples(12, seed=learner.step)) for _ in range(steps)]
+
+
+def _rank_main(rank, world, port, model_path, config, out, steps, save, resume) -> None:
+    try:
+        group = ProcessGroupSpec(f"127.0.0.1:{port}", rank, world)
+        learner = Learner(
+            model_path, config, export_dtype="float32", group=group, resume_from=resume
+        )
+        metrics = _steps(learner, steps)
+        weights = learner.export_tensors()  # a collective: every rank gathers
+        if save:
+            learner.save_checkpoint(save)
+        if rank == 0:
+            torch.save({"metrics": metrics, "weights": weights}, out)
+    except BaseException:
+        traceback.print_exc()
+        raise
+
+
+def _two_ranks(tmp_path, model_path, config, steps=1, save=None, resume=None) -> dict:
+    out = tmp_path / "rank0.pt"
+    args = (2, _free_port(), model_path, config, str(out), steps, save, resume)
+    mp.spawn(_rank_main, args=args, nprocs=2, join=True)
+    return torch.load(out)
+
+
+def _one_rank(model_path, config, steps=1) -> dict:
+    learner = Learner(model_path, config, export_dtype="float32")
+    return {"metrics": _steps(learner, steps), "weights": learner.export_tensors()}
+
+
+def _assert_same_update(got: dict, want: dict, lr: float, steps: int) -> None:
+    # Two ranks sum the same micro-batch gradients in another order: fp32 rounding of the
+    # gradient (~1e-7 relative) moves AdamW's first updates (+-lr per element) by far less
+    # than 1e-6; a wrong normaliser (x2 or /2 gradients) or a lost micro-batch moves most
+    # elements by 1e-4 or more. The one exception is the key bias: it shifts every score of a
+    # query equally, which softmax ignores, so its gradient is zero in exact arithmetic and
+    # AdamW's update of it is the sign of rounding noise, up to lr per step in either run.
+    assert got["weights"].keys() == want["weights"].keys()
+    for name, tensor in want["weights"].items():
+        atol = 2 * lr * steps if name.endswith("k_proj.bias") else 1e-6
+        torch.testing.assert_close(got["weights"][name], tensor, rtol=0, atol=atol, msg=name)
+    for got_step, want_step in zip(got["metrics"], want["metrics"], strict=True):
+        for key in ("train/loss", "train/kl", "train/grad_norm", "train/logprob_diff_mean"):
+            assert got_step[key] == pytest.approx(want_step[key], rel=1e-5, abs=1e-7), key
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"beta": 0.05},
+        {"ppo_epochs": 2, "mini_batches": 2, "beta": 0.05, "kl_in": "loss"},
+        {"lora": LoraConfig(enabled=True, rank=4), "beta": 0.05},
+    ],
+    ids=["plain", "frozen_reference", "epochs", "lora"],
+)
+def test_two_ranks_compute_the_single_learner_update(tied_model, tmp_path, overrides):
+    config = _config(**overrides)
+    want = _one_rank(tied_model, config, steps=2)
+    got = _two_ranks(tmp_path, tied_model, config, steps=2)
+    before = Learner(tied_model, config, export_dtype="float32").export_tensors()
+    moved = [n for n, t in want["weights"].items() if not torch.equal(t, before[n])]
+    assert moved, "the reference run did not train"
+    _assert_same_update(got, want, config.lr, steps=2)
+
+
+def test_a_two_rank_checkpoint_resumes_the_run(tied_model, tmp_path):
+    config = _config(beta=0.05)
+    straight = _one_rank(tied_model, config, steps=2)
+    ckpt = tmp_path / "ckpt"
+    _two_ranks(tmp_path, tied_model, config, steps=1, save=str(ckpt))
+    files = {p.name for p in ckpt.iterdir()}
+    assert {"config.json", "model.safetensors", "optimizer", "learner_state.json"} <= files
+    from transformers import AutoModelForCausalLM
+
+    AutoModelForCausalLM.from_pretrained(ckpt)  # the policy in HF format
+    # Resumed on two ranks from step 1, the second step is the straight run's second step.
+    resumed = _two_ranks(tmp_path, tied_model, config, steps=1, resume=str(ckpt))
+    _assert_same_update(
+        {"metrics": resumed["metrics"], "weights": resumed["weights"]},
+        {"metrics": straight["metrics"][1:], "weights": straight["weights"]},
+        config.lr,
+        steps=2,
+    )
+
+
+def test_a_sharded_checkpoint_needs_its_rank_count(tied_model, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    _two_ranks(tmp_path, tied_model, _config(), steps=1, save=str(ckpt))
+    with pytest.raises(ValueError, match="written by several learner ranks"):
+        Learner(tied_model, _config(), resume_from=str(ckpt))
+
+
+def test_micro_batches_are_dealt_evenly():
+    class _Rank(Ranks):
+        def __init__(self, rank: int, size: int) -> None:
+            self.rank, self.size = rank, size
+
+    batches, costs = [[0], [1, 2], [3], [4, 5, 6]], [5, 8, 2, 9]
+    deals = [_Rank(r, 2).deal(batches, costs) for r in range(2)]
+    assert deals[0].micro_batches == [[4, 5, 6], [3]] and deals[0].weights == [1.0, 1.0]
+    assert deals[1].micro_batches == [[1, 2], [0]] and deals[1].weights == [1.0, 1.0]
+    # Fewer micro-batches than ranks: the idle rank runs a weightless copy of one row.
+    idle = _Rank(1, 2).deal([[0, 1]], [4])
+    assert idle.micro_batches == [[0]] and idle.weights == [0.0]
