@@ -257,11 +257,16 @@ class Learner:
         return [result[i] for i in range(len(samples))]
 
     def _deal(self, samples: Sequence[TrainSample]) -> Deal:
-        """This rank's micro-batches of ``samples`` (all of them with one rank)."""
-        micro_batches = pack_micro_batches(samples, self.config.micro_batch_tokens)
+        """This rank's micro-batches: its share of ``samples``, packed by the token budget
+        (all of them with one rank). Every rank packs every share, so each knows how many
+        micro-batches the busiest runs without asking."""
         lengths = [len(s.prompt_token_ids) + len(s.completion_token_ids) for s in samples]
-        costs = [len(m) * max(lengths[i] for i in m) for m in micro_batches]
-        return self.ranks.deal(micro_batches, costs)
+        packed = []
+        for share in self.ranks.split(lengths):
+            part = [samples[i] for i in share]
+            micro_batches = pack_micro_batches(part, self.config.micro_batch_tokens)
+            packed.append([[share[i] for i in m] for m in micro_batches])
+        return self.ranks.deal(packed)
 
     def reference_logprobs(self, samples: Sequence[TrainSample]) -> list[Tensor]:
         """Reference-policy logprobs of every completion token (needs beta > 0)."""

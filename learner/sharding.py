@@ -31,6 +31,15 @@ from torch import Tensor, nn
 from common.types import ProcessGroupSpec
 
 
+def free_address() -> str:
+    """``127.0.0.1:<a free port>``: a rendezvous for ranks on this machine (tests, benches)."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{probe.getsockname()[1]}"
+
+
 def decoder_layers(model: nn.Module) -> nn.ModuleList:
     """The decoder layers of an HF causal LM (under a peft wrapper too): the units that are
     compiled (``learner.compile``) and sharded one by one."""
@@ -124,20 +133,25 @@ class Ranks:
                 module.set_force_sum_reduction_for_comms(True)  # gloo has no PREMUL_SUM
         return root
 
-    def deal(self, micro_batches: list[list[int]], costs: Sequence[int]) -> Deal:
-        """This rank's micro-batches: each goes to the least loaded rank so far (longest first,
-        by padded tokens), then every rank is padded to the same count."""
+    def split(self, costs: Sequence[int]) -> list[list[int]]:
+        """Item indices per rank, balanced by cost: longest first, each to the least loaded
+        rank so far (one rank: every index, in order)."""
         if not self.sharded:
-            return Deal(micro_batches, [1.0] * len(micro_batches))
+            return [list(range(len(costs)))]
         load = [0] * self.size
-        dealt: list[list[list[int]]] = [[] for _ in range(self.size)]
-        for i in sorted(range(len(micro_batches)), key=lambda i: (-costs[i], i)):
+        shares: list[list[int]] = [[] for _ in range(self.size)]
+        for i in sorted(range(len(costs)), key=lambda i: (-costs[i], i)):
             rank = min(range(self.size), key=lambda r: (load[r], r))
-            dealt[rank].append(micro_batches[i])
+            shares[rank].append(i)
             load[rank] += costs[i]
-        mine = dealt[self.rank]
-        count = max(len(d) for d in dealt)
-        padding = [mine[0] if mine else micro_batches[0][:1]] * (count - len(mine))
+        return [sorted(share) for share in shares]
+
+    def deal(self, packed: list[list[list[int]]]) -> Deal:
+        """This rank's micro-batches, given every rank's (``packed[rank]``), padded to the
+        largest count with weightless copies so that every rank runs as many."""
+        mine = packed[self.rank]
+        count = max(len(micro_batches) for micro_batches in packed)
+        padding = [mine[0] if mine else [0]] * (count - len(mine))
         return Deal(mine + padding, [1.0] * len(mine) + [0.0] * len(padding))
 
     def sum(self, values: dict[str, float]) -> dict[str, float]:

@@ -10,7 +10,11 @@ step's model FLOP/s over the peak a large matrix product reaches in the step's d
 device, measured in the same run (``flops.py``).
 
 This answers "does my configuration fit, and how fast is it" before renting a cluster: the
-memory of a step depends on shapes and dtypes, not on what the weights have learnt. Learner
+memory of a step depends on shapes and dtypes, not on what the weights have learnt. With
+``--ranks N`` the step runs on N learner ranks (FSDP2, one process each, gloo on CPU and NCCL on
+GPU) and each rank reports its own peak memory, step time and ``state_gib``: the parameters,
+gradients and AdamW state it holds (its shards), the part of the memory that sharding divides
+by N. Learner
 options not on the command line keep :class:`common.config.LearnerConfig`'s defaults; any can
 be set with ``--learner.key value``.
 """
@@ -93,11 +97,26 @@ def peak_memory_gib(device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB
 
 
-def run(args: argparse.Namespace, overrides: list[str]) -> dict[str, Any]:
+def state_gib(learner) -> float:
+    """GiB of parameters, gradients (one per trainable parameter, in its dtype) and optimiser
+    state this process holds: local shards only when the learner is sharded."""
+    import torch
+
+    def local(tensor: torch.Tensor) -> int:
+        tensor = tensor.to_local() if hasattr(tensor, "to_local") else tensor
+        return tensor.numel() * tensor.element_size()
+
+    total = sum(local(p) for p in learner.model.parameters())
+    total += sum(local(p) for p in learner.trainable)
+    for state in learner.optimizer.state.values():
+        total += sum(local(v) for v in state.values() if isinstance(v, torch.Tensor) and v.dim())
+    return total / 2**30
+
+
+def learner_config(args: argparse.Namespace, overrides: list[str]):
     import torch
 
     from common.config import load_config
-    from learner.learner import Learner
 
     learner_options = {
         "lr": 1e-6,
@@ -107,50 +126,96 @@ def run(args: argparse.Namespace, overrides: list[str]) -> dict[str, Any]:
         "micro_batch_tokens": args.micro_batch_tokens,
         "num_gpus": 1.0 if torch.cuda.is_available() else 0.0,
         "num_cpus": args.threads,
+        "num_ranks": args.ranks,
         "lora": {"enabled": args.lora, "rank": args.lora_rank},
     }
     # the command-line overrides come last, so they win over the flags' values
-    config = load_config(None, _flatten({"learner": learner_options}) + overrides).learner
+    return load_config(None, _flatten({"learner": learner_options}) + overrides).learner
+
+
+def run(args: argparse.Namespace, overrides: list[str]) -> dict[str, Any]:
+    config = learner_config(args, overrides)
     with tempfile.TemporaryDirectory(prefix="learner-bench-") as root:
         path = build_random_model(args.preset, Path(root))
-        learner = Learner(str(path), config)
-        vocab = PRESETS[args.preset]["vocab_size"]
-        shape = (args.prompts, args.group, args.prompt_len, args.completion_len)
-        samples = random_batch(*shape, vocab)
-        times = []
-        for index in range(args.warmup + args.steps):
-            if learner.device.type == "cuda":
-                torch.cuda.synchronize()
-            start = time.perf_counter()
-            learner.train_step(samples)
-            if learner.device.type == "cuda":
-                torch.cuda.synchronize()
-            elapsed = time.perf_counter() - start
-            if index >= args.warmup:
-                times.append(elapsed)
+        if args.ranks == 1:
+            return {**measure(args, config, path, None), "learner": config.model_dump()}
+        import torch.multiprocessing as mp
+
+        from learner.sharding import free_address
+
+        spawn_args = (args, config, path, free_address(), Path(root))
+        mp.spawn(_rank_main, args=spawn_args, nprocs=args.ranks, join=True)
+        ranks = [json.loads((Path(root) / f"rank{r}.json").read_text()) for r in range(args.ranks)]
+    slowest = max(ranks, key=lambda r: r["step_s"])
+    keep = ("preset", "device", "parameters", "trainable_parameters", "samples")
+    result = {key: slowest[key] for key in keep}
+    result.update({key: slowest[key] for key in slowest if key not in keep})
+    result["peak_memory_gib"] = max(r["peak_memory_gib"] for r in ranks)
+    result["state_gib"] = max(r["state_gib"] for r in ranks)
+    result["ranks"] = [
+        {key: r[key] for key in ("step_s", "peak_memory_gib", "state_gib")} for r in ranks
+    ]
+    return {**result, "learner": config.model_dump()}
+
+
+def _rank_main(rank: int, args, config, path: Path, address: str, root: Path) -> None:
+    import torch
+
+    from common.types import ProcessGroupSpec
+
+    if torch.cuda.is_available():
+        torch.cuda.set_device(rank)
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    group = ProcessGroupSpec(address, rank, args.ranks, backend)
+    result = measure(args, config, path, group)
+    (root / f"rank{rank}.json").write_text(json.dumps(result))
+
+
+def measure(args: argparse.Namespace, config, path: Path, group) -> dict[str, Any]:
+    """Warm-up and timed ``train_step`` calls of one learner (rank); its numbers."""
+    import torch
+
+    from learner.learner import Learner
+
+    learner = Learner(str(path), config, group=group)
+    vocab = PRESETS[args.preset]["vocab_size"]
+    shape = (args.prompts, args.group, args.prompt_len, args.completion_len)
+    samples = random_batch(*shape, vocab)
+    times = []
+    for index in range(args.warmup + args.steps):
+        if learner.device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        learner.train_step(samples)
+        if learner.device.type == "cuda":
+            torch.cuda.synchronize()
+        elapsed = time.perf_counter() - start
+        if index >= args.warmup:
+            times.append(elapsed)
+        if learner.ranks.rank == 0:
             print(f"step {index + 1}: {elapsed:.2f}s", file=sys.stderr, flush=True)
-        parameters = sum(p.numel() for p in learner.model.parameters())
-        trainable = sum(p.numel() for p in learner.trainable)
-        step_s = statistics.median(times)
-        tokens = len(samples) * args.completion_len
-        flops = learner.model_flops(samples)
-        peak = learner_peak_flops(config)
-        return {
-            "preset": args.preset,
-            "device": str(learner.device),
-            "parameters": parameters,
-            "trainable_parameters": trainable,
-            "samples": len(samples),
-            "completion_tokens": tokens,
-            "step_s": step_s,
-            "tokens_per_s": tokens / step_s,
-            "peak_memory_gib": peak_memory_gib(learner.device),
-            "model_tflop_per_step": flops / 1e12,
-            "achieved_tflops": flops / step_s / 1e12,
-            "peak_tflops": peak / 1e12,
-            "utilisation": flops / step_s / peak,
-            "learner": config.model_dump(),
-        }
+    parameters = sum(p.numel() for p in learner.model.parameters())  # global shapes
+    trainable = sum(p.numel() for p in learner.trainable)
+    step_s = statistics.median(times)
+    tokens = len(samples) * args.completion_len
+    flops = learner.model_flops(samples)
+    peak = learner_peak_flops(config) * learner.ranks.size
+    return {
+        "preset": args.preset,
+        "device": str(learner.device),
+        "parameters": parameters,
+        "trainable_parameters": trainable,
+        "samples": len(samples),
+        "completion_tokens": tokens,
+        "step_s": step_s,
+        "tokens_per_s": tokens / step_s,
+        "peak_memory_gib": peak_memory_gib(learner.device),
+        "state_gib": state_gib(learner),
+        "model_tflop_per_step": flops / 1e12,
+        "achieved_tflops": flops / step_s / 1e12,
+        "peak_tflops": peak / 1e12,
+        "utilisation": flops / step_s / peak,
+    }
 
 
 def _flatten(data: dict, prefix: str = "") -> list[str]:
@@ -177,6 +242,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--lora", action="store_true")
     parser.add_argument("--lora-rank", type=int, default=16)
     parser.add_argument("--threads", type=float, default=1.0, help="torch threads on CPU")
+    parser.add_argument("--ranks", type=int, default=1, help="learner ranks (FSDP2)")
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--out", help="also write the result as JSON here")

@@ -9,16 +9,21 @@ from tests.integration.helpers import read_jsonl, short_config
 pytestmark = pytest.mark.integration
 
 
-def test_resumed_run_sees_the_same_prompts(tmp_path, tiny_model_path):
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_resumed_run_sees_the_same_prompts(tmp_path, tiny_model_path, ranks):
     from launch.train import train
 
-    full = short_config(tmp_path, "full", tiny_model_path, 6)
+    # Two learner ranks: half a CPU each, so they fit beside the rollout actor on 2 cores.
+    learner = ["--learner.num_ranks", str(ranks), "--learner.num_cpus", str(1 / ranks)]
+    full = short_config(tmp_path, "full", tiny_model_path, 6, *learner)
     train(full)
 
-    interrupted = short_config(tmp_path, "resumed", tiny_model_path, 3)
+    interrupted = short_config(tmp_path, "resumed", tiny_model_path, 3, *learner)
     run_dir = train(interrupted)
     assert (run_dir / "checkpoint" / "driver_state.json").is_file()
-    continued = short_config(tmp_path, "resumed", tiny_model_path, 6)
+    sharded = (run_dir / "checkpoint" / "optimizer").is_dir()
+    assert sharded == (ranks > 1)  # a distributed checkpoint, one optimiser shard per rank
+    continued = short_config(tmp_path, "resumed", tiny_model_path, 6, *learner)
     train(continued, resume=True)
 
     expected = read_jsonl(full.run_dir / "batches.jsonl")

@@ -89,3 +89,19 @@ def test_every_step_reports_its_model_flops(tmp_path):
     # one epoch forward and backward, plus the reference's forward (beta > 0, KL in the loss)
     want = step_flops(*shape, lengths) + forward_flops(*shape, lengths)
     assert metrics["train/model_tflop"] == pytest.approx(want / 1e12)
+
+
+def test_two_ranks_hold_half_the_state_each(tmp_path):
+    """``--ranks 2``: each rank holds half the parameters, gradients and AdamW state (up to the
+    shards' rounding: FSDP pads a tensor whose first dimension is odd)."""
+    argv = ["--preset", "tiny", "--prompts", "2", "--group", "2", "--prompt-len", "4",
+            "--completion-len", "8", "--steps", "1", "--warmup", "0",
+            "--dtype", "float32"]  # fmt: skip
+    one, two = tmp_path / "one.json", tmp_path / "two.json"
+    assert main([*argv, "--out", str(one)]) == 0
+    assert main([*argv, "--ranks", "2", "--out", str(two)]) == 0
+    whole, sharded = json.loads(one.read_text()), json.loads(two.read_text())
+    assert len(sharded["ranks"]) == 2 and sharded["parameters"] == whole["parameters"]
+    for rank in sharded["ranks"]:
+        assert rank["state_gib"] == pytest.approx(whole["state_gib"] / 2, rel=0.02)
+        assert rank["step_s"] > 0 and rank["peak_memory_gib"] > 0
