@@ -104,6 +104,25 @@ def learner_name(run_id: str, rank: int) -> str:
     return f"learner-{run_id}" if rank == 0 else f"learner-{run_id}-{rank}"
 
 
+def wait_until_gone(names: list[str], timeout_s: float = 120) -> None:
+    """Return once no live actor holds any of ``names`` (``ray.kill`` is asynchronous, and a
+    replacement needs the name)."""
+    import time
+
+    import ray
+
+    deadline = time.monotonic() + timeout_s
+    for name in names:
+        while True:
+            try:
+                ray.get_actor(name)
+            except ValueError:
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"actor {name} is still alive {timeout_s:g} s after its kill")
+            time.sleep(0.1)
+
+
 def learner_actor_class():
     """The learner as a Ray actor class. Its ``control`` concurrency group lets
     ``set_compute_threads`` reach it while a ``train_step`` runs (every other method runs one at
@@ -241,5 +260,7 @@ def start_metrics(run_name: str) -> Any:
 
     from launch.telemetry import DashboardMetrics
 
-    options = actor_options(f"metrics-{run_name}", num_cpus=0)
+    name = f"metrics-{run_name}"
+    wait_until_gone([name])  # a restarted learner's driver starts it again
+    options = actor_options(name, num_cpus=0)
     return ray.remote(DashboardMetrics).options(**options).remote(run_name)

@@ -474,6 +474,7 @@ class Driver:
         record.update(train_metrics)
         record.update(sandbox_stats)
         record.update(self.fleet.rollout.counters)
+        record.update(self.fleet.counters)
         record["rollout/num_actors"] = len(self.fleet.rollout.actors)
         record.update(timer.marks)
         return record

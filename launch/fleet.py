@@ -6,7 +6,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from common.config import Config
-from launch.actors import Placement, start_learner, start_sandbox, start_scorers
+from launch.actors import (
+    Placement,
+    learner_name,
+    start_learner,
+    start_sandbox,
+    start_scorers,
+    wait_until_gone,
+)
 from launch.clients import LearnerClient, SandboxClient
 from launch.rollout_fleet import RolloutFleet
 
@@ -20,6 +27,18 @@ class Fleet:
     sandbox: SandboxClient
     placement: Placement | None = None
     scorers: dict[str, Any] = field(default_factory=dict)  # learned reward terms' actors
+    counters: dict[str, int] = field(default_factory=lambda: {"faults/learner_restarts": 0})
+
+    def restart_learner(self, config: Config, model_path: str, run_id: str, checkpoint: str):
+        """Replace every learner rank by a new one resumed from ``checkpoint`` (after one rank
+        died: the others cannot go on without it) and wait until they are ready."""
+        import ray
+
+        self.learner.kill()
+        wait_until_gone([learner_name(run_id, r) for r in range(config.learner.num_ranks)])
+        self.learner = start_learner(config, model_path, run_id, self.placement, checkpoint)
+        ray.get(self.learner.ready())
+        self.counters["faults/learner_restarts"] += 1
 
     def shutdown(self) -> None:
         import ray

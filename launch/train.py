@@ -106,6 +106,38 @@ def _aborted(error: Exception, run_dir: Path) -> RunAborted:
     return RunAborted(f"{actor} died and could not be recovered ({cause}); {resume}")
 
 
+def _restart_learner(error: Exception, config: Config, fleet, model_path: str, run_dir: Path):
+    """After a learner rank died: the learner again from the last checkpoint, and the driver
+    state to continue from (the steps after the checkpoint are redone, as on --resume).
+    Raises ``error`` again when it was not the learner, when ``learner.max_restarts`` are
+    used up, or when there is no checkpoint to restart from."""
+    from launch.actors import learner_name
+    from launch.checkpoint import load_driver_state
+
+    run_id = config.run.name
+    names = {learner_name(run_id, rank) for rank in range(config.learner.num_ranks)}
+    dead = {line.split(":", 1)[1].strip() for line in str(error).splitlines() if "\tname:" in line}
+    restarts = fleet.counters["faults/learner_restarts"]
+    if not dead & names or restarts >= config.learner.max_restarts:
+        raise error
+    try:
+        state = load_driver_state(run_dir)
+    except FileNotFoundError:
+        raise error from None
+    logger.warning(
+        "%s died (%s): restarting the learner from the checkpoint at step %d (restart %d of %d)",
+        ", ".join(sorted(dead & names)),
+        _first_line(error),
+        state.step,
+        restarts + 1,
+        config.learner.max_restarts,
+    )
+    for name in ("metrics.jsonl", "batches.jsonl"):
+        _truncate_jsonl(run_dir / name, state.step)
+    fleet.restart_learner(config, model_path, run_id, str((run_dir / "checkpoint").resolve()))
+    return state
+
+
 def train(config: Config, resume: bool = False, overwrite: bool = False) -> Path:
     """Run a whole training job (or continue one); returns the run directory."""
     import ray
@@ -152,10 +184,15 @@ def train(config: Config, resume: bool = False, overwrite: bool = False) -> Path
     fleet = start_fleet(config, model_path, run_id=config.run.name, resume_from=checkpoint)
     logger.info("sandbox: %s", fleet.sandbox.describe())
     try:
-        if state is not None:
-            fleet.rollout.push(fleet.learner.export_weights())
-            logger.info("resumed %s at step %d", run_dir, state.step)
-        Driver(config, fleet, problems, tokenizer, run_dir, state).run()
+        while True:
+            if state is not None:
+                fleet.rollout.push(fleet.learner.export_weights())
+                logger.info("resumed %s at step %d", run_dir, state.step)
+            try:
+                Driver(config, fleet, problems, tokenizer, run_dir, state).run()
+                break
+            except ray.exceptions.RayActorError as exc:
+                state = _restart_learner(exc, config, fleet, model_path, run_dir)
     except ray.exceptions.RayActorError as exc:
         raise _aborted(exc, run_dir) from exc
     finally:

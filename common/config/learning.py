@@ -231,6 +231,14 @@ class LearnerConfig(Section):
     lora: LoraConfig = LoraConfig()
     num_cpus: float = Field(1.0, ge=0, description="per learner rank")
     num_gpus: float = Field(0.0, ge=0, description="per learner rank")
+    max_restarts: int = Field(
+        3,
+        ge=0,
+        description="a learner rank that dies is restarted, with the whole learner, from the "
+        "run's last checkpoint inside the same job (the steps after it are redone), at most "
+        "this many times (faults/learner_restarts); without a checkpoint the run stops with "
+        "the command that resumes it",
+    )
     num_ranks: int = Field(
         1,
         ge=1,

@@ -46,7 +46,16 @@ def test_a_dead_learner_ends_the_run_with_the_step_to_resume_from(tmp_path, tiny
     from launch.train import RunAborted, train
     from tests.integration.helpers import before_steps, kill_for_good
 
-    config = short_config(tmp_path, "lost", tiny_model_path, 6, "--run.checkpoint_every", "2")
+    config = short_config(
+        tmp_path,
+        "lost",
+        tiny_model_path,
+        6,
+        "--run.checkpoint_every",
+        "2",
+        "--learner.max_restarts",
+        "0",
+    )
 
     # Dead before step 4 needs it, as after a crash (its state lives only in its process: no
     # restart can help).
@@ -63,3 +72,30 @@ def test_a_dead_learner_ends_the_run_with_the_step_to_resume_from(tmp_path, tiny
     train(short_config(tmp_path, "lost", tiny_model_path, 6), resume=True)
     metrics = read_jsonl(config.run_dir / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_killed_learner_rank_is_restarted_from_the_checkpoint(tmp_path, tiny_model_path):
+    from launch.train import train
+    from tests.integration.helpers import before_steps, kill_for_good
+
+    ranks = ["--learner.num_ranks", "2", "--learner.num_cpus", "0.5"]
+    config = short_config(
+        tmp_path, "restarted", tiny_model_path, 6, "--run.checkpoint_every", "2", *ranks
+    )
+    killed = []
+
+    def kill_rank_1(driver) -> None:  # once: step 4 runs again after the restart
+        if not killed:
+            killed.append(driver.fleet.learner.handles[1])
+            kill_for_good(killed[0])
+
+    with before_steps({4: kill_rank_1}):
+        train(config)
+    metrics = read_jsonl(config.run_dir / "metrics.jsonl")
+    assert [m["step"] for m in metrics] == [1, 2, 3, 4, 5, 6]
+    # Steps 3-6 ran after the restart from the checkpoint at step 2 (step 3 again).
+    assert [m["faults/learner_restarts"] for m in metrics] == [0, 0, 1, 1, 1, 1]
+    assert [b["step"] for b in read_jsonl(config.run_dir / "batches.jsonl")] == [1, 2, 3, 4, 5, 6]
+    # The new ranks resumed the trained policy (KL > 0 at once), and the engines serve it.
+    assert metrics[2]["train/kl"] > 0
+    assert max(m["train/logprob_diff_mean"] for m in metrics) < 0.05
