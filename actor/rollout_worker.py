@@ -85,6 +85,7 @@ class RolloutWorker:
             logprobs_mode="processed_logprobs",
             worker_extension_cls="actor.worker_extension.WorkerExtension",
             enable_prefix_caching=True,
+            **_transfer_options(transport, rollout),
             **_lora_options(lora_rank),
             **_scheduler_options(rollout, model),
         )
@@ -189,6 +190,10 @@ class RolloutWorker:
             "started_at": started_at,  # wall clock: lets a caller on this host time the dispatch
         }
 
+    def join_transfer(self, init_info: dict) -> None:
+        """Join the ``collective`` transport's group (blocks until every member joined)."""
+        self.receiver.join(self.llm, init_info)
+
     def score(self, samples: Sequence[TrainSample]) -> tuple[int, list[list[float]]]:
         """The engine's logprobs of fixed completions and the weight version they come from.
 
@@ -216,6 +221,18 @@ class RolloutWorker:
 
 #: The ranks vLLM accepts as ``max_lora_rank``: an adapter of rank r needs the next one up.
 _VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def _transfer_options(transport: str, rollout: RolloutConfig) -> dict:
+    """vLLM's weight-transfer engine for the ``collective`` transport (NCCL on GPU, the
+    project's gloo engine on CPU: ``actor/transfer_engine.py``)."""
+    if transport != "collective":
+        return {}
+    from vllm.config import WeightTransferConfig
+
+    from common.transport.collective import backend_for
+
+    return {"weight_transfer_config": WeightTransferConfig(backend=backend_for(rollout.num_gpus))}
 
 
 def _lora_options(rank: int) -> dict:

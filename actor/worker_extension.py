@@ -26,12 +26,20 @@ import logging
 import time
 
 import torch
+from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory
 
 from actor.direct_load import direct_load, supports_direct_load
 from common.transport.cpu_safetensors import decode_bucket
 
+# The collective transport's CPU engine, registered in every vLLM worker process that loads
+# this extension (registering it in the driver would not reach a separate engine process).
+if "gloo" not in WeightTransferEngineFactory._registry:
+    WeightTransferEngineFactory.register_engine(
+        "gloo", "actor.transfer_engine", "GlooWeightTransferEngine"
+    )
+
 # The layerwise reloader warns on every update about layers with nothing to load (rotary
-# caches) and about the tied LM head, which _refresh_tied_lm_head below takes care of.
+# caches) and about the tied LM head, which refresh_tied_lm_head below takes care of.
 logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").setLevel(logging.ERROR)
 
 
@@ -63,7 +71,7 @@ class WorkerExtension:
             if last:
                 if not direct:
                     finalize_layerwise_reload(model, self.vllm_config.model_config)  # type: ignore[attr-defined]
-                _refresh_tied_lm_head(model)
+                refresh_tied_lm_head(model)
                 for reset in (
                     runner.reset_lora_state,
                     runner.reset_encoder_cache,
@@ -84,7 +92,9 @@ class WorkerExtension:
 
 
 @torch.no_grad()
-def _refresh_tied_lm_head(model: torch.nn.Module) -> None:
+def refresh_tied_lm_head(model: torch.nn.Module) -> None:
+    """Point a tied LM head at the reloaded embedding and re-pack it (see the module
+    docstring)."""
     config = getattr(model, "config", None)
     if not getattr(config, "tie_word_embeddings", False) or not hasattr(model, "lm_head"):
         return

@@ -150,6 +150,7 @@ class WeightUpdate:
     transport: str
     payload: list[bytes] | str | dict
     num_bytes: int = 0
+    buckets: int = 1  # pieces it travels in (safetensors buckets, broadcasts)
 
 
 @dataclass(frozen=True)

@@ -149,7 +149,7 @@ def start_learner(
     group = None
     if learner.num_ranks > 1:
         assert placement is not None, "Placement.create gives several learner ranks a group"
-        rendezvous = ray.remote(num_cpus=0)(_rendezvous_address).options(
+        rendezvous = ray.remote(num_cpus=0)(rendezvous_address).options(
             scheduling_strategy=placement.strategy_for(learner_name(run_id, 0))
         )
         address = ray.get(rendezvous.remote())
@@ -182,7 +182,7 @@ def start_learner(
     return LearnerClient(handles)
 
 
-def _rendezvous_address() -> str:
+def rendezvous_address() -> str:
     """``host:port`` on this node where learner rank 0 will listen (run in its bundle)."""
     import socket
 

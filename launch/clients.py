@@ -73,6 +73,15 @@ class LearnerClient:
         """A ref of the current weights' ``WeightUpdate``."""
         return self._fan_out("export_weights")[0]
 
+    def join_transfer(self, backend: str, address: str, world_size: int) -> list[ObjectRef]:
+        """Every rank's entry into the ``collective`` transport's group (refs: each blocks
+        until the engines join too)."""
+        return self._fan_out("join_transfer", backend, address, world_size)
+
+    def transmit(self) -> list[ObjectRef]:
+        """Every rank's broadcast of the current weights (``collective`` transport)."""
+        return self._fan_out("transmit")
+
     def score(self, samples: list[TrainSample]) -> ObjectRef:
         """A ref of the policy's logprobs of fixed completions (the parity probe)."""
         return self._fan_out("score", samples)[0]

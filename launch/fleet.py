@@ -39,6 +39,9 @@ class Fleet:
         self.learner = start_learner(config, model_path, run_id, self.placement, checkpoint)
         ray.get(self.learner.ready())
         self.counters["faults/learner_restarts"] += 1
+        if self.rollout.transfer is not None:
+            self.rollout.transfer.learner = self.learner
+            self.rollout.transfer.form(self.rollout.actors)
 
     def shutdown(self) -> None:
         import ray
@@ -67,4 +70,9 @@ def start_fleet(
     rollout.start(config.rollout.num_actors)
     scorers = start_scorers(config, run_id)
     ray.get([*learner.ready(), sandbox.ready()])
+    if config.weights.transport == "collective":
+        from launch.weight_sync import TransferGroup
+
+        rollout.transfer = TransferGroup(config, learner)
+        rollout.transfer.form(rollout.actors)
     return Fleet(rollout, learner, sandbox, placement=placement, scorers=scorers)

@@ -17,10 +17,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from common.config import Config
 from common.types import Completion, RolloutRequest, TrainSample
+
+if TYPE_CHECKING:
+    from launch.weight_sync import TransferGroup
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +43,10 @@ class RolloutFleet:
         self.version = 0  # the weight version every actor has confirmed loading
         self.counters = {"faults/rollout_restarts": 0, "faults/rollout_retries": 0}
         self._next_index = 0
+        # weights.transport = "collective": the group each push goes through, formed again
+        # whenever the actors change (launch/weight_sync.py); None for the object store.
+        self.transfer: TransferGroup | None = None
+        self._transmits: list[Any] = []
 
     # -- membership -------------------------------------------------------------------------
     def _spawn(self) -> Any:
@@ -70,10 +77,23 @@ class RolloutFleet:
         else:
             new = [self._spawn() for _ in range(count - len(self.actors))]
             ray.get([actor.ready.remote() for actor in new])
-            if self.latest_update is not None:
+            if self.latest_update is not None and self.transfer is None:
                 ray.get([actor.update_weights.remote(self.latest_update) for actor in new])
             self.actors.extend(new)
+        if self.transfer is not None:
+            self.reform()
         logger.info("rollout fleet resized to %d actor(s)", count)
+
+    def reform(self) -> dict[str, float]:
+        """Form the collective transport's group again from the learner and every actor, then
+        give every actor the learner's current weights through it (after a push, as a load
+        record: the version and the slowest load)."""
+        assert self.transfer is not None
+        self.transfer.form(self.actors)
+        if self.latest_update is None:
+            return {"version": 0.0, "seconds": 0.0}
+        pushed = self.push(self.transfer.learner.export_weights())
+        return {"version": pushed["version"], "seconds": pushed["load_s"]}
 
     def shutdown(self) -> None:
         import ray
@@ -99,7 +119,11 @@ class RolloutFleet:
         exists, so a push queued while the learner exports costs no round trip after it.
         """
         self.latest_update = update_ref
-        return {i: actor.update_weights.remote(update_ref) for i, actor in enumerate(self.actors)}
+        actors = enumerate(self.actors)
+        pending = {i: actor.update_weights.remote(update_ref) for i, actor in actors}
+        if self.transfer is not None:  # the learner's side of the same broadcast
+            self._transmits = self.transfer.transmit()
+        return pending
 
     def finish_push(self, pending: dict[int, Any]) -> dict[str, float]:
         """Wait for the loads :meth:`start_push` queued; an actor that died meanwhile is
@@ -107,11 +131,21 @@ class RolloutFleet:
         import ray
 
         loads: list[dict[str, float]] = []
+        lost = []
         for index, ref in pending.items():
             try:
                 loads.append(ray.get(ref))
             except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
-                loads.append(self._recover(index))  # it reloads latest_update, this update
+                lost.append(index)
+        transmits, self._transmits = self._transmits, []
+        if self.transfer is not None:
+            try:
+                self.transfer.wait(transmits)
+            except ray.exceptions.RayTaskError:
+                if not lost:  # else: the broadcast failed on the dead engine's side
+                    raise
+        for index in lost:
+            loads.append(self._recover(index))  # it reloads latest_update, this update
         version = max(load["version"] for load in loads)
         self.version = int(version)
         return {"version": version, "load_s": max(load["seconds"] for load in loads)}
@@ -199,7 +233,9 @@ class RolloutFleet:
                 time.sleep(1.0)
         self.counters["faults/rollout_restarts"] += 1
         load = {"version": float(version), "seconds": 0.0}
-        if self.latest_update is not None:
+        if self.transfer is not None:
+            load = self.reform()
+        elif self.latest_update is not None:
             load = ray.get(actor.update_weights.remote(self.latest_update))
         logger.warning(
             "rollout actor %d restarted (engine at version %d), weights reloaded", index, version

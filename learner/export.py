@@ -16,6 +16,8 @@ storage, and the receiving engine re-ties its LM head to the refreshed embedding
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
 from torch import Tensor, nn
 
@@ -85,14 +87,15 @@ def _unwrap_saved_name(name: str, wrappers: dict[str, str]) -> str | None:
     return name
 
 
-@torch.no_grad()
-def export_state_dict(model: nn.Module, dtype: torch.dtype) -> dict[str, Tensor]:
-    """Full HF-named state dict of the (merged) policy, in ``dtype``, on CPU."""
+def _exported(
+    model: nn.Module, merge: bool = True
+) -> Iterator[tuple[str, Tensor, dict[str, Tensor]]]:
+    """(HF name, the model's tensor, merged LoRA weights when ``merge``) of every tensor the
+    engines load, in the model's own order."""
     base = base_model_of(model)
-    merged = _merged_lora_weights(base) if base is not model else {}
+    merged = _merged_lora_weights(base) if merge and base is not model else {}
     skip = tied_output_name(model)
     wrappers = _modules_to_save(base) if base is not model else {}
-    tensors: dict[str, Tensor] = {}
     for name, tensor in base.state_dict().items():
         if ".lora_" in name:
             continue
@@ -100,9 +103,32 @@ def export_state_dict(model: nn.Module, dtype: torch.dtype) -> dict[str, Tensor]
         if name is None:
             continue
         name = name.replace(".base_layer.", ".")
-        if name == skip:
-            continue
+        if name != skip:
+            yield name, tensor, merged
+
+
+@torch.no_grad()
+def iter_export(
+    model: nn.Module, dtype: torch.dtype, device: torch.device | str = "cpu"
+) -> Iterator[tuple[str, Tensor]]:
+    """The (merged) policy as HF-named tensors in ``dtype`` on ``device``, one at a time: a
+    sharded policy's are gathered as they come, so no more than one is whole at once (beyond
+    the merged LoRA weights)."""
+    for name, tensor, merged in _exported(model):
         source = merged[name] if name in merged else full(tensor)
         target = dtype if source.is_floating_point() else source.dtype
-        tensors[name] = source.detach().to(device="cpu", dtype=target).contiguous()
-    return tensors
+        yield name, source.detach().to(device=device, dtype=target).contiguous()
+
+
+def export_metadata(model: nn.Module, dtype: torch.dtype) -> list[tuple[str, torch.dtype, tuple]]:
+    """(name, dtype, shape) of what :func:`iter_export` yields, in its order, without gathering
+    anything (a sharded tensor knows its global shape; a merged LoRA weight has its base's)."""
+    return [
+        (name, dtype if t.is_floating_point() else t.dtype, tuple(t.shape))
+        for name, t, _ in _exported(model, merge=False)
+    ]
+
+
+def export_state_dict(model: nn.Module, dtype: torch.dtype) -> dict[str, Tensor]:
+    """Full HF-named state dict of the (merged) policy, in ``dtype``, on CPU."""
+    return dict(iter_export(model, dtype))

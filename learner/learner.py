@@ -20,7 +20,7 @@ sender reads the policy through ``export_tensors`` or ``save_adapter``.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import torch
@@ -39,7 +39,7 @@ from learner.batching import (
     validate_samples,
 )
 from learner.epochs import MetricMeans, split_mini_batches
-from learner.export import export_state_dict
+from learner.export import export_metadata, export_state_dict, iter_export
 from learner.flops import forward_flops, model_config_shape, step_flops
 from learner.grpo import Aggregation, grpo_loss, sequence_kl
 from learner.kl_control import KlControl
@@ -511,8 +511,7 @@ class Learner:
         metrics["time/weight_export_s"] = time.perf_counter() - start
         if update is not None:
             metrics["weights/update_mib"] = update.num_bytes / (1 << 20)
-            if isinstance(update.payload, list):
-                metrics["weights/buckets"] = float(len(update.payload))
+            metrics["weights/buckets"] = float(update.buckets)
         return metrics, update
 
     def export_weights(self) -> WeightUpdate | None:
@@ -520,13 +519,32 @@ class Learner:
         Every rank gathers the weights (a collective); rank 0 alone sends, the others return
         None."""
         if self.ranks.rank != 0:
-            self.export_tensors()
+            if self.sender.gathers:
+                self.export_tensors()  # the same gathers as rank 0's send
             return None
         return self.sender.send(self)
 
     def export_tensors(self) -> dict[str, Tensor]:
         """The full (LoRA-merged) policy with HF names in the engines' serving dtype."""
         return export_state_dict(self.model, self.export_dtype)
+
+    def export_metadata(self) -> list[tuple[str, torch.dtype, tuple]]:
+        """(name, dtype, shape) of every tensor :meth:`iter_export` yields, gathering nothing."""
+        return export_metadata(self.model, self.export_dtype)
+
+    def iter_export(self) -> Iterator[tuple[str, Tensor]]:
+        """:meth:`export_tensors` one tensor at a time, on the learner's device (every rank
+        walks it: a sharded policy's tensors are gathered)."""
+        return iter_export(self.model, self.export_dtype, self.device)
+
+    def join_transfer(self, backend: str, address: str, world_size: int) -> None:
+        """Enter the ``collective`` transport's group (rank 0 sends; the others gather)."""
+        self.sender.join(self, backend, address, world_size, self.ranks.rank)
+
+    def transmit(self) -> float:
+        """Broadcast the current weights to the engines (``collective`` transport; every
+        rank); the seconds it took."""
+        return self.sender.transmit()
 
     def save_adapter(self, directory: str) -> None:
         """The LoRA adapter alone, in peft's format (``lora.export = "adapter"``)."""

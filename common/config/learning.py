@@ -266,7 +266,13 @@ class AsyncConfig(Section):
 
 
 class WeightsConfig(Section):
-    transport: Literal["cpu_safetensors"] = "cpu_safetensors"
+    transport: Literal["cpu_safetensors", "collective"] = Field(
+        "cpu_safetensors",
+        description="how weights reach the engines: bounded safetensors buckets through Ray's "
+        "object store (any host, across nodes), or 'collective': learner rank 0 broadcasts to "
+        "every engine worker in one process group through vLLM's weight-transfer API (NCCL on "
+        "GPU, gloo on CPU)",
+    )
     bucket_mib: float = Field(
         16,
         gt=0,

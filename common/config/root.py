@@ -85,6 +85,24 @@ class Config(Section):
         return self
 
     @model_validator(mode="after")
+    def _check_transport(self) -> Config:
+        if self.weights.transport != "collective":
+            return self
+        if self.async_.max_staleness:
+            raise ValueError(
+                "weights.transport = 'collective' needs async.max_staleness = 0 for now: a "
+                "push is paired with the learner's broadcast, and an async run pushes while "
+                "the learner trains the next step"
+            )
+        lora = self.learner.lora
+        if lora.enabled and lora.export == "adapter":
+            raise ValueError(
+                "weights.transport = 'collective' sends merged weights: with lora.export = "
+                "'adapter' the adapter travels through the file system instead"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _check_learner_threads(self) -> Config:
         narrowed = self.async_.learner_threads_during_rollout
         if narrowed and not self.async_.max_staleness:

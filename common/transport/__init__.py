@@ -14,8 +14,10 @@ The transports, one file each:
 - ``lora_adapter``: only the LoRA adapter, as a directory on a file system every engine can
   read; the engines serve it as a vLLM LoRA adapter (``learner.lora.export = "adapter"``).
 
-GPU transports (NCCL between separate GPUs, CUDA IPC when colocated) through vLLM's native
-weight-transfer API are not implemented yet; they will implement the same two interfaces.
+- ``collective``: learner rank 0 broadcasts to every engine worker in one process group,
+  through vLLM's native weight-transfer API (NCCL on GPU, the project's gloo engine on CPU);
+  the update the driver moves is metadata only, and the driver pairs each engine's receive with
+  the learner's ``transmit``.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ DEFAULT_BUCKET_BYTES = 16 << 20
 _TRANSPORTS = {
     "cpu_safetensors": ("cpu_safetensors", "CpuSafetensorsSender", "CpuSafetensorsReceiver"),
     "lora_adapter": ("lora_adapter", "LoraAdapterSender", "LoraAdapterReceiver"),
+    "collective": ("collective", "CollectiveSender", "CollectiveReceiver"),
 }
 
 
@@ -57,6 +60,9 @@ class WeightSender(Protocol):
     """Learner side of a transport."""
 
     name: str
+    #: Whether ``send`` reads the whole policy (``export_tensors``): the learner ranks that do
+    #: not send gather it too, as a sharded policy's gathers are collectives.
+    gathers: bool
 
     def send(self, source: WeightSource) -> WeightUpdate: ...
 

@@ -50,6 +50,7 @@ class CpuSafetensorsSender:
     """Serialise the policy into bounded safetensors buckets (see the module docstring)."""
 
     name = NAME
+    gathers = True
 
     def __init__(self, bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> None:
         if bucket_bytes < 1:
@@ -75,6 +76,7 @@ class CpuSafetensorsSender:
             transport=self.name,
             payload=blobs,
             num_bytes=sum(len(blob) for blob in blobs),
+            buckets=len(blobs),
         )
 
 

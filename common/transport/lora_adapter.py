@@ -33,6 +33,7 @@ class LoraAdapterSender:
     """Saves the adapter of each weight version in its own directory (module docstring)."""
 
     name = NAME
+    gathers = False  # reads the adapter alone (refused with several learner ranks)
 
     def __init__(self, adapter_dir: str | None = None) -> None:
         self.adapter_dir = Path(adapter_dir or tempfile.mkdtemp(prefix="grpo-adapters-"))

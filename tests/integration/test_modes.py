@@ -11,13 +11,15 @@ Modes are composed into a few short runs so the tier stays within CI's budget:
   on MBPP's test split with the run's checkpoint, its samples reranked by a verifier;
 - ``adapter``: LoRA with only the adapter pushed, async K = 1, the Kalman baseline, the
   easy-to-hard curriculum, vLLM's separate engine process;
-- ``merged``: LoRA merged with ``modules_to_save``, the KL charged in the reward with a linear
-  beta schedule, dynamic sampling with tied groups resampled at a higher temperature; stopped
-  and resumed with ``--resume``;
+- ``merged``: LoRA merged with ``modules_to_save`` on two learner ranks (FSDP2) whose rank 0
+  broadcasts the merged weights (the collective transport), the KL charged
+  in the reward with a linear beta schedule, dynamic sampling with tied groups resampled at a
+  higher temperature; stopped and resumed with ``--resume`` (a sharded checkpoint);
 - ``rewards``: full fine-tuning with beta > 0 and an adaptive beta, GSPO's sequence-level
   ratios, every built-in reward term plus a user function
   (which asks ``python -m launch.scale`` for a second engine at step 1: a resize at a step the
-  test controls), small weight buckets, the self-play saboteur;
+  test controls), small weight buckets through the collective transport (its group formed
+  again for the second engine), the self-play saboteur;
 - ``episodes``: the multi-turn demo's config (two-turn episodes with sandbox feedback) with the
   discounted first-success reward and the learner's decoder layers compiled.
 
@@ -215,6 +217,9 @@ def test_lora_merged_kl_in_reward_dynamic_sampling_resumed(tmp_path, tiny_model_
         "--advantage.max_sampling_rounds", "2",
         "--advantage.low_variance_temperature", "1.5",
         "--run.checkpoint_every", "2",
+        "--learner.num_ranks", "2",
+        "--learner.num_cpus", "0.5",
+        "--weights.transport", "collective",
     ]  # fmt: skip
     run_dir = _train(
         tmp_path, "merged", tiny_model_path, *args, "--run.steps", "2", config=DEMO_LORA
@@ -262,6 +267,7 @@ options = {{ run_dir = "{run_dir}" }}
         tmp_path, "rewards", tiny_model_path,
         "--run.steps", "3",
         "--weights.bucket_mib", "0.125",
+        "--weights.transport", "collective",
         "--learner.kl_control", "adaptive",
         "--learner.ratio_level", "sequence",
         "--selfplay.saboteur", "true",

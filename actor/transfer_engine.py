@@ -1,0 +1,75 @@
+"""The engines' side of the ``collective`` transport on CPU: a vLLM weight-transfer engine over
+gloo (vLLM's own are CUDA only), registered as backend ``gloo`` when vLLM's worker imports
+``actor.worker_extension``.
+
+It joins the transfer group at ``rank_offset`` plus its tensor-parallel rank, receives each
+bucket of a push from learner rank 0 (``common.transport.collective``: the bucket layout is
+computed alike on both sides from the update's names, dtypes and shapes) and loads it inside
+vLLM's layerwise reload session, which re-packs each CPU layer once its weights arrived. At the
+end it re-ties and re-packs the LM head, which the reload leaves stale with tied embeddings
+(``actor/worker_extension.py``). The base engine's ``update_weights`` ends with
+``torch.accelerator.synchronize()``, which raises on a CPU-only torch: overridden.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from vllm.distributed.weight_transfer.base import WeightTransferEngine
+
+from common.transport.collective import GlooWorkerInitInfo, UpdateInfo, buckets, unpack
+
+
+class GlooWeightTransferEngine(WeightTransferEngine[GlooWorkerInitInfo, UpdateInfo]):
+    init_info_cls = GlooWorkerInitInfo
+    update_info_cls = UpdateInfo
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.group = None
+        self.bucket_bytes = 0
+
+    def init_transfer_engine(self, init_info: GlooWorkerInitInfo) -> None:
+        from vllm.distributed.utils import stateless_init_torch_distributed_process_group
+
+        self.bucket_bytes = init_info.bucket_bytes
+        self.group = stateless_init_torch_distributed_process_group(
+            init_info.master_address,
+            init_info.master_port,
+            init_info.rank_offset + self.parallel_config.rank,
+            init_info.world_size,
+            backend="gloo",
+        )
+
+    def start_weight_update(self) -> None:
+        from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
+
+        initialize_layerwise_reload(self.model)
+
+    def update_weights(self, update_info: dict[str, Any]) -> None:
+        self.receive_weights(self.parse_update_info(update_info))
+
+    def receive_weights(self, update_info: UpdateInfo) -> None:
+        if self.group is None:
+            raise RuntimeError("gloo weight transfer: init_weight_transfer_engine first")
+        for run in buckets(update_info, self.bucket_bytes):
+            size = sum(
+                torch.Size(update_info.shapes[i]).numel()
+                * getattr(torch, update_info.dtype_names[i]).itemsize
+                for i in run
+            )
+            buffer = torch.empty(size, dtype=torch.uint8)
+            self.group.broadcast(buffer, 0).wait()
+            self.model.load_weights(unpack(buffer, update_info, run))
+
+    def finish_weight_update(self) -> None:
+        from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
+
+        from actor.worker_extension import refresh_tied_lm_head
+
+        finalize_layerwise_reload(self.model, self.model_config)
+        refresh_tied_lm_head(self.model)
+
+    def shutdown(self) -> None:
+        self.group = None

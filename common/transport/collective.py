@@ -1,0 +1,270 @@
+"""The ``collective`` transport: learner rank 0 broadcasts the weights to every engine worker
+in one process group, through vLLM 0.32's native weight-transfer API.
+
+The engines' side is vLLM's own: each engine is built with a ``weight_transfer_config``; a
+push is ``start_weight_update``, ``update_weights`` (the worker's transfer engine receives
+the broadcast and loads it) and ``finish_weight_update``. The backend is ``nccl`` on GPU
+(vLLM's engine) and ``gloo`` on CPU (``actor/transfer_engine.py``, ours: vLLM's are CUDA only;
+it re-ties the CPU engine's separately packed LM head, as the object-store transport does).
+The learner's side is a vLLM trainer engine (``WeightTransferTrainerFactory``) over
+:class:`ExportSource`: every learner rank walks the policy in the same order (a sharded one
+gathers each tensor, a collective), rank 0 alone sends.
+
+vLLM's trainer engines drive the engines themselves through a client. Here the driver does
+(it owns the actors, and keeps the learner and the engines ignorant of each other), so the
+client is :class:`DriverPaced`, which does nothing: the driver queues each engine's receive
+and the learner's :meth:`CollectiveSender.transmit` at the same time, and they meet in the
+broadcast. The :class:`WeightUpdate` the learner returns is metadata only (names, dtypes,
+shapes, version); the tensors never enter Ray's object store.
+
+The group is formed once the actors are up (``launch/weight_sync.py``): rank 0 of the learner
+at group rank 0, engine ``i``'s workers after it (``1 + i * tensor_parallel_size``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar
+
+import torch
+from vllm.distributed.weight_transfer.base import (
+    ParamMeta,
+    TrainerInitInfo,
+    TrainerWeightTransferEngine,
+    WeightSource,
+    WeightTransferInitInfo,
+    WeightTransferUpdateInfo,
+)
+from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
+
+from common.types import WeightUpdate
+
+NAME = "collective"
+
+
+def backend_for(num_gpus: float) -> str:
+    """vLLM's NCCL engine where the engines have GPUs, the project's gloo engine on CPU."""
+    return "nccl" if num_gpus > 0 else "gloo"
+
+
+def engine_init_info(
+    backend: str, address: str, rank_offset: int, world_size: int, bucket_bytes: int
+) -> dict[str, Any]:
+    """What ``init_weight_transfer_engine`` takes for an engine whose first worker has group
+    rank ``rank_offset`` (the wire parameters match the learner's side)."""
+    host, port = address.rsplit(":", 1)
+    info: dict[str, Any] = {
+        "master_address": host,
+        "master_port": int(port),
+        "rank_offset": rank_offset,
+        "world_size": world_size,
+    }
+    if backend == "nccl":
+        return {**info, "packed": True}  # NCCLTrainerInitInfo's default
+    return {**info, "bucket_bytes": bucket_bytes}
+
+
+@dataclass
+class GlooTrainerInitInfo(TrainerInitInfo):
+    backend: ClassVar[str] = "gloo"
+    master_address: str
+    master_port: int
+    world_size: int
+    bucket_bytes: int
+
+
+@dataclass
+class GlooWorkerInitInfo(WeightTransferInitInfo):
+    master_address: str
+    master_port: int
+    rank_offset: int
+    world_size: int
+    bucket_bytes: int
+
+
+@dataclass
+class UpdateInfo(WeightTransferUpdateInfo):
+    """One push's parameters, in the order they are broadcast (vLLM's NCCL update info has
+    the same three fields)."""
+
+    names: list[str]
+    dtype_names: list[str]
+    shapes: list[list[int]]
+
+
+def buckets(info: UpdateInfo, bucket_bytes: int) -> list[list[int]]:
+    """Consecutive parameter indices, each run at most ``bucket_bytes`` (a larger tensor goes
+    alone): one broadcast each, laid out alike on both sides from the update info."""
+    runs: list[list[int]] = []
+    size = 0
+    for i, (dtype, shape) in enumerate(zip(info.dtype_names, info.shapes, strict=True)):
+        nbytes = _nbytes(dtype, shape)
+        if runs and size + nbytes <= bucket_bytes:
+            runs[-1].append(i)
+            size += nbytes
+        else:
+            runs.append([i])
+            size = nbytes
+    return runs
+
+
+def _nbytes(dtype_name: str, shape: list[int]) -> int:
+    return torch.Size(shape).numel() * getattr(torch, dtype_name).itemsize
+
+
+def pack(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """One flat byte tensor of ``tensors`` (contiguous, on CPU)."""
+    return torch.cat([t.contiguous().view(-1).view(torch.uint8) for t in tensors])
+
+
+def unpack(buffer: torch.Tensor, info: UpdateInfo, run: list[int]) -> list[tuple[str, Any]]:
+    """The named tensors of bucket ``run`` from its received bytes."""
+    out, offset = [], 0
+    for i in run:
+        dtype, shape = getattr(torch, info.dtype_names[i]), info.shapes[i]
+        nbytes = _nbytes(info.dtype_names[i], shape)
+        tensor = buffer[offset : offset + nbytes].view(dtype).view(shape)
+        out.append((info.names[i], tensor))
+        offset += nbytes
+    return out
+
+
+class ExportSource(WeightSource):
+    """vLLM's weight source over the learner's export: HF names, serving dtype, LoRA merged,
+    tied LM head left out (the engines re-tie it); its metadata is read once."""
+
+    def __init__(self, learner: Any) -> None:
+        self.learner = learner
+        self._meta = [ParamMeta(*m) for m in learner.export_metadata()]
+
+    def metadata(self) -> list[ParamMeta]:
+        return self._meta
+
+    def __iter__(self) -> Iterator[tuple[str, torch.Tensor]]:
+        return self.learner.iter_export()
+
+
+def update_info(source: WeightSource) -> UpdateInfo:
+    meta = source.metadata()
+    return UpdateInfo(
+        names=[m.name for m in meta],
+        dtype_names=[str(m.dtype).removeprefix("torch.") for m in meta],
+        shapes=[list(m.shape) for m in meta],
+    )
+
+
+class DriverPaced:
+    """vLLM's weight-sync client protocol, doing nothing: the driver calls the engines (see the
+    module docstring)."""
+
+    def init_weight_transfer_engine(self, init_info: dict[str, Any]) -> None: ...
+
+    def start_weight_update(self) -> None: ...
+
+    def update_weights(self, update_info: Any) -> None: ...
+
+    def finish_weight_update(self, weight_version: str | None = None) -> None: ...
+
+
+class GlooTrainerWeightTransferEngine(TrainerWeightTransferEngine[GlooTrainerInitInfo]):
+    """The learner's side on CPU: rank 0 broadcasts each bucket over a gloo group that holds
+    it and every engine worker; the other learner ranks only walk the source (their gathers)."""
+
+    init_info_cls = GlooTrainerInitInfo
+
+    @classmethod
+    def trainer_init(cls, init_info, *, client, source=None):
+        engine = cls(client=client, source=source, is_sender=init_info.is_sender)
+        engine.bucket_bytes = init_info.bucket_bytes
+        engine.group = None
+        if engine.is_sender:
+            from vllm.distributed.utils import stateless_init_torch_distributed_process_group
+
+            engine.group = stateless_init_torch_distributed_process_group(
+                init_info.master_address,
+                init_info.master_port,
+                0,
+                init_info.world_size,
+                backend="gloo",
+            )
+        return engine
+
+    def send_weights(self) -> None:
+        assert self.source is not None
+        info = update_info(self.source)
+        pairs = iter(self.source)
+        for run in buckets(info, self.bucket_bytes):
+            tensors = [next(pairs)[1] for _ in run]
+            if self.is_sender:
+                self.group.broadcast(pack(tensors), 0).wait()
+
+
+if "gloo" not in WeightTransferTrainerFactory._registry:
+    WeightTransferTrainerFactory.register_engine("gloo", GlooTrainerWeightTransferEngine)
+
+
+class CollectiveSender:
+    """Learner side: metadata out through the driver, tensors through the group."""
+
+    name = NAME
+    gathers = False  # send() reads metadata only; transmit() walks the weights on every rank
+
+    def __init__(self, bucket_bytes: int) -> None:
+        self.bucket_bytes = bucket_bytes
+        self.engine: TrainerWeightTransferEngine | None = None
+
+    @classmethod
+    def from_options(cls, bucket_bytes: int, **_: Any) -> CollectiveSender:
+        return cls(bucket_bytes)
+
+    def send(self, source: Any) -> WeightUpdate:
+        info = update_info(ExportSource(source))
+        num_bytes = sum(_nbytes(d, s) for d, s in zip(info.dtype_names, info.shapes, strict=True))
+        runs = len(buckets(info, self.bucket_bytes))
+        return WeightUpdate(source.weight_version, NAME, asdict(info), num_bytes, runs)
+
+    def join(self, source: Any, backend: str, address: str, world_size: int, rank: int) -> None:
+        """Enter the transfer group (learner rank 0 at group rank 0; the other learner ranks
+        only take part in the gathers); blocks until every engine worker joined."""
+        host, port = address.rsplit(":", 1)
+        if backend == "nccl":
+            from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
+
+            init_info = NCCLTrainerInitInfo(host, int(port), world_size, rank=rank)
+        else:
+            init_info = GlooTrainerInitInfo(
+                host, int(port), world_size, self.bucket_bytes, rank=rank
+            )
+        self.engine = WeightTransferTrainerFactory.trainer_init(
+            init_info, client=DriverPaced(), source=ExportSource(source)
+        )
+
+    def transmit(self) -> float:
+        """Broadcast the current weights (every learner rank calls it, while every engine
+        receives); returns the seconds it took."""
+        if self.engine is None:
+            raise RuntimeError("the collective transport has no group: join it first")
+        start = time.perf_counter()
+        self.engine.send_weights()
+        return time.perf_counter() - start
+
+
+class CollectiveReceiver:
+    """Engine side: vLLM's weight-update session around the worker engine's receive."""
+
+    name = NAME
+
+    def join(self, llm: Any, init_info: dict[str, Any]) -> None:
+        llm.init_weight_transfer_engine({"init_info": init_info})
+
+    def receive(self, llm: Any, update: WeightUpdate) -> dict[str, float]:
+        start = time.perf_counter()
+        llm.start_weight_update()
+        llm.update_weights({"update_info": update.payload})
+        llm.finish_weight_update()
+        return {"load_s": time.perf_counter() - start}
+
+    def adapter(self) -> None:
+        return None

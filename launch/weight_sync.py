@@ -1,0 +1,54 @@
+"""The ``collective`` transport's group, kept whole while actors come and go.
+
+One process group holds learner rank 0 (group rank 0) and every engine worker (rollout actor
+``i`` at ``1 + i``). A push is each engine's receive paired with the learner's ``transmit``,
+queued together: they meet in the broadcast (``common/transport/collective.py``). A group has
+a fixed size, so when the fleet changes (an actor restarted by Ray, a resize) or the learner
+is restarted, the group is formed again from everyone present, and every engine then receives
+the learner's current weights through it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from common.config import Config
+from common.transport.collective import backend_for, engine_init_info
+from launch.actors import rendezvous_address
+from launch.clients import LearnerClient, ObjectRef
+
+
+class TransferGroup:
+    """Forms the group and pairs pushes with the learner's broadcast."""
+
+    def __init__(self, config: Config, learner: LearnerClient) -> None:
+        self.config = config
+        self.learner = learner
+        self.backend = backend_for(config.rollout.num_gpus)
+
+    def form(self, actors: list[Any]) -> None:
+        """(Re)form the group: learner rank 0 and every actor, all joining at once."""
+        import ray
+
+        address = ray.get(self.learner.handle.__ray_call__.remote(_address_of_actor))
+        world = 1 + len(actors)
+        joins = self.learner.join_transfer(self.backend, address, world)
+        bucket_bytes = self.config.bucket_bytes
+        for index, actor in enumerate(actors):
+            info = engine_init_info(self.backend, address, 1 + index, world, bucket_bytes)
+            joins.append(actor.join_transfer.remote(info))
+        for ref in joins:
+            self.learner.get(ref)
+
+    def transmit(self) -> list[ObjectRef]:
+        """Queue every learner rank's broadcast of its current weights."""
+        return self.learner.transmit()
+
+    def wait(self, transmits: list[ObjectRef]) -> None:
+        for ref in transmits:
+            self.learner.get(ref)
+
+
+def _address_of_actor(_actor: Any) -> str:
+    """Run inside learner rank 0 (``__ray_call__``): a free ``host:port`` on its node."""
+    return rendezvous_address()
