@@ -86,6 +86,7 @@ class RolloutWorker:
             worker_extension_cls="actor.worker_extension.WorkerExtension",
             enable_prefix_caching=True,
             **_transfer_options(transport, rollout),
+            **_parallel_options(rollout),
             **_lora_options(lora_rank),
             **_scheduler_options(rollout, model),
         )
@@ -221,6 +222,29 @@ class RolloutWorker:
 
 #: The ranks vLLM accepts as ``max_lora_rank``: an adapter of rank r needs the next one up.
 _VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def _parallel_options(rollout: RolloutConfig) -> dict:
+    """Tensor parallelism: vLLM's worker processes inside this actor. On CPU each worker's
+    OpenMP threads are bound to its own contiguous share of the cores this actor may use (vLLM
+    otherwise wants one NUMA node per worker)."""
+    tp = rollout.tensor_parallel_size
+    if tp == 1:
+        return {}
+    from vllm.platforms import current_platform
+
+    if current_platform.is_cpu():
+        cores = sorted(os.sched_getaffinity(0))
+        if len(cores) < tp:
+            raise RuntimeError(
+                f"rollout.tensor_parallel_size = {tp}: this rollout actor may use only "
+                f"{len(cores)} core(s) ({cores}), one per worker is needed"
+            )
+        shares = [cores[i * len(cores) // tp : (i + 1) * len(cores) // tp] for i in range(tp)]
+        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(
+            ",".join(map(str, share)) for share in shares
+        )
+    return {"tensor_parallel_size": tp, "distributed_executor_backend": "mp"}
 
 
 def _transfer_options(transport: str, rollout: RolloutConfig) -> dict:

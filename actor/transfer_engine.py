@@ -18,7 +18,13 @@ from typing import Any
 import torch
 from vllm.distributed.weight_transfer.base import WeightTransferEngine
 
-from common.transport.collective import GlooWorkerInitInfo, UpdateInfo, buckets, unpack
+from common.transport.collective import (
+    GROUP_TIMEOUT,
+    GlooWorkerInitInfo,
+    UpdateInfo,
+    buckets,
+    unpack,
+)
 
 
 class GlooWeightTransferEngine(WeightTransferEngine[GlooWorkerInitInfo, UpdateInfo]):
@@ -40,6 +46,7 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooWorkerInitInfo, UpdateIn
             init_info.rank_offset + self.parallel_config.rank,
             init_info.world_size,
             backend="gloo",
+            timeout=GROUP_TIMEOUT,
         )
 
     def start_weight_update(self) -> None:
@@ -72,4 +79,8 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooWorkerInitInfo, UpdateIn
         refresh_tied_lm_head(self.model)
 
     def shutdown(self) -> None:
-        self.group = None
+        if self.group is not None:
+            from vllm.distributed.utils import stateless_destroy_torch_distributed_process_group
+
+            stateless_destroy_torch_distributed_process_group(self.group)
+            self.group = None

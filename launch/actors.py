@@ -261,6 +261,7 @@ def start_metrics(run_name: str) -> Any:
     from launch.telemetry import DashboardMetrics
 
     name = f"metrics-{run_name}"
-    wait_until_gone([name])  # a restarted learner's driver starts it again
+    # After a learner restart the driver starts it again, moments after killing the last one.
+    wait_until_gone([name], timeout_s=10)
     options = actor_options(name, num_cpus=0)
     return ray.remote(DashboardMetrics).options(**options).remote(run_name)

@@ -47,15 +47,37 @@ class LearnerClient:
         return calls
 
     def _get(self, ref: ObjectRef) -> Any:
-        """``ray.get(ref)``, raising at once when any rank's pending call failed."""
+        """``ray.get(ref)``, raising at once when any rank's pending call failed.
+
+        When one rank dies mid-step, the others' collectives fail too, and their error may
+        arrive first: a failure is reported as the dead rank's ``RayActorError`` when a rank
+        is dead (what a learner restart answers), else as it came.
+        """
         import ray
 
         remaining = list(dict.fromkeys([ref, *self._followers]))
-        while ref in remaining:
-            ready, remaining = ray.wait(remaining, num_returns=1)
-            ray.get(ready)
-        self._followers = remaining
-        return ray.get(ref)
+        try:
+            while ref in remaining:
+                ready, remaining = ray.wait(remaining, num_returns=1)
+                ray.get(ready)
+            self._followers = remaining
+            return ray.get(ref)
+        except ray.exceptions.RayError as error:
+            self._followers = []
+            raise self._dead_rank_error() or error from error
+
+    def _dead_rank_error(self, timeout_s: float = 30) -> Exception | None:
+        """The ``RayActorError`` of a rank that is dead, if one is."""
+        import ray
+
+        for handle in self.handles:
+            try:
+                ray.get(handle.__ray_ready__.remote(), timeout=timeout_s)
+            except ray.exceptions.RayActorError as dead:
+                return dead
+            except ray.exceptions.GetTimeoutError:
+                continue  # alive, busy: still inside the failed collective
+        return None
 
     def ready(self) -> list[ObjectRef]:
         return [handle.__ray_ready__.remote() for handle in self.handles]

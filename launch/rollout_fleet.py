@@ -74,14 +74,16 @@ class RolloutFleet:
             for actor in self.actors[count:]:
                 ray.kill(actor, no_restart=True)
             self.actors = self.actors[:count]
+            if self.transfer is not None:  # the rest keep their weights: a smaller group
+                self.transfer.form(self.actors)
         else:
             new = [self._spawn() for _ in range(count - len(self.actors))]
             ray.get([actor.ready.remote() for actor in new])
             if self.latest_update is not None and self.transfer is None:
                 ray.get([actor.update_weights.remote(self.latest_update) for actor in new])
             self.actors.extend(new)
-        if self.transfer is not None:
-            self.reform()
+            if self.transfer is not None:
+                self.reform()
         logger.info("rollout fleet resized to %d actor(s)", count)
 
     def reform(self) -> dict[str, float]:
@@ -137,6 +139,10 @@ class RolloutFleet:
                 loads.append(ray.get(ref))
             except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
                 lost.append(index)
+            except ray.exceptions.RayTaskError:
+                if self.transfer is None:
+                    raise
+                lost.append(index)  # its broadcast broke (a member died): receives again
         transmits, self._transmits = self._transmits, []
         if self.transfer is not None:
             try:

@@ -169,12 +169,19 @@ def train(config: Config, resume: bool = False, overwrite: bool = False) -> Path
     if resume:
         run_dir = config.run_dir
         state = load_driver_state(run_dir)
+        sharded = (run_dir / "checkpoint" / "optimizer").is_dir()
+        if sharded != (config.learner.num_ranks > 1):
+            written = "several learner ranks" if sharded else "one learner rank"
+            raise ConfigError(
+                f"learner.num_ranks: the checkpoint in {run_dir} was written by {written}; "
+                f"resume it with the learner.num_ranks it was trained with"
+            )
         for name in ("metrics.jsonl", "batches.jsonl"):
             _truncate_jsonl(run_dir / name, state.step)
         (run_dir / "config.toml").write_text(config.to_toml())
     else:
         run_dir = prepare_run_dir(config, overwrite)
-    connect(config.ray)
+    connect(config.ray, config.requested_cpus)
     logger.info(
         "starting %d rollout worker(s), the learner and a sandbox pool of %d worker(s)",
         config.rollout.num_actors,

@@ -1,11 +1,12 @@
 """The ``collective`` transport's group, kept whole while actors come and go.
 
-One process group holds learner rank 0 (group rank 0) and every engine worker (rollout actor
-``i`` at ``1 + i``). A push is each engine's receive paired with the learner's ``transmit``,
-queued together: they meet in the broadcast (``common/transport/collective.py``). A group has
-a fixed size, so when the fleet changes (an actor restarted by Ray, a resize) or the learner
-is restarted, the group is formed again from everyone present, and every engine then receives
-the learner's current weights through it.
+One process group holds learner rank 0 (group rank 0) and every engine worker (the workers of
+rollout actor ``i`` from ``1 + i * rollout.tensor_parallel_size`` on). A push is each engine's
+receive paired with the learner's ``transmit``, queued together: they meet in the broadcast
+(``common/transport/collective.py``). A group has a fixed size, so when the fleet changes (an
+actor restarted by Ray, a resize) or the learner is restarted, the group is formed again from
+everyone present; a new or restarted engine then gets the learner's current weights through
+it (every engine does: a broadcast reaches the whole group).
 """
 
 from __future__ import annotations
@@ -31,11 +32,13 @@ class TransferGroup:
         import ray
 
         address = ray.get(self.learner.handle.__ray_call__.remote(_address_of_actor))
-        world = 1 + len(actors)
+        workers = self.config.rollout.tensor_parallel_size  # per engine
+        world = 1 + len(actors) * workers
         joins = self.learner.join_transfer(self.backend, address, world)
         bucket_bytes = self.config.bucket_bytes
         for index, actor in enumerate(actors):
-            info = engine_init_info(self.backend, address, 1 + index, world, bucket_bytes)
+            offset = 1 + index * workers
+            info = engine_init_info(self.backend, address, offset, world, bucket_bytes)
             joins.append(actor.join_transfer.remote(info))
         for ref in joins:
             self.learner.get(ref)

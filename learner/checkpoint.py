@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from learner.export import base_model_of, tied_output_name
-from learner.sharding import Ranks, full
+from learner.sharding import Ranks
 
 STATE_FILE = "learner_state.json"
 OPTIMIZER_FILE = "optimizer.pt"
@@ -49,8 +49,14 @@ def save_training_state(
     """
     ranks = ranks or Ranks(None)
     weights = None
-    if ranks.sharded:
-        weights = {name: full(tensor) for name, tensor in model.state_dict().items()}
+    if ranks.sharded:  # gathered tensor by tensor onto rank 0's CPU memory only
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_model_state_dict,
+        )
+
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        weights = get_model_state_dict(model, options=options)
     if ranks.rank == 0:
         out.mkdir(parents=True, exist_ok=True)
         model.save_pretrained(out, state_dict=weights)

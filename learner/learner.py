@@ -520,7 +520,8 @@ class Learner:
         None."""
         if self.ranks.rank != 0:
             if self.sender.gathers:
-                self.export_tensors()  # the same gathers as rank 0's send
+                for _ in self.iter_export():  # the same gathers as rank 0's send, kept nowhere
+                    pass
             return None
         return self.sender.send(self)
 

@@ -103,8 +103,10 @@ class Ranks:
         self.rank = spec.rank if spec else 0
         self.size = spec.world_size if spec else 1
         if self.size > 1 and not dist.is_initialized():
+            # With NCCL, CPU tensors (metric sums, gathered rows) still go over gloo.
+            backend = "cpu:gloo,cuda:nccl" if spec.backend == "nccl" else spec.backend
             dist.init_process_group(
-                spec.backend,
+                backend,
                 init_method=f"tcp://{spec.address}",
                 rank=spec.rank,
                 world_size=spec.world_size,

@@ -124,6 +124,11 @@ class LearnerConfig(Section):
                 "learner.num_ranks > 1 needs num_cpus or num_gpus per rank: each rank gets a "
                 "bundle of the run's placement group, and a bundle cannot be empty"
             )
+        if self.num_ranks > 1 and self.compile:
+            raise ValueError(
+                "learner.compile is not available with learner.num_ranks > 1 yet: compiled "
+                "layers inside FSDP2's units have not been tested"
+            )
         if self.num_ranks > 1 and self.lora.export == "adapter":
             raise ValueError(
                 "learner.num_ranks > 1 sends merged weights: lora.export = 'adapter' is not "
@@ -298,4 +303,9 @@ class RayConfig(Section):
         description="placement group for the learner and the initial rollout actors: 'pack' "
         "keeps them on as few nodes as possible, 'spread' on as many",
     )
-    num_cpus: int = Field(0, ge=0, description="local cluster only; 0: Ray's default")
+    num_cpus: int = Field(
+        0,
+        ge=0,
+        description="local cluster only; 0: the machine's CPUs, or what the run's actors ask for "
+        "when that is more",
+    )

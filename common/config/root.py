@@ -94,6 +94,11 @@ class Config(Section):
                 "push is paired with the learner's broadcast, and an async run pushes while "
                 "the learner trains the next step"
             )
+        if self.rollout.num_gpus > 0 and self.learner.num_gpus <= 0:
+            raise ValueError(
+                "weights.transport = 'collective' with GPU engines (rollout.num_gpus > 0) "
+                "broadcasts over NCCL, which needs the learner on a GPU too (learner.num_gpus)"
+            )
         lora = self.learner.lora
         if lora.enabled and lora.export == "adapter":
             raise ValueError(
@@ -116,6 +121,19 @@ class Config(Section):
                 f"learner.num_cpus ({self.learner.num_cpus:g}), the threads it returns to"
             )
         return self
+
+    @property
+    def requested_cpus(self) -> float:
+        """CPUs the run's actors ask Ray for: learner ranks, rollout actors, sandbox pool and
+        learned-scorer terms."""
+        learner, rollout = self.learner, self.rollout
+        scorers = sum(term.num_cpus for term in self.reward.scorer_terms().values())
+        return (
+            learner.num_cpus * learner.num_ranks
+            + rollout.num_cpus * rollout.num_actors
+            + self.sandbox.num_cpus
+            + scorers
+        )
 
     def to_toml(self) -> str:
         """The resolved configuration, saved beside every run so it can be reproduced."""

@@ -108,6 +108,28 @@ class RolloutConfig(Section):
         "for cores); separate: vLLM's own engine-core process, which overlaps scheduling with "
         "GPU execution",
     )
+    tensor_parallel_size: int = Field(
+        1,
+        ge=1,
+        description="workers one engine is split across (vLLM tensor parallelism, worker "
+        "processes inside the rollout actor): on GPU they share its num_gpus GPUs, on CPU its "
+        "cores (each worker's threads bound to its own share)",
+    )
+
+    @model_validator(mode="after")
+    def _check_parallel(self) -> RolloutConfig:
+        tp = self.tensor_parallel_size
+        if tp > 1 and self.num_gpus and self.num_gpus < tp:
+            raise ValueError(
+                f"rollout.tensor_parallel_size ({tp}) needs as many GPUs per rollout actor: "
+                f"rollout.num_gpus is {self.num_gpus:g}"
+            )
+        if tp > 1 and not self.num_gpus and self.num_cpus < tp:
+            raise ValueError(
+                f"rollout.tensor_parallel_size ({tp}) on CPU needs a core per worker: "
+                f"rollout.num_cpus is {self.num_cpus:g}"
+            )
+        return self
 
     @model_validator(mode="after")
     def _check_group(self) -> RolloutConfig:

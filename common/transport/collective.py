@@ -26,6 +26,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
+from datetime import timedelta
 from typing import Any, ClassVar
 
 import torch
@@ -42,6 +43,9 @@ from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactor
 from common.types import WeightUpdate
 
 NAME = "collective"
+#: How long a member waits in one broadcast (or to form the group) before it fails: a member
+#: that died mid-push must not hold the others for gloo's default half hour.
+GROUP_TIMEOUT = timedelta(minutes=5)
 
 
 def backend_for(num_gpus: float) -> str:
@@ -188,6 +192,7 @@ class GlooTrainerWeightTransferEngine(TrainerWeightTransferEngine[GlooTrainerIni
                 0,
                 init_info.world_size,
                 backend="gloo",
+                timeout=GROUP_TIMEOUT,
             )
         return engine
 
@@ -196,9 +201,23 @@ class GlooTrainerWeightTransferEngine(TrainerWeightTransferEngine[GlooTrainerIni
         info = update_info(self.source)
         pairs = iter(self.source)
         for run in buckets(info, self.bucket_bytes):
-            tensors = [next(pairs)[1] for _ in run]
+            tensors = []
+            for i in run:
+                name, tensor = next(pairs)
+                wanted = (info.names[i], info.dtype_names[i], info.shapes[i])
+                got = (name, str(tensor.dtype).removeprefix("torch."), list(tensor.shape))
+                if got != wanted:  # the engines would cut the bytes elsewhere: fail, not hang
+                    raise ValueError(f"weight source yielded {got}, its metadata says {wanted}")
+                tensors.append(tensor)
             if self.is_sender:
                 self.group.broadcast(pack(tensors), 0).wait()
+
+    def close(self) -> None:
+        if self.group is not None:
+            from vllm.distributed.utils import stateless_destroy_torch_distributed_process_group
+
+            stateless_destroy_torch_distributed_process_group(self.group)
+            self.group = None
 
 
 if "gloo" not in WeightTransferTrainerFactory._registry:
@@ -228,6 +247,7 @@ class CollectiveSender:
     def join(self, source: Any, backend: str, address: str, world_size: int, rank: int) -> None:
         """Enter the transfer group (learner rank 0 at group rank 0; the other learner ranks
         only take part in the gathers); blocks until every engine worker joined."""
+        self.leave()
         host, port = address.rsplit(":", 1)
         if backend == "nccl":
             from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
@@ -240,6 +260,15 @@ class CollectiveSender:
         self.engine = WeightTransferTrainerFactory.trainer_init(
             init_info, client=DriverPaced(), source=ExportSource(source)
         )
+
+    def leave(self) -> None:
+        """Release the group joined before, if any (the group is formed again whenever the
+        fleet changes)."""
+        engine, self.engine = self.engine, None
+        if isinstance(engine, GlooTrainerWeightTransferEngine):
+            engine.close()
+        elif getattr(engine, "model_update_group", None) is not None:
+            engine.model_update_group.destroy()  # vLLM's NCCL communicator
 
     def transmit(self) -> float:
         """Broadcast the current weights (every learner rank calls it, while every engine
@@ -256,8 +285,14 @@ class CollectiveReceiver:
 
     name = NAME
 
+    def __init__(self) -> None:
+        self.joined = False
+
     def join(self, llm: Any, init_info: dict[str, Any]) -> None:
+        if self.joined:  # the group is formed again: release the old one first
+            llm.shutdown_weight_transfer_engine()
         llm.init_weight_transfer_engine({"init_info": init_info})
+        self.joined = True
 
     def receive(self, llm: Any, update: WeightUpdate) -> dict[str, float]:
         start = time.perf_counter()

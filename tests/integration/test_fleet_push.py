@@ -15,6 +15,7 @@ import pytest
 from actor.rollout_worker import StaleWeightsError
 from common.types import Completion, RolloutRequest, TrainSample
 from tests.integration.helpers import crash_and_wait, private_ray, short_config
+from tests.integration.test_weight_push import BF16_TOLERANCE, _mean_abs_diff
 
 pytestmark = pytest.mark.integration
 
@@ -137,5 +138,54 @@ def test_real_engine_restarted_after_a_push_generates_from_the_pushed_weights(
             assert {c.weight_version for c in completions} == {1}
             assert ray.get(actor.score.remote(probe)) == pushed
             assert fleet.counters["faults/rollout_restarts"] == 1
+        finally:
+            fleet.shutdown()
+
+
+def test_collective_push_from_two_learner_ranks_reaches_both_engines(tiny_model_path, tmp_path):
+    """weights.transport = "collective" as ``launch.train`` starts it (``start_fleet``): two
+    learner ranks, two engines, one transfer group. A training step takes the learner away
+    from the engines (the tied-embedding model: its LM head is the embedding); the push
+    through the group brings both engines to its weights; an engine that Ray restarts
+    rejoins a re-formed group and is given them again before it generates."""
+    import ray
+
+    from launch.fleet import start_fleet
+
+    config = short_config(
+        tmp_path, "collective", tiny_model_path, 1,
+        "--weights.transport", "collective",
+        "--learner.num_ranks", "2",
+        "--learner.num_cpus", "0.5",
+        "--rollout.num_actors", "2",
+        "--learner.lr", "0.05",
+    )  # fmt: skip
+    probe = [TrainSample([5, 6, 7, 8], [9, 10, 11, 12], [0.0] * 4, 0.0, 0)]
+    batch = [
+        TrainSample([5, 6, 7], [i + 20, i + 30], [-4.0, -4.0], 1.0 if i % 2 else -1.0, 0, i // 2)
+        for i in range(8)
+    ]
+    with private_ray():
+        fleet = start_fleet(config, tiny_model_path, "collective")
+        try:
+
+            def gaps() -> list[float]:
+                learner = fleet.learner.get(fleet.learner.score(probe))[0]
+                engines = [ray.get(a.score.remote(probe))[1][0] for a in fleet.rollout.actors]
+                return [_mean_abs_diff(engine, learner) for engine in engines]
+
+            assert max(gaps()) < BF16_TOLERANCE  # the same base model everywhere
+            metrics_ref, update = fleet.learner.train_and_export(batch)
+            assert fleet.learner.get(metrics_ref)["train/num_samples"] == 8
+            assert min(gaps()) > 10 * BF16_TOLERANCE, "the engines are stale before the push"
+            assert fleet.rollout.push(update)["version"] == 1
+            assert max(gaps()) < BF16_TOLERANCE
+            _restart(fleet.rollout.actors[1])
+            completions = fleet.rollout.generate(
+                [RolloutRequest("p0", (5, 6, 7), (1, 2)), RolloutRequest("p1", (5, 6), (3, 4))]
+            )
+            assert {c.weight_version for c in completions} == {1}
+            assert fleet.rollout.counters["faults/rollout_restarts"] == 1
+            assert max(gaps()) < BF16_TOLERANCE
         finally:
             fleet.shutdown()

@@ -21,7 +21,8 @@ Modes are composed into a few short runs so the tier stays within CI's budget:
   test controls), small weight buckets through the collective transport (its group formed
   again for the second engine), the self-play saboteur;
 - ``episodes``: the multi-turn demo's config (two-turn episodes with sandbox feedback) with the
-  discounted first-success reward and the learner's decoder layers compiled.
+  discounted first-success reward, the learner's decoder layers compiled, and the engine split
+  across two tensor-parallel worker processes.
 
 Every run must finish, advance the weight version once per step, take its rewards from the
 sandbox, record every trained completion in ``<run>/rollouts/`` in agreement with the step's
@@ -288,9 +289,9 @@ options = {{ run_dir = "{run_dir}" }}
 
 def test_multi_turn_episodes_with_a_discounted_reward(tmp_path, tiny_model_path):
     """The multi-turn demo's config on the hidden-number task (two turns), with a compiled
-    learner: feedback between turns is context, so the sampler's logprobs of the model's own
-    tokens still match the compiled learner's (``_check_run`` bounds
-    ``train/logprob_diff_mean`` and the parity probe)."""
+    learner and an engine split across two tensor-parallel workers: feedback between turns is
+    context, so the sampler's logprobs of the model's own tokens still match the compiled
+    learner's (``_check_run`` bounds ``train/logprob_diff_mean`` and the parity probe)."""
     run_dir = _train(
         tmp_path, "episodes", tiny_model_path,
         "--run.steps", "3",
@@ -298,6 +299,8 @@ def test_multi_turn_episodes_with_a_discounted_reward(tmp_path, tiny_model_path)
         "--episode.discount", "0.5",
         "--data.source", "synthetic_hidden",
         "--learner.compile", "true",
+        "--rollout.tensor_parallel_size", "2",
+        "--rollout.num_cpus", "2",
         config=DEMO_REPAIR,
     )  # fmt: skip
     metrics = _check_run(run_dir, 3)

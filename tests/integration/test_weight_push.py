@@ -156,12 +156,17 @@ def test_separate_engine_process_receives_bucketed_pushes(tiny_model_path):
         worker.llm.llm_engine.engine_core.shutdown()
 
 
-@pytest.mark.parametrize("engine_process", ["actor", "separate"])
-def test_collective_push_makes_engine_logprobs_match_the_learner(tiny_model_path, engine_process):
+@pytest.mark.parametrize(
+    ("engine_process", "workers"), [("actor", 1), ("separate", 1), ("actor", 2)]
+)
+def test_collective_push_makes_engine_logprobs_match_the_learner(
+    tiny_model_path, engine_process, workers
+):
     """weights.transport = "collective": the update is metadata only, the tensors go from the
     learner to the engine in a gloo broadcast through vLLM's weight-transfer API (the
-    project's engine, registered in vLLM's worker, in its own process with "separate"), in
-    many 16 KiB buckets, and the engine then serves the learner's weights."""
+    project's engine, registered in vLLM's worker, in its own process with "separate"; in two
+    tensor-parallel worker processes, each at its own group rank, with 2 workers), in many
+    16 KiB buckets, and the engine then serves the learner's weights."""
     import threading
 
     from actor.rollout_worker import RolloutWorker
@@ -170,8 +175,14 @@ def test_collective_push_makes_engine_logprobs_match_the_learner(tiny_model_path
     from learner.sharding import free_address
 
     rollout = RolloutConfig(
-        batch_size=8, group_size=8, max_new_tokens=8, kv_cache_gib=0.1
-    ).model_copy(update={"engine_process": engine_process})
+        batch_size=8,
+        group_size=8,
+        max_new_tokens=8,
+        kv_cache_gib=0.1,
+        engine_process=engine_process,
+        tensor_parallel_size=workers,
+        num_cpus=workers,
+    )
     worker = RolloutWorker(
         tiny_model_path, rollout, ModelConfig(max_model_len=128), transport="collective"
     )
@@ -187,8 +198,9 @@ def test_collective_push_makes_engine_logprobs_match_the_learner(tiny_model_path
         return thread
 
     address = free_address()
-    joining = beside(lambda: learner.join_transfer("gloo", address, 2))
-    worker.join_transfer(engine_init_info("gloo", address, 1, 2, 16 << 10))
+    world = 1 + workers
+    joining = beside(lambda: learner.join_transfer("gloo", address, world))
+    worker.join_transfer(engine_init_info("gloo", address, 1, world, 16 << 10))
     joining.join()
     assert not joining.errors
     sample = _sample(worker, "# Return the number 4.\n", "4 + 5 * w\nprint(answer())")
@@ -205,7 +217,7 @@ def test_collective_push_makes_engine_logprobs_match_the_learner(tiny_model_path
         assert not sending.errors
         assert worker.weight_version == update.version == learner.weight_version
         assert _mean_abs_diff(_engine_logprobs(worker, sample), changed) < BF16_TOLERANCE
-    if engine_process == "separate":
+    if engine_process == "separate" or workers > 1:
         worker.llm.llm_engine.engine_core.shutdown()
 
 

@@ -195,3 +195,21 @@ def test_the_sandbox_stops_early_only_when_every_execution_term_is_binary():
     assert not both.reward.stops_at_first_failure()
     only_format = Config.model_validate({"reward": {"terms": {"format": {}}}})
     assert not only_format.reward.stops_at_first_failure()
+
+
+def test_learner_ranks_and_the_collective_transport_are_refused_where_they_cannot_work():
+    with pytest.raises(ConfigError, match="needs num_cpus or num_gpus per rank"):
+        load_config(None, ["--learner.num_ranks", "2", "--learner.num_cpus", "0"])
+    with pytest.raises(ConfigError, match="'precomputed' is not implemented"):
+        load_config(None, ["--learner.num_ranks", "2", "--learner.reference", "precomputed"])
+    with pytest.raises(ConfigError, match=r"needs async\.max_staleness = 0"):
+        load_config(None, ["--weights.transport", "collective", "--async.max_staleness", "1"])
+
+
+def test_requested_cpus_counts_every_actor():
+    config = load_config(
+        None,
+        ["--learner.num_ranks", "2", "--learner.num_cpus", "1.5", "--rollout.num_actors", "3",
+         "--rollout.num_cpus", "0.5", "--sandbox.num_cpus", "1"],
+    )  # fmt: skip
+    assert config.requested_cpus == 2 * 1.5 + 3 * 0.5 + 1

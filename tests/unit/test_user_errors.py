@@ -137,3 +137,24 @@ def test_a_saboteur_without_reference_programs_is_refused(tmp_path, capsys, tiny
     assert status == 2 and len(lines) == 1
     assert "selfplay.saboteur: no problem of" in lines[0] and "reference solution" in lines[0]
     assert not (tmp_path / "runs").exists()
+
+
+def test_resuming_with_another_learner_rank_count_is_refused(tmp_path, capsys, tiny_model_path):
+    """A checkpoint written by two learner ranks (its optimiser a distributed checkpoint)
+    resumed with one: refused up front, before any actor starts."""
+    from common.config import load_config
+
+    config = load_config(
+        REPO_ROOT / "configs" / "demo.toml",
+        ["--model.path", tiny_model_path, "--run.output_dir", str(tmp_path), "--learner.num_ranks",
+         "2", "--learner.num_cpus", "0.5"],
+    )  # fmt: skip
+    checkpoint = config.run_dir / "checkpoint"
+    (checkpoint / "optimizer").mkdir(parents=True)
+    (config.run_dir / "config.toml").write_text(config.to_toml())
+    (checkpoint / "driver_state.json").write_text(
+        '{"step": 2, "weight_version": 2, "seed": 0, "curriculum": {}}'
+    )
+    status, lines = _train(capsys, "--resume", str(config.run_dir), "--learner.num_ranks", "1")
+    assert status == 2 and len(lines) == 1
+    assert "written by several learner ranks" in lines[0]
