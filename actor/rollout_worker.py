@@ -25,6 +25,7 @@ which is one more reason nothing else computes in a rollout actor.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -75,21 +76,22 @@ class RolloutWorker:
         self.receiver = make_receiver(transport)
         self._calls = 0  # makes engine request ids unique across calls
         start = time.perf_counter()
-        self.llm = LLM(
-            model=model_path,
-            dtype=model.dtype,
-            max_model_len=model.max_model_len,
-            seed=seed + 1000 * worker_index,
-            enforce_eager=rollout.enforce_eager,
-            kv_cache_memory_bytes=int(rollout.kv_cache_gib * _GIB),
-            logprobs_mode="processed_logprobs",
-            worker_extension_cls="actor.worker_extension.WorkerExtension",
-            enable_prefix_caching=True,
-            **_transfer_options(transport, rollout),
-            **_parallel_options(rollout),
-            **_lora_options(lora_rank),
-            **_scheduler_options(rollout, model),
-        )
+        with _thread_binding(rollout):
+            self.llm = LLM(
+                model=model_path,
+                dtype=model.dtype,
+                max_model_len=model.max_model_len,
+                seed=seed + 1000 * worker_index,
+                enforce_eager=rollout.enforce_eager,
+                kv_cache_memory_bytes=int(rollout.kv_cache_gib * _GIB),
+                logprobs_mode="processed_logprobs",
+                worker_extension_cls="actor.worker_extension.WorkerExtension",
+                enable_prefix_caching=True,
+                **_transfer_options(transport, rollout),
+                **_parallel_options(rollout),
+                **_lora_options(lora_rank),
+                **_scheduler_options(rollout, model),
+            )
         self.tokenizer = self.llm.get_tokenizer()
         logger.info(
             "rollout worker %d: engine ready in %.1fs", worker_index, time.perf_counter() - start
@@ -225,26 +227,44 @@ _VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 
 def _parallel_options(rollout: RolloutConfig) -> dict:
-    """Tensor parallelism: vLLM's worker processes inside this actor. On CPU each worker's
-    OpenMP threads are bound to its own contiguous share of the cores this actor may use (vLLM
-    otherwise wants one NUMA node per worker)."""
+    """Tensor parallelism: vLLM's worker processes inside this actor."""
     tp = rollout.tensor_parallel_size
     if tp == 1:
         return {}
+    return {"tensor_parallel_size": tp, "distributed_executor_backend": "mp"}
+
+
+@contextlib.contextmanager
+def _thread_binding(rollout: RolloutConfig) -> Iterator[None]:
+    """On CPU hosts with tensor parallelism, bind each worker's OpenMP threads to its own
+    contiguous share of the cores this actor may use (vLLM otherwise wants one NUMA node per
+    worker), for the engine's start-up only: its workers read it then, and nothing else in
+    this process should."""
+    tp = rollout.tensor_parallel_size
     from vllm.platforms import current_platform
 
-    if current_platform.is_cpu():
-        cores = sorted(os.sched_getaffinity(0))
-        if len(cores) < tp:
-            raise RuntimeError(
-                f"rollout.tensor_parallel_size = {tp}: this rollout actor may use only "
-                f"{len(cores)} core(s) ({cores}), one per worker is needed"
-            )
-        shares = [cores[i * len(cores) // tp : (i + 1) * len(cores) // tp] for i in range(tp)]
-        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(
-            ",".join(map(str, share)) for share in shares
+    if tp == 1 or not current_platform.is_cpu():
+        yield
+        return
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < tp:
+        raise RuntimeError(
+            f"rollout.tensor_parallel_size = {tp}: this rollout actor may use only "
+            f"{len(cores)} core(s) ({cores}), one per worker is needed"
         )
-    return {"tensor_parallel_size": tp, "distributed_executor_backend": "mp"}
+    shares = [cores[i * len(cores) // tp : (i + 1) * len(cores) // tp] for i in range(tp)]
+    before = os.environ.get(_BIND)
+    os.environ[_BIND] = "|".join(",".join(map(str, share)) for share in shares)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(_BIND, None)
+        else:
+            os.environ[_BIND] = before
+
+
+_BIND = "VLLM_CPU_OMP_THREADS_BIND"
 
 
 def _transfer_options(transport: str, rollout: RolloutConfig) -> dict:

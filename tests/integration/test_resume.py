@@ -78,10 +78,14 @@ def test_a_killed_learner_rank_is_restarted_from_the_checkpoint(tmp_path, tiny_m
     from launch.train import train
     from tests.integration.helpers import before_steps, kill_for_good
 
+    # Through the collective transport: the new ranks must rejoin the engines' group.
     ranks = ["--learner.num_ranks", "2", "--learner.num_cpus", "0.5"]
     config = short_config(
-        tmp_path, "restarted", tiny_model_path, 6, "--run.checkpoint_every", "2", *ranks
-    )
+        tmp_path, "restarted", tiny_model_path, 6,
+        "--run.checkpoint_every", "2",
+        "--weights.transport", "collective",
+        *ranks,
+    )  # fmt: skip
     killed = []
 
     def kill_rank_1(driver) -> None:  # once: step 4 runs again after the restart
