@@ -248,7 +248,7 @@ class LearnerConfig(Section):
         1,
         ge=1,
         description="learner processes that shard the policy, gradients and optimiser state "
-        "(FSDP2) and split each step's micro-batches; they step together and compute the same "
+        "(FSDP2) and split each step's samples; they step together and compute the same "
         "update as one rank. Each gets num_cpus/num_gpus in the run's placement group",
     )
 
