@@ -23,6 +23,7 @@ from common.transport.collective import (
     GlooWorkerInitInfo,
     UpdateInfo,
     buckets,
+    nbytes,
     unpack,
 )
 
@@ -61,11 +62,7 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooWorkerInitInfo, UpdateIn
         if self.group is None:
             raise RuntimeError("gloo weight transfer: init_weight_transfer_engine first")
         for run in buckets(update_info, self.bucket_bytes):
-            size = sum(
-                torch.Size(update_info.shapes[i]).numel()
-                * getattr(torch, update_info.dtype_names[i]).itemsize
-                for i in run
-            )
+            size = sum(nbytes(update_info.dtype_names[i], update_info.shapes[i]) for i in run)
             buffer = torch.empty(size, dtype=torch.uint8)
             self.group.broadcast(buffer, 0).wait()
             self.model.load_weights(unpack(buffer, update_info, run))

@@ -184,14 +184,11 @@ def start_learner(
 
 def rendezvous_address() -> str:
     """``host:port`` on this node where learner rank 0 will listen (run in its bundle)."""
-    import socket
-
     import ray
 
-    with socket.socket() as probe:
-        probe.bind(("", 0))
-        port = probe.getsockname()[1]
-    return f"{ray.util.get_node_ip_address()}:{port}"
+    from learner.sharding import free_address
+
+    return free_address(ray.util.get_node_ip_address())
 
 
 def start_sandbox(config: Config, run_id: str) -> SandboxClient:

@@ -46,8 +46,9 @@ class LearnerClient:
             self._followers.extend(follower if isinstance(follower, list) else [follower])
         return calls
 
-    def _get(self, ref: ObjectRef) -> Any:
-        """``ray.get(ref)``, raising at once when any rank's pending call failed.
+    def get(self, ref: ObjectRef) -> Any:
+        """The value of a ref this client handed out (metrics, a score): ``ray.get(ref)``,
+        raising at once when any rank's pending call failed.
 
         When one rank dies mid-step, the others' collectives fail too, and their error may
         arrive first: a failure is reported as the dead rank's ``RayActorError`` when a rank
@@ -87,10 +88,6 @@ class LearnerClient:
         the metrics with :meth:`get`."""
         return self._fan_out("train_and_export", samples, num_returns=2)[0]
 
-    def get(self, ref: ObjectRef) -> Any:
-        """The value of a ref this client handed out (metrics, a score)."""
-        return self._get(ref)
-
     def export_weights(self) -> ObjectRef:
         """A ref of the current weights' ``WeightUpdate``."""
         return self._fan_out("export_weights")[0]
@@ -110,7 +107,7 @@ class LearnerClient:
 
     def sequence_kl(self, samples: list[TrainSample]) -> tuple[float, list[float]]:
         """The learner's current beta and each sample's KL to the reference (summed)."""
-        return self._get(self._fan_out("sequence_kl", samples)[0])
+        return self.get(self._fan_out("sequence_kl", samples)[0])
 
     def set_compute_threads(self, threads: int) -> None:
         """Through the ``control`` concurrency group: reaches the learner while it trains."""
@@ -125,7 +122,7 @@ class LearnerClient:
     def save_checkpoint(self, path: str) -> None:
         """Every rank writes its part (rank 0 the weights, each its optimiser shard)."""
         for call in self._fan_out("save_checkpoint", path):
-            self._get(call)
+            self.get(call)
 
     def kill(self) -> None:
         import ray

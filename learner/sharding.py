@@ -31,13 +31,14 @@ from torch import Tensor, nn
 from common.types import ProcessGroupSpec
 
 
-def free_address() -> str:
-    """``127.0.0.1:<a free port>``: a rendezvous for ranks on this machine (tests, benches)."""
+def free_address(host: str = "127.0.0.1") -> str:
+    """``host:<a port free on this machine>``: a rendezvous address (``127.0.0.1`` for ranks
+    on this machine, as in tests and benches)."""
     import socket
 
     with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{probe.getsockname()[1]}"
+        probe.bind(("", 0))
+        return f"{host}:{probe.getsockname()[1]}"
 
 
 def decoder_layers(model: nn.Module) -> nn.ModuleList:

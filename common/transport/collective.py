@@ -104,17 +104,18 @@ def buckets(info: UpdateInfo, bucket_bytes: int) -> list[list[int]]:
     runs: list[list[int]] = []
     size = 0
     for i, (dtype, shape) in enumerate(zip(info.dtype_names, info.shapes, strict=True)):
-        nbytes = _nbytes(dtype, shape)
-        if runs and size + nbytes <= bucket_bytes:
+        tensor_bytes = nbytes(dtype, shape)
+        if runs and size + tensor_bytes <= bucket_bytes:
             runs[-1].append(i)
-            size += nbytes
+            size += tensor_bytes
         else:
             runs.append([i])
-            size = nbytes
+            size = tensor_bytes
     return runs
 
 
-def _nbytes(dtype_name: str, shape: list[int]) -> int:
+def nbytes(dtype_name: str, shape: list[int]) -> int:
+    """Bytes of one tensor of the update."""
     return torch.Size(shape).numel() * getattr(torch, dtype_name).itemsize
 
 
@@ -128,10 +129,10 @@ def unpack(buffer: torch.Tensor, info: UpdateInfo, run: list[int]) -> list[tuple
     out, offset = [], 0
     for i in run:
         dtype, shape = getattr(torch, info.dtype_names[i]), info.shapes[i]
-        nbytes = _nbytes(info.dtype_names[i], shape)
-        tensor = buffer[offset : offset + nbytes].view(dtype).view(shape)
+        tensor_bytes = nbytes(info.dtype_names[i], shape)
+        tensor = buffer[offset : offset + tensor_bytes].view(dtype).view(shape)
         out.append((info.names[i], tensor))
-        offset += nbytes
+        offset += tensor_bytes
     return out
 
 
@@ -240,7 +241,7 @@ class CollectiveSender:
 
     def send(self, source: Any) -> WeightUpdate:
         info = update_info(ExportSource(source))
-        num_bytes = sum(_nbytes(d, s) for d, s in zip(info.dtype_names, info.shapes, strict=True))
+        num_bytes = sum(nbytes(d, s) for d, s in zip(info.dtype_names, info.shapes, strict=True))
         runs = len(buckets(info, self.bucket_bytes))
         return WeightUpdate(source.weight_version, NAME, asdict(info), num_bytes, runs)
 
