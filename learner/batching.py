@@ -16,6 +16,37 @@ from torch import Tensor
 from common.types import TrainSample
 
 
+@dataclass(frozen=True)
+class SharedPrompts:
+    """Which rows of a micro-batch share a prompt, for running each distinct prompt once.
+
+    A group's G completions of one prompt repeat its tokens G times; the logprob function runs
+    ``first`` (one row per distinct prompt) through the model and lets every row attend to its
+    prompt's keys and values (``logprobs.py``)."""
+
+    lengths: Tensor  # (B,) each row's prompt length
+    index: Tensor  # (B,) each row's distinct prompt, 0..U-1
+    first: Tensor  # (U,) the first row holding each distinct prompt
+
+    @property
+    def saves(self) -> bool:
+        """Whether any two rows share a prompt (else the shared forward saves nothing)."""
+        return len(self.first) < len(self.index)
+
+    @staticmethod
+    def of(rows: Sequence[TrainSample], device: torch.device | str) -> SharedPrompts:
+        groups = prompt_groups(rows)
+        index = [0] * len(rows)
+        for number, group in enumerate(groups):
+            for row in group:
+                index[row] = number
+        return SharedPrompts(
+            lengths=torch.tensor([len(s.prompt_token_ids) for s in rows], device=device),
+            index=torch.tensor(index, device=device),
+            first=torch.tensor([group[0] for group in groups], device=device),
+        )
+
+
 @dataclass
 class MicroBatch:
     """Right-padded tensors for a subset of a batch; ``indices`` index the original list."""
@@ -29,6 +60,7 @@ class MicroBatch:
     old_logprobs: Tensor | None = None  # (B, T) learner logprobs before the update, if given
     ref_logprobs: Tensor | None = None  # (B, T) reference logprobs, if given
     temperatures: Tensor | None = None  # (B,) when a row was sampled at its own temperature
+    prompts: SharedPrompts | None = None  # which rows share a prompt, when asked
 
     @property
     def num_completion_tokens(self) -> int:
@@ -58,27 +90,67 @@ def validate_samples(samples: Sequence[TrainSample]) -> None:
             raise ValueError(f"sample {i}: the loss mask trains on no token")
 
 
-def _length(sample: TrainSample) -> int:
+def sample_length(sample: TrainSample) -> int:
+    """Tokens of a sample's row: prompt and completion."""
     return len(sample.prompt_token_ids) + len(sample.completion_token_ids)
 
 
-def pack_micro_batches(samples: Sequence[TrainSample], token_budget: int) -> list[list[int]]:
+def prompt_groups(samples: Sequence[TrainSample]) -> list[list[int]]:
+    """Sample indices by prompt (equal prompt token ids), in order of first appearance."""
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, s in enumerate(samples):
+        groups.setdefault(tuple(s.prompt_token_ids), []).append(i)
+    return list(groups.values())
+
+
+def pack_micro_batches(
+    samples: Sequence[TrainSample], token_budget: int, share_prompts: bool = False
+) -> list[list[int]]:
     """Group sample indices so that rows x longest row <= ``token_budget`` per group.
 
+    With ``share_prompts`` the rows of one prompt are kept together and a group costs what the
+    shared-prompt forward runs: distinct prompts x longest prompt + rows x longest completion.
     A sample longer than the budget on its own still gets a micro-batch of one: refusing it
     would silently drop data, and one row is the smallest unit we can run anyway.
     """
-    order = sorted(range(len(samples)), key=lambda i: _length(samples[i]))
+    if share_prompts:
+        return _pack_shared(samples, token_budget)
+    order = sorted(range(len(samples)), key=lambda i: sample_length(samples[i]))
     groups: list[list[int]] = []
     current: list[int] = []
     longest = 0
     for i in order:
-        length = _length(samples[i])
+        length = sample_length(samples[i])
         if current and (len(current) + 1) * max(longest, length) > token_budget:
             groups.append(current)
             current, longest = [], 0
         current.append(i)
         longest = max(longest, length)
+    if current:
+        groups.append(current)
+    return groups
+
+
+def _pack_shared(samples: Sequence[TrainSample], token_budget: int) -> list[list[int]]:
+    """``pack_micro_batches`` with each prompt's rows adjacent, prompts in order of their
+    longest row (so micro-batches hold rows of similar length) and rows by length within."""
+    rows = [sorted(r, key=lambda i: sample_length(samples[i])) for r in prompt_groups(samples)]
+    rows.sort(key=lambda r: sample_length(samples[r[-1]]))
+    groups: list[list[int]] = []
+    current: list[int] = []
+    prompts: set[tuple[int, ...]] = set()
+    longest_prompt = longest_completion = 0
+    for i in (i for r in rows for i in r):
+        prompt = tuple(samples[i].prompt_token_ids)
+        p, c = len(prompt), len(samples[i].completion_token_ids)
+        distinct = len(prompts) + (prompt not in prompts)
+        cost = distinct * max(longest_prompt, p) + (len(current) + 1) * max(longest_completion, c)
+        if current and cost > token_budget:
+            groups.append(current)
+            current, prompts, longest_prompt, longest_completion = [], set(), 0, 0
+        current.append(i)
+        prompts.add(prompt)
+        longest_prompt, longest_completion = max(longest_prompt, p), max(longest_completion, c)
     if current:
         groups.append(current)
     return groups
@@ -93,6 +165,7 @@ def collate(
     old_logprobs: Sequence[Tensor] | None = None,
     ref_logprobs: Sequence[Tensor] | None = None,
     temperature: float = 1.0,
+    share_prompts: bool = False,
 ) -> MicroBatch:
     """Right-pad the chosen samples into tensors on ``device``.
 
@@ -100,9 +173,10 @@ def collate(
     completion token, indexed like ``samples``), placed at the completion positions. When a
     chosen sample carries its own sampling temperature, ``temperatures`` holds every row's
     (``temperature`` for the others); otherwise it is None and one temperature serves all.
+    ``share_prompts``: note the rows that share a prompt (``MicroBatch.prompts``).
     """
     rows = [samples[i] for i in indices]
-    width = max(_length(s) for s in rows)
+    width = max(sample_length(s) for s in rows)
     shape = (len(rows), width)
     input_ids = torch.full(shape, pad_token_id, dtype=torch.long)
     attention_mask = torch.zeros(shape, dtype=torch.long)
@@ -131,6 +205,7 @@ def collate(
         old_logprobs=_place(old_logprobs, samples, indices, shape, device),
         ref_logprobs=_place(ref_logprobs, samples, indices, shape, device),
         temperatures=temperatures,
+        prompts=SharedPrompts.of(rows, device) if share_prompts else None,
     )
 
 

@@ -14,6 +14,11 @@ Model FLOPs of one ``train_step`` (the formula docs/benchmarks.md gives), for a 
   ``S``, three times that forward and backward;
 - the reference forward when the loss has a KL term: ``2 N T`` plus the attention forward.
 
+With ``learner.share_prompts`` each distinct prompt of the batch runs once: a sequence is then
+given as a span ``(context, tokens)``, ``tokens`` positions run after ``context`` cached ones
+(a prompt is ``(0, P)``, each of its completions ``(P, C)``), and its attention term is
+``(context + tokens)^2 - context^2``: the part of the square its queries fill.
+
 Padding is not counted: it is work the model did not need, so utilisation falls when a batch is
 badly packed, which is the point of measuring it. The peak is not a datasheet number but the
 best of a few large square matrix products in the step's compute dtype, on the same device and
@@ -24,6 +29,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+
+Span = int | tuple[int, int]  # a whole sequence's length, or (cached context, tokens run)
 
 
 def matmul_parameters(model) -> int:
@@ -40,26 +47,35 @@ def step_flops(
     matmul_params: int,
     layers: int,
     d_attn: int,
-    lengths: Sequence[int],
+    lengths: Sequence[Span],
     lora: bool = False,
     reference: bool = False,
 ) -> float:
     """Model FLOPs of one step over sequences of ``lengths`` tokens (module docstring)."""
     attention = _attention(layers, d_attn, lengths)
-    flops = (4.0 if lora else 6.0) * matmul_params * sum(lengths) + 3.0 * attention
+    flops = (4.0 if lora else 6.0) * matmul_params * _tokens(lengths) + 3.0 * attention
     if reference:
         flops += forward_flops(matmul_params, layers, d_attn, lengths)
     return flops
 
 
-def forward_flops(matmul_params: int, layers: int, d_attn: int, lengths: Sequence[int]) -> float:
+def forward_flops(matmul_params: int, layers: int, d_attn: int, lengths: Sequence[Span]) -> float:
     """Model FLOPs of one forward pass (no gradient) over sequences of ``lengths`` tokens."""
-    return 2.0 * matmul_params * sum(lengths) + _attention(layers, d_attn, lengths)
+    return 2.0 * matmul_params * _tokens(lengths) + _attention(layers, d_attn, lengths)
 
 
-def _attention(layers: int, d_attn: int, lengths: Sequence[int]) -> float:
+def _span(length: Span) -> tuple[int, int]:
+    return (0, length) if isinstance(length, int) else length
+
+
+def _tokens(lengths: Sequence[Span]) -> int:
+    return sum(_span(s)[1] for s in lengths)
+
+
+def _attention(layers: int, d_attn: int, lengths: Sequence[Span]) -> float:
     """Scores and mixing, causal (half of the square), forward."""
-    return 2.0 * layers * d_attn * sum(s * s for s in lengths)
+    squares = sum((c + t) ** 2 - c * c for c, t in map(_span, lengths))
+    return 2.0 * layers * d_attn * squares
 
 
 def model_config_shape(model) -> tuple[int, int, int]:

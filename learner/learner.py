@@ -36,11 +36,13 @@ from learner.batching import (
     collate,
     completion_rows,
     pack_micro_batches,
+    prompt_groups,
+    sample_length,
     validate_samples,
 )
 from learner.epochs import MetricMeans, split_mini_batches
 from learner.export import export_metadata, export_state_dict, iter_export
-from learner.flops import forward_flops, model_config_shape, step_flops
+from learner.flops import Span, forward_flops, model_config_shape, step_flops
 from learner.grpo import Aggregation, grpo_loss, sequence_kl
 from learner.kl_control import KlControl
 from learner.logprobs import completion_logprobs
@@ -98,6 +100,8 @@ class Learner:
         self.entropy_coef = config.entropy_coef
         self.max_len = config.max_len or None
         self.logprob_chunk_tokens = config.logprob_chunk_tokens
+        # HF's gradient checkpointing drops the KV cache the shared-prompt forward runs on.
+        self.share_prompts = config.share_prompts and not config.gradient_checkpointing
         self.kl_in: str = config.kl_in
         if self.kl_in not in ("loss", "reward"):
             raise ValueError(f"unknown kl_in {self.kl_in!r}; use loss or reward")
@@ -224,6 +228,9 @@ class Learner:
         if temperature is None:  # each row's own where samples have one, else the run's
             temperature = self.temperature if batch.temperatures is None else batch.temperatures
         runner = self.root if model is None or model is self.model else model
+        prompts = batch.prompts
+        if prompts is not None and not prompts.saves and not self.ranks.sharded:
+            prompts = None  # ranks always take the same path, so that their collectives pair
         with autocast(self.device, self.autocast_dtype):
             return call(
                 runner,
@@ -234,6 +241,7 @@ class Learner:
                 temperature,
                 chunk_tokens=self.logprob_chunk_tokens,
                 return_entropy=return_entropy,
+                prompts=prompts,
             )
 
     @torch.no_grad()
@@ -247,7 +255,12 @@ class Learner:
         for indices, weight in zip(deal.micro_batches, deal.weights, strict=True):
             self._apply_compute_threads()
             batch = collate(
-                samples, indices, self.pad_token_id, self.device, temperature=self.temperature
+                samples,
+                indices,
+                self.pad_token_id,
+                self.device,
+                temperature=self.temperature,
+                share_prompts=self.share_prompts,
             )
             logprobs = self._logprobs(batch, model, temperature=temperature)
             if weight:
@@ -259,13 +272,19 @@ class Learner:
     def _deal(self, samples: Sequence[TrainSample]) -> Deal:
         """This rank's micro-batches: its share of ``samples``, packed by the token budget
         (all of them with one rank). Every rank packs every share, so each knows how many
-        micro-batches the busiest runs without asking."""
-        lengths = [len(s.prompt_token_ids) + len(s.completion_token_ids) for s in samples]
+        micro-batches the busiest runs without asking. With shared prompts a prompt's rows go
+        to one rank together, so that it runs the prompt once."""
+        units = [[i] for i in range(len(samples))]
+        if self.share_prompts:
+            units = prompt_groups(samples)
+        costs = [sum(sample_length(samples[i]) for i in unit) for unit in units]
         packed = []
-        for share in self.ranks.split(lengths):
-            part = [samples[i] for i in share]
-            micro_batches = pack_micro_batches(part, self.config.micro_batch_tokens)
-            packed.append([[share[i] for i in m] for m in micro_batches])
+        for share in self.ranks.split(costs):
+            indices = sorted(i for u in share for i in units[u])
+            part = [samples[i] for i in indices]
+            budget = self.config.micro_batch_tokens
+            micro_batches = pack_micro_batches(part, budget, self.share_prompts)
+            packed.append([[indices[i] for i in m] for m in micro_batches])
         return self.ranks.deal(packed)
 
     def reference_logprobs(self, samples: Sequence[TrainSample]) -> list[Tensor]:
@@ -341,6 +360,7 @@ class Learner:
                 old_logprobs=old_logprobs,
                 ref_logprobs=ref_logprobs,
                 temperature=self.temperature,
+                share_prompts=self.share_prompts,
             )
             logprobs, entropy = self._logprobs(batch, return_entropy=True)  # (B, T) each
             old = batch.old_logprobs if batch.old_logprobs is not None else logprobs.detach()
@@ -460,11 +480,20 @@ class Learner:
         """Model FLOPs of one ``train_step`` on ``samples`` (``learner/flops.py``): every epoch's
         forward and backward, pi_old's forward when there are several optimiser steps, and the
         reference's when the loss has a KL term."""
-        lengths = [len(s.prompt_token_ids) + len(s.completion_token_ids) for s in samples]
+        lengths = self._spans(samples)
         epoch = step_flops(*self._flop_shape, lengths, lora=self.config.lora.enabled)
         several = self.ppo_epochs > 1 or self.mini_batches > 1
         forwards = int(self.loss_beta > 0) + int(several)
         return epoch * self.ppo_epochs + forwards * forward_flops(*self._flop_shape, lengths)
+
+    def _spans(self, samples: Sequence[TrainSample]) -> list[Span]:
+        """What the model runs for ``samples`` (``flops.py``): whole rows, or with shared
+        prompts each distinct prompt once and every completion after it."""
+        if not self.share_prompts:
+            return [sample_length(s) for s in samples]
+        prompts = [len(samples[group[0]].prompt_token_ids) for group in prompt_groups(samples)]
+        completions = [(len(s.prompt_token_ids), len(s.completion_token_ids)) for s in samples]
+        return prompts + completions
 
     def _train_epochs(self, samples: Sequence[TrainSample]) -> dict[str, float]:
         """mu epochs of mini-batch steps against pi_old computed once (see ``epochs.py``)."""

@@ -22,6 +22,8 @@ import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
+from learner.batching import SharedPrompts
+
 # Architectures whose causal-LM head is exactly ``lm_head(backbone(x))``: no logit soft-capping
 # or scaling in between (Gemma 2, Cohere and others add one; they take the full-logits path).
 _PLAIN_HEAD_MODEL_TYPES = frozenset(
@@ -66,6 +68,7 @@ def completion_logprobs(
     temperature: float | Tensor = 1.0,
     chunk_tokens: int = 1024,
     return_entropy: bool = False,
+    prompts: SharedPrompts | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Logprob of each completion token given everything before it; 0 elsewhere. (B, T).
 
@@ -75,6 +78,9 @@ def completion_logprobs(
     The token at position t is predicted from the hidden state at t - 1, so position 0 (always
     a prompt token) has no logprob. With ``return_entropy`` also returns the entropy of the
     predictive distribution at each completion position (B, T), with the same gradient path.
+
+    ``prompts``: rows that share a prompt run it once (see :class:`SharedPrompts`); the result
+    is the same function of the inputs.
     """
     parts = _split_backbone(model)
     if parts is None:
@@ -82,13 +88,52 @@ def completion_logprobs(
             model, input_ids, attention_mask, completion_mask, temperature, return_entropy
         )
     backbone, head = parts
+    if prompts is not None:
+        return _shared_prompt_logprobs(
+            backbone,
+            head,
+            input_ids,
+            attention_mask,
+            completion_mask,
+            temperature,
+            chunk_tokens,
+            return_entropy,
+            prompts,
+        )
     out = backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
     hidden = out[0]  # (B, T, H)
     predicts = completion_mask[:, 1:].bool()  # (B, T-1): position t predicts token t + 1
-    selected = hidden[:, :-1][predicts]  # (N, H)
-    targets = input_ids[:, 1:][predicts]  # (N,)
-    if isinstance(temperature, Tensor):  # (B,) -> (N,): each selected token's row's
-        temperature = temperature.view(-1, 1).expand_as(predicts)[predicts]
+    token_logp, entropy = _head_in_chunks(
+        head,
+        hidden[:, :-1][predicts],
+        input_ids[:, 1:][predicts],
+        _per_token(temperature, predicts),
+        chunk_tokens,
+        return_entropy,
+    )
+    logprobs = _scatter(token_logp, predicts)
+    if return_entropy:
+        return logprobs, _scatter(entropy, predicts)
+    return logprobs
+
+
+def _per_token(temperature: float | Tensor, predicts: Tensor) -> float | Tensor:
+    """A (B,) temperature as one value per selected token (N,): each token's row's."""
+    if isinstance(temperature, Tensor):
+        return temperature.view(-1, 1).expand_as(predicts)[predicts]
+    return temperature
+
+
+def _head_in_chunks(
+    head: nn.Module,
+    selected: Tensor,  # (N, H) hidden states that predict a completion token
+    targets: Tensor,  # (N,) the tokens they predict
+    temperature: float | Tensor,  # a number, or (N,)
+    chunk_tokens: int,
+    return_entropy: bool,
+) -> tuple[Tensor, Tensor | None]:
+    """(N,) logprobs of ``targets`` (and entropies), the LM head applied ``chunk_tokens`` rows
+    at a time, each chunk checkpointed under autograd."""
     use_checkpoint = torch.is_grad_enabled() and selected.requires_grad
     logp_chunks, entropy_chunks = [], []
     for start in range(0, selected.shape[0], chunk_tokens):
@@ -101,13 +146,75 @@ def completion_logprobs(
             logp, ent = _token_logprobs_and_entropy(*args)
         logp_chunks.append(logp)
         entropy_chunks.append(ent)
-    empty = hidden.new_zeros(0, dtype=torch.float32)
-    token_logp = torch.cat(logp_chunks) if logp_chunks else empty  # (N,)
-    logprobs = _scatter(token_logp, predicts)
+    empty = selected.new_zeros(0, dtype=torch.float32)
+    token_logp = torch.cat(logp_chunks) if logp_chunks else empty
+    if not return_entropy:
+        return token_logp, None
+    return token_logp, torch.cat(entropy_chunks) if entropy_chunks else empty
+
+
+def _shared_prompt_logprobs(
+    backbone: nn.Module,
+    head: nn.Module,
+    input_ids: Tensor,  # (B, T)
+    attention_mask: Tensor,  # (B, T)
+    completion_mask: Tensor,  # (B, T)
+    temperature: float | Tensor,
+    chunk_tokens: int,
+    return_entropy: bool,
+    prompts: SharedPrompts,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """``completion_logprobs`` with each distinct prompt run once.
+
+    Pass 1 runs the U distinct prompts (U, P) and keeps their keys and values; the cache rows
+    are then indexed out to the B rows (a differentiable gather: backward sums each prompt's
+    gradient over its rows). Pass 2 runs only the completions (B, C) at their true positions,
+    attending to their prompt through the cache. Completion token 0 is predicted by the
+    prompt's last hidden state, token j > 0 by pass 2's hidden state j - 1."""
+    lengths, index = prompts.lengths, prompts.index  # (B,) each
+    width = int(lengths.max())  # P
+    own_length = lengths[prompts.first]  # (U,)
+    columns = torch.arange(width, device=input_ids.device)
+    prompt_mask = (columns < own_length[:, None]).long()  # (U, P)
+    first = backbone(
+        input_ids=input_ids[prompts.first, :width], attention_mask=prompt_mask, use_cache=True
+    )
+    cache = first.past_key_values
+    if cache is None or cache.get_seq_length() != width:  # a layer that drops the cache
+        raise RuntimeError("the shared-prompt forward needs the model's KV cache")
+    cache.batch_select_indices(index)  # (B, heads, P, d) per layer
+    last = first[0][index, lengths - 1]  # (B, H): predicts completion token 0
+
+    completion_lengths = attention_mask.sum(dim=1) - lengths  # (B,)
+    steps = torch.arange(int(completion_lengths.max()), device=input_ids.device)  # C
+    source = (lengths[:, None] + steps).clamp(max=input_ids.shape[1] - 1)  # (B, C) in (B, T)
+    real = steps < completion_lengths[:, None]  # (B, C)
+    tokens = torch.where(real, input_ids.gather(1, source), 0)  # (B, C)
+    second = backbone(
+        input_ids=tokens,
+        attention_mask=torch.cat([prompt_mask[index], real.long()], dim=1),
+        position_ids=lengths[:, None] + steps,
+        past_key_values=cache,
+        use_cache=True,
+    )
+    hidden = torch.cat([last.unsqueeze(1), second[0][:, :-1]], dim=1)  # (B, C, H)
+    predicts = completion_mask.gather(1, source).bool() & real  # (B, C)
+    token_logp, entropy = _head_in_chunks(
+        head,
+        hidden[predicts],
+        tokens[predicts],
+        _per_token(temperature, predicts),
+        chunk_tokens,
+        return_entropy,
+    )
+
+    def place(values: Tensor) -> Tensor:  # (N,) at the predicted (B, C) -> (B, T)
+        grid = values.new_zeros(predicts.shape).masked_scatter(predicts, values)
+        return grid.new_zeros(input_ids.shape).scatter_add(1, source, grid)
+
     if return_entropy:
-        entropy = torch.cat(entropy_chunks) if entropy_chunks else empty
-        return logprobs, _scatter(entropy, predicts)
-    return logprobs
+        return place(token_logp), place(entropy)
+    return place(token_logp)
 
 
 def _scatter(values: Tensor, predicts: Tensor) -> Tensor:

@@ -154,7 +154,7 @@ class Ranks:
         largest count with weightless copies so that every rank runs as many."""
         mine = packed[self.rank]
         count = max(len(micro_batches) for micro_batches in packed)
-        padding = [mine[0] if mine else [0]] * (count - len(mine))
+        padding = [mine[0][:1] if mine else [0]] * (count - len(mine))  # one row is enough
         return Deal(mine + padding, [1.0] * len(mine) + [0.0] * len(padding))
 
     def sum(self, values: dict[str, float]) -> dict[str, float]:
@@ -177,3 +177,11 @@ class Ranks:
     def barrier(self) -> None:
         if self.sharded:
             dist.barrier()
+
+    def close(self) -> None:
+        """Leave the group once every rank is done. A process that exits with the group alive
+        can abort in gloo's teardown (``terminate called without an active exception``) while
+        a peer still talks to it."""
+        if self.sharded and dist.is_initialized():
+            dist.barrier()
+            dist.destroy_process_group()

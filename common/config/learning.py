@@ -209,6 +209,11 @@ class LearnerConfig(Section):
     entropy_coef: float = Field(0.0, ge=0)
     max_len: int = Field(0, ge=0, description="Dr. GRPO length normaliser; 0: longest in batch")
     logprob_chunk_tokens: int = Field(1024, ge=1)
+    share_prompts: bool = Field(
+        True,
+        description="run each distinct prompt of a micro-batch once and let its completions "
+        "attend to its keys and values (off under gradient checkpointing)",
+    )
     kl_in: Literal["loss", "reward"] = Field(
         "loss", description="KL as a loss term, or -beta*KL per sequence in the reward"
     )

@@ -200,6 +200,8 @@ def measure(args: argparse.Namespace, config, path: Path, group) -> dict[str, An
     tokens = len(samples) * args.completion_len
     flops = learner.model_flops(samples)
     peak = learner_peak_flops(config) * learner.ranks.size
+    state = state_gib(learner)
+    learner.ranks.close()
     return {
         "preset": args.preset,
         "device": str(learner.device),
@@ -210,7 +212,7 @@ def measure(args: argparse.Namespace, config, path: Path, group) -> dict[str, An
         "step_s": step_s,
         "tokens_per_s": tokens / step_s,
         "peak_memory_gib": peak_memory_gib(learner.device),
-        "state_gib": state_gib(learner),
+        "state_gib": state,
         "model_tflop_per_step": flops / 1e12,
         "achieved_tflops": flops / step_s / 1e12,
         "peak_tflops": peak / 1e12,

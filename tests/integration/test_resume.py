@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.integration.helpers import read_jsonl, short_config
@@ -9,24 +11,25 @@ from tests.integration.helpers import read_jsonl, short_config
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.parametrize("ranks", [1, 2])
-def test_resumed_run_sees_the_same_prompts(tmp_path, tiny_model_path, ranks):
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, tiny_model_path) -> Path:
+    """Six steps straight through: what a stopped or restarted run must reproduce."""
     from launch.train import train
 
-    # Two learner ranks: half a CPU each, so they fit beside the rollout actor on 2 cores.
-    learner = ["--learner.num_ranks", str(ranks), "--learner.num_cpus", str(1 / ranks)]
-    full = short_config(tmp_path, "full", tiny_model_path, 6, *learner)
-    train(full)
+    return train(short_config(tmp_path_factory.mktemp("full"), "full", tiny_model_path, 6))
 
-    interrupted = short_config(tmp_path, "resumed", tiny_model_path, 3, *learner)
+
+def test_resumed_run_sees_the_same_prompts(tmp_path, tiny_model_path, uninterrupted):
+    from launch.train import train
+
+    interrupted = short_config(tmp_path, "resumed", tiny_model_path, 3)
     run_dir = train(interrupted)
     assert (run_dir / "checkpoint" / "driver_state.json").is_file()
-    sharded = (run_dir / "checkpoint" / "optimizer").is_dir()
-    assert sharded == (ranks > 1)  # a distributed checkpoint, one optimiser shard per rank
-    continued = short_config(tmp_path, "resumed", tiny_model_path, 6, *learner)
+    assert not (run_dir / "checkpoint" / "optimizer").exists()  # one rank: no shards
+    continued = short_config(tmp_path, "resumed", tiny_model_path, 6)
     train(continued, resume=True)
 
-    expected = read_jsonl(full.run_dir / "batches.jsonl")
+    expected = read_jsonl(uninterrupted / "batches.jsonl")
     resumed = read_jsonl(run_dir / "batches.jsonl")
     assert [b["step"] for b in resumed] == [1, 2, 3, 4, 5, 6]
     assert resumed[3:] == expected[3:]
@@ -36,9 +39,9 @@ def test_resumed_run_sees_the_same_prompts(tmp_path, tiny_model_path, ranks):
     # The learner resumed from its checkpoint, not from the base model: at step 4 its policy
     # already differs from the reference (KL > 0, as in the uninterrupted run), and the engines
     # it pushed to agree with it.
-    uninterrupted = read_jsonl(full.run_dir / "metrics.jsonl")
+    straight = read_jsonl(uninterrupted / "metrics.jsonl")
     assert metrics[3]["train/kl"] > 0
-    assert metrics[3]["train/kl"] == pytest.approx(uninterrupted[3]["train/kl"], rel=0.25)
+    assert metrics[3]["train/kl"] == pytest.approx(straight[3]["train/kl"], rel=0.25)
     assert max(m["train/logprob_diff_mean"] for m in metrics) < 0.05
 
 
@@ -74,11 +77,14 @@ def test_a_dead_learner_ends_the_run_with_the_step_to_resume_from(tmp_path, tiny
     assert [m["step"] for m in metrics] == [1, 2, 3, 4, 5, 6]
 
 
-def test_a_killed_learner_rank_is_restarted_from_the_checkpoint(tmp_path, tiny_model_path):
+def test_a_killed_learner_rank_is_restarted_from_the_checkpoint(
+    tmp_path, tiny_model_path, uninterrupted
+):
     from launch.train import train
     from tests.integration.helpers import before_steps, kill_for_good
 
-    # Through the collective transport: the new ranks must rejoin the engines' group.
+    # Through the collective transport: the new ranks must rejoin the engines' group. Two
+    # learner ranks: half a CPU each, so they fit beside the rollout actor on 2 cores.
     ranks = ["--learner.num_ranks", "2", "--learner.num_cpus", "0.5"]
     config = short_config(
         tmp_path, "restarted", tiny_model_path, 6,
@@ -99,7 +105,12 @@ def test_a_killed_learner_rank_is_restarted_from_the_checkpoint(tmp_path, tiny_m
     assert [m["step"] for m in metrics] == [1, 2, 3, 4, 5, 6]
     # Steps 3-6 ran after the restart from the checkpoint at step 2 (step 3 again).
     assert [m["faults/learner_restarts"] for m in metrics] == [0, 0, 1, 1, 1, 1]
-    assert [b["step"] for b in read_jsonl(config.run_dir / "batches.jsonl")] == [1, 2, 3, 4, 5, 6]
+    # The ranks restarted from a distributed checkpoint (one optimiser shard each) and the
+    # steps redone saw the prompts a straight run sees.
+    assert (config.run_dir / "checkpoint" / "optimizer").is_dir()
+    batches = read_jsonl(config.run_dir / "batches.jsonl")
+    assert [b["step"] for b in batches] == [1, 2, 3, 4, 5, 6]
+    assert batches == read_jsonl(uninterrupted / "batches.jsonl")
     # The new ranks resumed the trained policy (KL > 0 at once), and the engines serve it.
     assert metrics[2]["train/kl"] > 0
     assert max(m["train/logprob_diff_mean"] for m in metrics) < 0.05

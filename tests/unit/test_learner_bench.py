@@ -85,7 +85,8 @@ def test_every_step_reports_its_model_flops(tmp_path):
 
     learner = Learner(str(build_random_model("tiny", tmp_path)), LearnerConfig(beta=0.04))
     metrics = learner.train_step(random_batch(2, 2, 4, 8, vocab=256))
-    shape, lengths = model_config_shape(learner.model), [4 + 8] * 4
+    # two prompts of 4 tokens, each run once (learner.share_prompts), and 4 completions of 8
+    shape, lengths = model_config_shape(learner.model), [4, 4] + [(4, 8)] * 4
     # one epoch forward and backward, plus the reference's forward (beta > 0, KL in the loss)
     want = step_flops(*shape, lengths) + forward_flops(*shape, lengths)
     assert metrics["train/model_tflop"] == pytest.approx(want / 1e12)

@@ -49,6 +49,7 @@ def _rank_main(rank, world, address, model_path, config, out, steps, save, resum
             learner.save_checkpoint(save)
         if rank == 0:
             torch.save({"metrics": metrics, "weights": weights}, out)
+        learner.ranks.close()
     except BaseException:
         traceback.print_exc()
         raise
@@ -132,8 +133,9 @@ def test_samples_are_dealt_by_tokens_and_micro_batches_padded():
     # longest first to the less loaded rank: 9 -> 0, 8 -> 1, 5 -> 1, 4 -> 0, 2 -> 0 (a tie)
     assert _Rank(0, 2).split([5, 8, 2, 9, 4]) == [[2, 3, 4], [0, 1]]
     packed = [[[0, 3]], [[1, 2], [4]]]
-    assert _Rank(0, 2).deal(packed).micro_batches == [[0, 3], [0, 3]]
-    assert _Rank(0, 2).deal(packed).weights == [1.0, 0.0]  # a weightless copy: same count
+    # a weightless copy of one row keeps the count, at a row's compute
+    assert _Rank(0, 2).deal(packed).micro_batches == [[0, 3], [0]]
+    assert _Rank(0, 2).deal(packed).weights == [1.0, 0.0]
     assert _Rank(1, 2).deal(packed).weights == [1.0, 1.0]
     # Fewer samples than ranks: the idle rank runs a weightless copy of the first sample.
     idle = _Rank(1, 2).deal([[[0]], []])
