@@ -100,8 +100,11 @@ class Learner:
         self.entropy_coef = config.entropy_coef
         self.max_len = config.max_len or None
         self.logprob_chunk_tokens = config.logprob_chunk_tokens
-        # HF's gradient checkpointing drops the KV cache the shared-prompt forward runs on.
-        self.share_prompts = config.share_prompts and not config.gradient_checkpointing
+        # HF's gradient checkpointing drops the KV cache the shared-prompt forward runs on, and
+        # compiled layers would specialise on each layer's cache (a graph per layer and pass).
+        self.share_prompts = (
+            config.share_prompts and not config.gradient_checkpointing and not config.compile
+        )
         self.kl_in: str = config.kl_in
         if self.kl_in not in ("loss", "reward"):
             raise ValueError(f"unknown kl_in {self.kl_in!r}; use loss or reward")

@@ -212,7 +212,7 @@ class LearnerConfig(Section):
     share_prompts: bool = Field(
         True,
         description="run each distinct prompt of a micro-batch once and let its completions "
-        "attend to its keys and values (off under gradient checkpointing)",
+        "attend to its keys and values (off under gradient checkpointing and compile)",
     )
     kl_in: Literal["loss", "reward"] = Field(
         "loss", description="KL as a loss term, or -beta*KL per sequence in the reward"

@@ -123,7 +123,9 @@ def test_rows_with_distinct_prompts_share_nothing():
     assert prompts.index.tolist() == [0, 1, 2]
 
 
-def test_gradient_checkpointing_turns_sharing_off(tied_model):
+def test_gradient_checkpointing_and_compile_turn_sharing_off(tied_model):
+    assert Learner(tied_model, _config()).share_prompts
+    assert not Learner(tied_model, _config(compile=True)).share_prompts
     learner = Learner(tied_model, _config(gradient_checkpointing=True))
     assert not learner.share_prompts
     # Called anyway, the shared forward refuses a model whose layers drop the cache.
