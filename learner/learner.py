@@ -45,7 +45,7 @@ from learner.export import export_metadata, export_state_dict, iter_export
 from learner.flops import Span, forward_flops, model_config_shape, step_flops
 from learner.grpo import Aggregation, grpo_loss, sequence_kl
 from learner.kl_control import KlControl
-from learner.logprobs import completion_logprobs
+from learner.logprobs import can_share_prompts, completion_logprobs
 from learner.policy import (
     autocast,
     build_policy,
@@ -100,11 +100,6 @@ class Learner:
         self.entropy_coef = config.entropy_coef
         self.max_len = config.max_len or None
         self.logprob_chunk_tokens = config.logprob_chunk_tokens
-        # HF's gradient checkpointing drops the KV cache the shared-prompt forward runs on, and
-        # compiled layers would specialise on each layer's cache (a graph per layer and pass).
-        self.share_prompts = (
-            config.share_prompts and not config.gradient_checkpointing and not config.compile
-        )
         self.kl_in: str = config.kl_in
         if self.kl_in not in ("loss", "reward"):
             raise ValueError(f"unknown kl_in {self.kl_in!r}; use loss or reward")
@@ -144,6 +139,16 @@ class Learner:
             compile_layers(self.model)
         self.trainable = [p for p in self.model.parameters() if p.requires_grad]
         self._flop_shape = model_config_shape(self.model)  # (matmul params, layers, width)
+        # Each distinct prompt run once where that computes the same logprobs: not under HF's
+        # gradient checkpointing (it drops the KV cache the shared forward runs on), not with
+        # compiled layers (one graph per layer and pass once they read the cache), not with
+        # sliding-window attention (``can_share_prompts``).
+        self.share_prompts = (
+            config.share_prompts
+            and not config.gradient_checkpointing
+            and not config.compile
+            and can_share_prompts(self.model)
+        )
         self.optimizer = torch.optim.AdamW(
             self.trainable,
             lr=config.lr,
@@ -276,10 +281,12 @@ class Learner:
         """This rank's micro-batches: its share of ``samples``, packed by the token budget
         (all of them with one rank). Every rank packs every share, so each knows how many
         micro-batches the busiest runs without asking. With shared prompts a prompt's rows go
-        to one rank together, so that it runs the prompt once."""
+        to one rank together, so that it runs the prompt once, unless there are fewer prompts
+        than ranks."""
         units = [[i] for i in range(len(samples))]
-        if self.share_prompts:
-            units = prompt_groups(samples)
+        groups = prompt_groups(samples) if self.share_prompts else units
+        if len(groups) >= self.ranks.size:  # fewer prompts than ranks: deal rows, none idle
+            units = groups
         costs = [sum(sample_length(samples[i]) for i in unit) for unit in units]
         packed = []
         for share in self.ranks.split(costs):

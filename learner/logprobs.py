@@ -44,6 +44,21 @@ def _split_backbone(model: nn.Module) -> tuple[nn.Module, nn.Module] | None:
     return backbone, head
 
 
+def can_share_prompts(model: nn.Module) -> bool:
+    """Whether the shared-prompt forward computes what the whole-row one does for ``model``: a
+    plain head (``_split_backbone``) and no sliding-window attention. A window is measured in
+    cache positions, and the cache holds a short prompt's padding, so windowed layers would
+    see a different context (and windowed caches keep only the window's last keys)."""
+    parts = _split_backbone(model)
+    if parts is None:
+        return False
+    config = parts[0].config
+    types = getattr(config, "layer_types", None)
+    if types is not None:
+        return "sliding_attention" not in types
+    return getattr(config, "sliding_window", None) is None
+
+
 def _token_logprobs_and_entropy(
     head: nn.Module,
     hidden: Tensor,
@@ -80,7 +95,7 @@ def completion_logprobs(
     predictive distribution at each completion position (B, T), with the same gradient path.
 
     ``prompts``: rows that share a prompt run it once (see :class:`SharedPrompts`); the result
-    is the same function of the inputs.
+    is the same function of the inputs. Ignored where :func:`can_share_prompts` says no.
     """
     parts = _split_backbone(model)
     if parts is None:
@@ -88,7 +103,7 @@ def completion_logprobs(
             model, input_ids, attention_mask, completion_mask, temperature, return_entropy
         )
     backbone, head = parts
-    if prompts is not None:
+    if prompts is not None and can_share_prompts(model):
         return _shared_prompt_logprobs(
             backbone,
             head,

@@ -212,7 +212,8 @@ class LearnerConfig(Section):
     share_prompts: bool = Field(
         True,
         description="run each distinct prompt of a micro-batch once and let its completions "
-        "attend to its keys and values (off under gradient checkpointing and compile)",
+        "attend to its keys and values (off under gradient checkpointing and compile, and for "
+        "sliding-window attention)",
     )
     kl_in: Literal["loss", "reward"] = Field(
         "loss", description="KL as a loss term, or -beta*KL per sequence in the reward"

@@ -14,6 +14,7 @@ from common.types import ProcessGroupSpec
 from learner.learner import Learner
 from learner.sharding import Ranks, free_address
 from tests.unit.test_learner_step import _samples, _save_tiny_qwen2
+from tests.unit.test_shared_prompts import grouped_samples
 
 # AdamW divides each element's update by that element's gradient magnitude plus eps, so with a
 # tiny eps an element whose gradient is rounding noise (the key bias's is zero in exact
@@ -32,18 +33,22 @@ def tied_model(tmp_path_factory) -> str:
     return _save_tiny_qwen2(tmp_path_factory.mktemp("tied"), tie_word_embeddings=True)
 
 
-def _steps(learner: Learner, steps: int) -> list[dict]:
+def _steps(learner: Learner, steps: int, grouped: bool = False) -> list[dict]:
     # Each step's batch is fixed by the step number, so a resumed run sees the same batches.
-    return [learner.train_step(_samples(12, seed=learner.step)) for _ in range(steps)]
+    # grouped: G = 3 rows per prompt, so the ranks run shared prompts (learner.share_prompts).
+    def batch(seed: int) -> list:
+        return grouped_samples(4, 3, seed=seed) if grouped else _samples(12, seed=seed)
+
+    return [learner.train_step(batch(learner.step)) for _ in range(steps)]
 
 
-def _rank_main(rank, world, address, model_path, config, out, steps, save, resume) -> None:
+def _rank_main(rank, world, address, model_path, config, out, steps, save, resume, grouped) -> None:
     try:
         group = ProcessGroupSpec(address, rank, world)
         learner = Learner(
             model_path, config, export_dtype="float32", group=group, resume_from=resume
         )
-        metrics = _steps(learner, steps)
+        metrics = _steps(learner, steps, grouped)
         weights = learner.export_tensors()  # a collective: every rank gathers
         if save:
             learner.save_checkpoint(save)
@@ -55,16 +60,16 @@ def _rank_main(rank, world, address, model_path, config, out, steps, save, resum
         raise
 
 
-def _two_ranks(tmp_path, model_path, config, steps=1, save=None, resume=None) -> dict:
+def _two_ranks(tmp_path, model_path, config, steps=1, save=None, resume=None, grouped=False):
     out = tmp_path / "rank0.pt"
-    args = (2, free_address(), model_path, config, str(out), steps, save, resume)
+    args = (2, free_address(), model_path, config, str(out), steps, save, resume, grouped)
     mp.spawn(_rank_main, args=args, nprocs=2, join=True)
     return torch.load(out)
 
 
-def _one_rank(model_path, config, steps=1) -> dict:
+def _one_rank(model_path, config, steps=1, grouped=False) -> dict:
     learner = Learner(model_path, config, export_dtype="float32")
-    return {"metrics": _steps(learner, steps), "weights": learner.export_tensors()}
+    return {"metrics": _steps(learner, steps, grouped), "weights": learner.export_tensors()}
 
 
 def _assert_same_update(got: dict, want: dict) -> None:
@@ -94,6 +99,20 @@ def test_two_ranks_compute_the_single_learner_update(tied_model, tmp_path, overr
     config = _config(**overrides)
     want = _one_rank(tied_model, config, steps=2)
     got = _two_ranks(tmp_path, tied_model, config, steps=2)
+    before = Learner(tied_model, config, export_dtype="float32").export_tensors()
+    moved = [n for n, t in want["weights"].items() if not torch.equal(t, before[n])]
+    assert moved, "the reference run did not train"
+    _assert_same_update(got, want)
+
+
+def test_two_ranks_share_prompts_and_compute_the_single_learner_update(tied_model, tmp_path):
+    """Rows that share a prompt: each rank runs its prompts once (a group's rows are dealt to
+    one rank together; the budget splits a group across micro-batches), and the gradients
+    summed back into each prompt match one learner's."""
+    config = _config(beta=0.05)
+    assert Learner(tied_model, config).share_prompts
+    want = _one_rank(tied_model, config, steps=2, grouped=True)
+    got = _two_ranks(tmp_path, tied_model, config, steps=2, grouped=True)
     before = Learner(tied_model, config, export_dtype="float32").export_tensors()
     moved = [n for n, t in want["weights"].items() if not torch.equal(t, before[n])]
     assert moved, "the reference run did not train"

@@ -24,13 +24,14 @@ def tied_model(tmp_path_factory) -> str:
 
 
 def grouped_samples(groups: int = 4, group_size: int = 4, seed: int = 0) -> list[TrainSample]:
-    """G completions per prompt, as rollouts give them: prompts of different lengths,
+    """G completions per prompt, as rollouts give them: prompts of different lengths (the
+    first of one token),
     completions of different lengths, one row per group with an episode's feedback masked
     out (loss_mask 0 inside the completion) and one sampled at a temperature of its own."""
     rng = random.Random(seed)
     samples = []
     for g in range(groups):
-        prompt = [rng.randrange(1, VOCAB) for _ in range(rng.randint(2, 9))]
+        prompt = [rng.randrange(1, VOCAB) for _ in range(1 if g == 0 else rng.randint(2, 9))]
         for k in range(group_size):
             completion = [rng.randrange(1, VOCAB) for _ in range(rng.randint(1, 8))]
             mask = None
@@ -114,6 +115,28 @@ def test_shared_packing_keeps_a_prompts_rows_together_within_the_budget():
         for i in m:
             homes.setdefault(tuple(samples[i].prompt_token_ids), set()).add(number)
     assert sum(len(h) - 1 for h in homes.values()) <= len(micro_batches) - 1
+
+
+def test_sliding_window_models_run_every_row_whole(tmp_path):
+    """A window counts cache positions, padding included: such models take the whole rows."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, head_dim=32, pad_token_id=0,
+        use_sliding_window=True, sliding_window=4, max_window_layers=0,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    Qwen2ForCausalLM(config).save_pretrained(tmp_path)
+    learner = Learner(str(tmp_path), _config())
+    assert not learner.share_prompts
+    samples = grouped_samples()
+    batch = collate(samples, list(range(len(samples))), share_prompts=True)
+    args = (learner.model, batch.input_ids, batch.attention_mask, batch.completion_mask)
+    with torch.no_grad():
+        given = completion_logprobs(*args, prompts=batch.prompts)
+        whole = completion_logprobs(*args)
+    assert torch.equal(given, whole)
 
 
 def test_rows_with_distinct_prompts_share_nothing():
