@@ -35,14 +35,12 @@ from learner.batching import (
     MicroBatch,
     collate,
     completion_rows,
-    pack_micro_batches,
-    prompt_groups,
-    sample_length,
+    spans,
     validate_samples,
 )
 from learner.epochs import MetricMeans, split_mini_batches
 from learner.export import export_metadata, export_state_dict, iter_export
-from learner.flops import Span, forward_flops, model_config_shape, step_flops
+from learner.flops import forward_flops, model_config_shape, step_flops
 from learner.grpo import Aggregation, grpo_loss, sequence_kl
 from learner.kl_control import KlControl
 from learner.logprobs import can_share_prompts, completion_logprobs
@@ -278,24 +276,8 @@ class Learner:
         return [result[i] for i in range(len(samples))]
 
     def _deal(self, samples: Sequence[TrainSample]) -> Deal:
-        """This rank's micro-batches: its share of ``samples``, packed by the token budget
-        (all of them with one rank). Every rank packs every share, so each knows how many
-        micro-batches the busiest runs without asking. With shared prompts a prompt's rows go
-        to one rank together, so that it runs the prompt once, unless there are fewer prompts
-        than ranks."""
-        units = [[i] for i in range(len(samples))]
-        groups = prompt_groups(samples) if self.share_prompts else units
-        if len(groups) >= self.ranks.size:  # fewer prompts than ranks: deal rows, none idle
-            units = groups
-        costs = [sum(sample_length(samples[i]) for i in unit) for unit in units]
-        packed = []
-        for share in self.ranks.split(costs):
-            indices = sorted(i for u in share for i in units[u])
-            part = [samples[i] for i in indices]
-            budget = self.config.micro_batch_tokens
-            micro_batches = pack_micro_batches(part, budget, self.share_prompts)
-            packed.append([[indices[i] for i in m] for m in micro_batches])
-        return self.ranks.deal(packed)
+        """This rank's micro-batches of ``samples`` (``Ranks.plan``)."""
+        return self.ranks.plan(samples, self.config.micro_batch_tokens, self.share_prompts)
 
     def reference_logprobs(self, samples: Sequence[TrainSample]) -> list[Tensor]:
         """Reference-policy logprobs of every completion token (needs beta > 0)."""
@@ -490,20 +472,11 @@ class Learner:
         """Model FLOPs of one ``train_step`` on ``samples`` (``learner/flops.py``): every epoch's
         forward and backward, pi_old's forward when there are several optimiser steps, and the
         reference's when the loss has a KL term."""
-        lengths = self._spans(samples)
+        lengths = spans(samples, self.share_prompts)
         epoch = step_flops(*self._flop_shape, lengths, lora=self.config.lora.enabled)
         several = self.ppo_epochs > 1 or self.mini_batches > 1
         forwards = int(self.loss_beta > 0) + int(several)
         return epoch * self.ppo_epochs + forwards * forward_flops(*self._flop_shape, lengths)
-
-    def _spans(self, samples: Sequence[TrainSample]) -> list[Span]:
-        """What the model runs for ``samples`` (``flops.py``): whole rows, or with shared
-        prompts each distinct prompt once and every completion after it."""
-        if not self.share_prompts:
-            return [sample_length(s) for s in samples]
-        prompts = [len(samples[group[0]].prompt_token_ids) for group in prompt_groups(samples)]
-        completions = [(len(s.prompt_token_ids), len(s.completion_token_ids)) for s in samples]
-        return prompts + completions
 
     def _train_epochs(self, samples: Sequence[TrainSample]) -> dict[str, float]:
         """mu epochs of mini-batch steps against pi_old computed once (see ``epochs.py``)."""

@@ -28,7 +28,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from common.types import ProcessGroupSpec
+from common.types import ProcessGroupSpec, TrainSample
+from learner.batching import pack_micro_batches, prompt_groups, sample_length
 
 
 def free_address(host: str = "127.0.0.1") -> str:
@@ -148,6 +149,25 @@ class Ranks:
             shares[rank].append(i)
             load[rank] += costs[i]
         return [sorted(share) for share in shares]
+
+    def plan(self, samples: Sequence[TrainSample], budget: int, share_prompts: bool) -> Deal:
+        """This rank's micro-batches of ``samples``: its share, packed by the token budget (all
+        of them with one rank). Every rank packs every share, so each knows how many
+        micro-batches the busiest runs without asking. With shared prompts a prompt's rows go
+        to one rank together, so that it runs the prompt once, unless there are fewer prompts
+        than ranks."""
+        units = [[i] for i in range(len(samples))]
+        groups = prompt_groups(samples) if share_prompts else units
+        if len(groups) >= self.size:  # fewer prompts than ranks: deal rows, none idle
+            units = groups
+        costs = [sum(sample_length(samples[i]) for i in unit) for unit in units]
+        packed = []
+        for share in self.split(costs):
+            indices = sorted(i for u in share for i in units[u])
+            part = [samples[i] for i in indices]
+            micro_batches = pack_micro_batches(part, budget, share_prompts)
+            packed.append([[indices[i] for i in m] for m in micro_batches])
+        return self.deal(packed)
 
     def deal(self, packed: list[list[list[int]]]) -> Deal:
         """This rank's micro-batches, given every rank's (``packed[rank]``), padded to the
