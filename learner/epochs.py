@@ -1,5 +1,9 @@
 """Inner optimisation epochs over one rollout batch (PPO's mu): splitting and metric averaging.
 
+Two levels of metrics: :class:`MicroBatchSums` folds one optimiser step's micro-batches into
+its ``train/*`` dict (token-weighted, summed over the learner's ranks); :class:`MetricMeans`
+averages those dicts over an epoch's optimiser steps.
+
 With ``ppo_epochs = mu`` and ``mini_batches = m`` one ``train_step`` takes mu * m optimiser
 steps. pi_old (the learner's logprobs before the first update) and the reference logprobs are
 computed once, without gradient, before the first epoch; every later step takes its ratio
@@ -13,6 +17,16 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from learner.batching import MicroBatch
+    from learner.sharding import Ranks
+
+#: Loss metrics averaged over the step's completion tokens (each micro-batch by its share).
+_AVERAGED = ("kl", "clip_frac", "ratio_mean", "entropy", "tis_weight_mean", "tis_clip_frac")
 
 
 def split_mini_batches(num_samples: int, mini_batches: int, seed: str) -> list[list[int]]:
@@ -42,3 +56,47 @@ class MetricMeans:
 
     def means(self) -> dict[str, float]:
         return {key: value / max(self.count, 1) for key, value in self._sums.items()}
+
+
+class MicroBatchSums:
+    """One optimiser step's metrics, accumulated micro-batch by micro-batch.
+
+    The loss is already normalised by the whole step's counts, so it is summed; the other loss
+    metrics are per-token means, weighted by each micro-batch's share of the step's completion
+    tokens. ``train/logprob_diff_mean`` is mean |learner - sampler| over those tokens. With
+    several ranks each holds its micro-batches' sums and :meth:`metrics` adds them up (a
+    collective: every rank calls it).
+    """
+
+    def __init__(self, total_tokens: int, num_samples: int) -> None:
+        self.total_tokens, self.num_samples = total_tokens, num_samples
+        self._sums = dict.fromkeys(
+            ("loss", *_AVERAGED, "abs_diff", "threads", "micro_batches"), 0.0
+        )
+
+    def add(self, batch: MicroBatch, metrics: dict[str, float], old: Tensor, threads: int) -> None:
+        """One micro-batch: ``grpo_loss``'s metrics and pi_old's logprobs (B, T)."""
+        sums = self._sums
+        sums["threads"] += threads
+        sums["micro_batches"] += 1
+        share = batch.num_completion_tokens / self.total_tokens
+        sums["loss"] += metrics["loss"]
+        for key in _AVERAGED:
+            sums[key] += metrics.get(key, 0.0) * share
+        diff = (old - batch.sampler_logprobs).abs() * batch.completion_mask
+        sums["abs_diff"] += diff.sum().item()
+
+    def metrics(self, ranks: Ranks, tis: bool) -> dict[str, float]:
+        """The step's ``train/*`` dict, summed over ``ranks``; TIS metrics only when ``tis``."""
+        sums = ranks.sum(self._sums)
+        abs_diff, threads = sums.pop("abs_diff"), sums.pop("threads")
+        micro_batches = sums.pop("micro_batches")
+        if not tis:
+            del sums["tis_weight_mean"], sums["tis_clip_frac"]
+        return {
+            **{f"train/{k}": v for k, v in sums.items()},
+            "train/logprob_diff_mean": abs_diff / self.total_tokens,
+            "train/num_tokens": float(self.total_tokens),
+            "train/num_samples": float(self.num_samples),
+            "train/compute_threads_mean": threads / micro_batches,
+        }

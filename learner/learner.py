@@ -38,7 +38,7 @@ from learner.batching import (
     spans,
     validate_samples,
 )
-from learner.epochs import MetricMeans, split_mini_batches
+from learner.epochs import MetricMeans, MicroBatchSums, split_mini_batches
 from learner.export import export_metadata, export_state_dict, iter_export
 from learner.flops import forward_flops, model_config_shape, step_flops
 from learner.grpo import Aggregation, grpo_loss, sequence_kl
@@ -56,8 +56,6 @@ from learner.policy import (
 from learner.reference import Reference
 from learner.schedule import learning_rate
 from learner.sharding import Deal, Ranks, call, full
-
-_AVERAGED = ("kl", "clip_frac", "ratio_mean", "entropy", "tis_weight_mean", "tis_clip_frac")
 
 
 class Learner:
@@ -339,8 +337,7 @@ class Learner:
         total_tokens = sum(s.num_trained_tokens for s in samples)
         # Dr. GRPO's normaliser must be one constant for the whole batch, not per micro-batch.
         max_len = max_len or self.max_len or max(s.num_trained_tokens for s in samples)
-        sums: dict[str, float] = dict.fromkeys(("loss", *_AVERAGED, "abs_diff"), 0.0)
-        sums.update(threads=0.0, micro_batches=0.0)
+        sums = MicroBatchSums(total_tokens, len(samples))
         deal = self._deal(samples)
         for indices, weight in zip(deal.micro_batches, deal.weights, strict=True):
             self._apply_compute_threads()
@@ -360,28 +357,9 @@ class Learner:
                 batch, logprobs, old, entropy, max_len, len(samples), total_tokens
             )
             (loss * weight).backward()  # weight 0: a padding copy, for the ranks' collectives
-            if not weight:
-                continue
-            sums["threads"] += torch.get_num_threads()
-            sums["micro_batches"] += 1
-            share = batch.num_completion_tokens / total_tokens
-            sums["loss"] += metrics["loss"]  # already normalised by the whole batch
-            for key in _AVERAGED:
-                sums[key] += metrics.get(key, 0.0) * share
-            diff = (old - batch.sampler_logprobs).abs() * batch.completion_mask
-            sums["abs_diff"] += diff.sum().item()
-        sums = self.ranks.sum(sums)
-        abs_diff, threads = sums.pop("abs_diff"), sums.pop("threads")
-        micro_batches = sums.pop("micro_batches")
-        if self.tis_cap <= 0:
-            del sums["tis_weight_mean"], sums["tis_clip_frac"]
-        return {
-            **{f"train/{k}": v for k, v in sums.items()},
-            "train/logprob_diff_mean": abs_diff / total_tokens,
-            "train/num_tokens": float(total_tokens),
-            "train/num_samples": float(len(samples)),
-            "train/compute_threads_mean": threads / micro_batches,
-        }
+            if weight:
+                sums.add(batch, metrics, old, torch.get_num_threads())
+        return sums.metrics(self.ranks, tis=self.tis_cap > 0)
 
     def _loss(
         self,
