@@ -148,7 +148,10 @@ def _head_in_chunks(
     return_entropy: bool,
 ) -> tuple[Tensor, Tensor | None]:
     """(N,) logprobs of ``targets`` (and entropies), the LM head applied ``chunk_tokens`` rows
-    at a time, each chunk checkpointed under autograd."""
+    at a time, each chunk checkpointed under autograd. ``chunk_tokens`` 0: all N rows at once,
+    kept for backward (no recompute, the (N, V) float32 log-softmax alive until backward)."""
+    if chunk_tokens <= 0:
+        return _token_logprobs_and_entropy(head, selected, targets, temperature, return_entropy)
     use_checkpoint = torch.is_grad_enabled() and selected.requires_grad
     logp_chunks, entropy_chunks = [], []
     for start in range(0, selected.shape[0], chunk_tokens):

@@ -208,7 +208,11 @@ class LearnerConfig(Section):
     )
     entropy_coef: float = Field(0.0, ge=0)
     max_len: int = Field(0, ge=0, description="Dr. GRPO length normaliser; 0: longest in batch")
-    logprob_chunk_tokens: int = Field(1024, ge=1)
+    logprob_chunk_tokens: int = Field(
+        1024,
+        ge=0,
+        description="LM head rows per checkpointed chunk; 0: all at once, without recompute",
+    )
     share_prompts: bool = Field(
         True,
         description="run each distinct prompt of a micro-batch once and let its completions "

@@ -142,6 +142,16 @@ def test_gradient_checkpointing_gives_the_same_gradient(tied_model):
         torch.testing.assert_close(grads[1][name], grad, atol=1e-6, rtol=1e-4, msg=name)
 
 
+def test_the_lm_head_in_one_piece_gives_the_same_gradient(tied_model):
+    grads = []
+    for chunk in (3, 0):  # checkpointed chunks of 3 tokens; all tokens at once, kept
+        learner = Learner(tied_model, _config(logprob_chunk_tokens=chunk))
+        learner.accumulate_gradients(_samples())
+        grads.append({n: p.grad.clone() for n, p in learner.model.named_parameters()})
+    for name, grad in grads[0].items():
+        torch.testing.assert_close(grads[1][name], grad, atol=1e-6, rtol=1e-4, msg=name)
+
+
 @pytest.mark.parametrize("lora", [False, True])
 def test_chunked_logprobs_match_full_logits(tied_model, lora):
     learner = PerturbableLearner(tied_model, _config(lora=LoraConfig(enabled=lora)))
@@ -155,6 +165,9 @@ def test_chunked_logprobs_match_full_logits(tied_model, lora):
     full, full_entropy = _full_logits_logprobs(*args, return_entropy=True)
     torch.testing.assert_close(chunked, full, atol=1e-5, rtol=0)
     torch.testing.assert_close(chunked_entropy, full_entropy, atol=1e-5, rtol=0)
+    whole, whole_entropy = completion_logprobs(*args, chunk_tokens=0, return_entropy=True)
+    torch.testing.assert_close(whole, full, atol=1e-5, rtol=0)  # 0: the head in one piece
+    torch.testing.assert_close(whole_entropy, full_entropy, atol=1e-5, rtol=0)
     assert (chunked[batch.completion_mask == 0] == 0).all()
     # Independent check of the shift: the token at t is predicted from position t - 1.
     with torch.no_grad():
