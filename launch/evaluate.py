@@ -347,7 +347,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--k",
         type=parse_ks,
         default=None,
-        help="comma-separated k values, e.g. 1,10; default: those of 1,10 that --n allows",
+        help="comma-separated k values, e.g. 1,10; default: those of 1,10 that --n allows, "
+        "and --n itself with --rerank (pass@n is the most a reranker can reach)",
     )
     add("--temperature", type=float, default=0.8, help="0 for greedy decoding")
     add("--max-new-tokens", type=int, default=512)
@@ -376,7 +377,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if args.n < 1 or args.max_new_tokens < 1 or args.limit < 0 or args.temperature < 0:
         parser.error("--n and --max-new-tokens must be >= 1, --limit and --temperature >= 0")
     if args.k is None:
-        args.k = [k for k in (1, 10) if k <= args.n]
+        args.k = sorted({k for k in (1, 10) if k <= args.n} | ({args.n} if args.rerank else set()))
     if max(args.k) > args.n:
         parser.error(f"--k {max(args.k)} needs at least that many samples: raise --n")
     return args

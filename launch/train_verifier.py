@@ -7,16 +7,23 @@ Every record (``launch.rollouts``) is a program the policy wrote with the sandbo
 it: labels no one had to annotate, from a judge that cannot be fooled. The verifier is a
 sequence classifier (``AutoModelForSequenceClassification`` with two labels on the base model:
 a fresh score head on its last token's hidden state) trained on ``prompt + completion`` to
-predict the verdict (``--target pass``) or the fraction of tests passed (``--target
-fraction``, soft labels). It is saved in Hugging Face format with the tokenizer, so the
-``scorer`` reward term and ``launch.evaluate --rerank`` load it unchanged (``head =
-"classifier"``: its score is P(label 1), the probability the program passes).
+predict the fraction of tests passed (``--target fraction``, the default: soft labels) or the
+verdict alone (``--target pass``). It is saved in Hugging Face format with the tokenizer, so
+the ``scorer`` reward term and ``launch.evaluate --rerank`` load it unchanged (``head =
+"classifier"``: its score is P(label 1), with fraction labels the expected share of tests
+passed). Why the fraction by default: a policy's passes are rare and cluster on a few problems,
+while its partial credit says, for every program, how close it came; on the demo's rollouts the
+verdict alone leaves the verifier unable to rank held-out problems' programs (see
+docs/benchmarks.md, "Verifier on the demo's rollouts").
 
 Why split by problem: programs for one problem look alike, so a random split would grade the
 verifier on problems it trained on. The held-out problems (``--held-out``, a fraction of the
 distinct problem ids, chosen by ``--seed``) appear in no training example; accuracy, AUC and a
 calibration table are computed on their distinct programs (each program once, however often the
-policy wrote it) and printed, and saved with the split in ``verifier.json``.
+policy wrote it) and printed, and saved with the split in ``verifier.json``; positives are the
+programs that pass, whatever ``--target``. The AUC is also printed among the programs that run
+(no syntax error, crash or timeout): telling a pass from code that does not parse is the easy
+part, and that second number says how well the verifier checks the answer itself.
 
 ``--kind process`` trains a process verifier instead: for ``--mc-programs`` programs from the
 records, every step prefix (``--step-split``, lines by default) is labelled by the fraction of
@@ -76,8 +83,9 @@ def examples_from(rows: Sequence[dict[str, Any]], target: str) -> list[dict[str,
         key = (row["problem_id"], text)
         if key not in seen:
             label = float(passed) if target == "pass" else fraction
+            runs = row["verdict"] in ("passed", "failed")  # no syntax error, crash or timeout
             seen[key] = {"problem_id": row["problem_id"], "text": text, "label": label,
-                         "passed": passed, "count": 0}  # fmt: skip
+                         "passed": passed, "runs": runs, "count": 0}  # fmt: skip
         seen[key]["count"] += 1
     return list(seen.values())
 
@@ -141,15 +149,26 @@ def calibration(scores: Sequence[float], positive: Sequence[bool]) -> list[dict[
     return table
 
 
-def evaluate_scores(scores: Sequence[float], positive: Sequence[bool]) -> dict[str, Any]:
+def evaluate_scores(
+    scores: Sequence[float], positive: Sequence[bool], runs: Sequence[bool] | None = None
+) -> dict[str, Any]:
+    """Accuracy, AUC and calibration; with ``runs`` (per example: the program ran to a verdict)
+    also the AUC among the programs that run. Most of a young policy's failures do not parse or
+    crash, and telling those from a pass is the easy part: ``auc_running`` is the part that
+    needs the verifier to check the answer."""
     correct = sum((s >= 0.5) == p for s, p in zip(scores, positive, strict=True))
-    return {
+    metrics = {
         "examples": len(scores),
         "pass_rate": sum(positive) / max(len(positive), 1),
         "accuracy": correct / max(len(scores), 1),
         "auc": auc(scores, positive),
         "calibration": calibration(scores, positive),
     }
+    if runs is not None:
+        running = [i for i, r in enumerate(runs) if r]
+        metrics["running"] = len(running)
+        metrics["auc_running"] = auc([scores[i] for i in running], [positive[i] for i in running])
+    return metrics
 
 
 def class_weights(positive: Sequence[bool]) -> list[float]:
@@ -277,8 +296,13 @@ def format_report(metrics: dict[str, Any], unit: str = "distinct programs") -> s
     lines = [
         f"held-out problems: {metrics['examples']} {unit}, pass rate {metrics['pass_rate']:.3f}",
         f"accuracy {metrics['accuracy']:.3f}  AUC {metrics['auc']:.3f}",
-        "calibration (predicted P(pass) -> observed pass rate):",
     ]
+    if "auc_running" in metrics:
+        lines.append(
+            f"AUC among the {metrics['running']} programs that run (no syntax error, crash or "
+            f"timeout): {metrics['auc_running']:.3f}"
+        )
+    lines.append("calibration (predicted P(pass) -> observed pass rate):")
     for row in metrics["calibration"]:
         lines.append(
             f"  [{row['low']:.1f}, {row['high']:.1f}): {row['count']:>6} programs, "
@@ -303,7 +327,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default="outcome",
         help="outcome: one score per program; process: one per step prefix (Monte Carlo labels)",
     )
-    parser.add_argument("--target", choices=["pass", "fraction"], default="pass")
+    parser.add_argument(
+        "--target",
+        choices=["fraction", "pass"],
+        default="fraction",
+        help="label: the fraction of tests passed (partial credit), or pass/fail",
+    )
     parser.add_argument("--held-out", type=float, default=0.2, help="fraction of the problems")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--lr", type=float, default=1e-4)
@@ -380,7 +409,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     verifier = Verifier(model_path, args.max_length, args.lora_rank, args.seed)
     losses = verifier.train(training, args.epochs, args.lr, args.batch_size, args.seed)
     scores = verifier.scores([e["text"] for e in evaluation])
-    metrics = evaluate_scores(scores, [e["passed"] for e in evaluation])
+    runs = [e["runs"] for e in evaluation] if args.kind == "outcome" else None
+    metrics = evaluate_scores(scores, [e["passed"] for e in evaluation], runs)
     print(format_report(metrics, unit), flush=True)
     out = Path(args.out)
     verifier.save(out)

@@ -188,6 +188,7 @@ def test_mbpp_with_long_prompts_trains_and_evaluates(tmp_path, tiny_model_path):
             top[s["task_id"]] = s
     reranked = sum(s["passed"] for s in top.values()) / len(top)
     assert summary["reranked_pass@1"] == pytest.approx(reranked)
+    assert summary["k"] == [1, 2] and reranked <= summary["pass@2"]  # --rerank adds pass@n
 
 
 def test_lora_adapter_async_kalman_separate_engine(tmp_path, tiny_model_path):

@@ -13,7 +13,9 @@ from launch.train_verifier import (
     VerifierError,
     auc,
     calibration,
+    evaluate_scores,
     examples_from,
+    format_report,
     main,
     split_by_problem,
 )
@@ -32,6 +34,16 @@ def test_calibration_bins_predictions_and_observed_rates():
     assert [(r["low"], r["count"]) for r in table] == [(0.0, 2), (0.4, 1), (0.8, 2)]
     assert table[0]["predicted"] == pytest.approx(0.125) and table[0]["observed"] == 0.5
     assert table[2]["observed"] == 1.0
+
+
+def test_auc_among_running_programs_leaves_out_the_ones_that_crash():
+    # a crash (0.05) is below both passes; among running programs only the pair (0.4 pass,
+    # 0.6 fail) is ordered wrong: 1 of 2 pairs overall, 3 of 4 with the crash's two pairs
+    scores, passed = [0.05, 0.4, 0.6, 0.9], [False, True, False, True]
+    metrics = evaluate_scores(scores, passed, runs=[False, True, True, True])
+    assert metrics["auc"] == 0.75 and metrics["auc_running"] == 0.5 and metrics["running"] == 3
+    assert "AUC among the 3 programs that run" in format_report(metrics)
+    assert "auc_running" not in evaluate_scores(scores, passed)  # process verifiers: no verdicts
 
 
 def test_split_by_problem_is_disjoint_seeded_and_never_empty():
@@ -58,9 +70,11 @@ def _row(target: int, guess: int, step: int = 1) -> dict:
 
 def test_examples_are_distinct_programs_without_infra_errors():
     rows = [_row(3, 3), _row(3, 3, step=2), _row(3, 4), {**_row(5, 5), "verdict": "infra_error"}]
+    rows.append({**_row(3, 0), "completion": "0)\n", "verdict": "syntax_error", "tests_passed": 0})
     examples = examples_from(rows, "pass")
-    assert [(e["label"], e["count"]) for e in examples] == [(1.0, 2), (0.0, 1)]
-    assert [e["label"] for e in examples_from(rows, "fraction")] == [1.0, 0.75]  # 3 of 4 tests
+    assert [(e["label"], e["count"]) for e in examples] == [(1.0, 2), (0.0, 1), (0.0, 1)]
+    assert [e["runs"] for e in examples] == [True, True, False]
+    assert [e["label"] for e in examples_from(rows, "fraction")] == [1.0, 0.75, 0.0]  # of 4 tests
 
 
 def test_a_verifier_trained_on_fixed_records_loads_as_a_scorer(tiny_model_path, tmp_path, capsys):
