@@ -67,9 +67,14 @@ class VerifierError(ValueError):
 
 
 def examples_from(rows: Sequence[dict[str, Any]], target: str) -> list[dict[str, Any]]:
-    """One example per distinct (problem, prompt + completion), label from its verdict (or its
-    fraction of tests passed); rows without a verdict (infra errors) are left out, and so are
-    multi-turn transcripts and self-play roles: a verifier scores one answer to the task."""
+    """One example per distinct (problem, prompt + completion), label from its fraction of tests
+    passed (or its verdict); rows without a verdict (infra errors) are left out, and so are
+    multi-turn transcripts and self-play roles: a verifier scores one answer to the task.
+
+    Records of a binary execution reward (``mode = "binary"``) stop at the first failing test,
+    so a failing program's fraction is unknown there: it is labelled by its verdict (0).
+    ``runs``: the program's first failing test (if any) failed on a wrong answer, not on a
+    syntax error, crash, timeout or limit."""
     seen: dict[tuple[str, str], dict[str, Any]] = {}
     for row in rows:
         if row.get("verdict") in (None, "infra_error"):
@@ -79,11 +84,12 @@ def examples_from(rows: Sequence[dict[str, Any]], target: str) -> list[dict[str,
         text = row["prompt"] + row["completion"]
         passed = row["verdict"] == "passed"
         total = row.get("tests_total") or 0
-        fraction = row["tests_passed"] / total if total else float(passed)
+        stopped = len(row.get("test_verdicts") or [None] * total) < total  # at the first failure
+        fraction = row["tests_passed"] / total if total and not stopped else float(passed)
         key = (row["problem_id"], text)
         if key not in seen:
             label = float(passed) if target == "pass" else fraction
-            runs = row["verdict"] in ("passed", "failed")  # no syntax error, crash or timeout
+            runs = row["verdict"] in ("passed", "failed")
             seen[key] = {"problem_id": row["problem_id"], "text": text, "label": label,
                          "passed": passed, "runs": runs, "count": 0}  # fmt: skip
         seen[key]["count"] += 1
@@ -152,10 +158,11 @@ def calibration(scores: Sequence[float], positive: Sequence[bool]) -> list[dict[
 def evaluate_scores(
     scores: Sequence[float], positive: Sequence[bool], runs: Sequence[bool] | None = None
 ) -> dict[str, Any]:
-    """Accuracy, AUC and calibration; with ``runs`` (per example: the program ran to a verdict)
-    also the AUC among the programs that run. Most of a young policy's failures do not parse or
-    crash, and telling those from a pass is the easy part: ``auc_running`` is the part that
-    needs the verifier to check the answer."""
+    """Accuracy (score >= 0.5 against the verdict), AUC and calibration; with ``runs`` (per
+    example: its failure, if any, was a wrong answer rather than a syntax error, crash or
+    timeout) also the AUC among the programs that run. Most of a young policy's failures do
+    not parse or crash, and telling those from a pass is the easy part: ``auc_running`` is the
+    part that needs the verifier to check the answer."""
     correct = sum((s >= 0.5) == p for s, p in zip(scores, positive, strict=True))
     metrics = {
         "examples": len(scores),
@@ -165,7 +172,7 @@ def evaluate_scores(
         "calibration": calibration(scores, positive),
     }
     if runs is not None:
-        running = [i for i, r in enumerate(runs) if r]
+        running = [i for i, (_, r) in enumerate(zip(scores, runs, strict=True)) if r]
         metrics["running"] = len(running)
         metrics["auc_running"] = auc([scores[i] for i in running], [positive[i] for i in running])
     return metrics
@@ -230,10 +237,11 @@ class Verifier:
         batch_size: int,
         seed: int,
     ) -> list[float]:
-        """Epochs of AdamW on soft two-class cross-entropy, each example weighted so that passing
-        and failing programs weigh the same in all (a policy's distinct programs are mostly
-        failures: unweighted, predicting "fails" everywhere is nearly optimal); the mean loss of
-        each epoch."""
+        """Epochs of AdamW on soft two-class cross-entropy, each example weighted so that the
+        examples labelled at least 0.5 and those below weigh the same in all (a policy's
+        distinct programs are mostly failures: unweighted, predicting "fails" everywhere is
+        nearly optimal; with fraction labels the upper class also holds near misses, and
+        weighting by the verdict instead measured the same); the mean loss of each epoch."""
         import torch
 
         weights = class_weights([e["label"] >= 0.5 for e in examples])
@@ -302,7 +310,7 @@ def format_report(metrics: dict[str, Any], unit: str = "distinct programs") -> s
             f"AUC among the {metrics['running']} programs that run (no syntax error, crash or "
             f"timeout): {metrics['auc_running']:.3f}"
         )
-    lines.append("calibration (predicted P(pass) -> observed pass rate):")
+    lines.append("calibration (predicted score -> observed pass rate):")
     for row in metrics["calibration"]:
         lines.append(
             f"  [{row['low']:.1f}, {row['high']:.1f}): {row['count']:>6} programs, "
@@ -417,7 +425,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     summary = {
         "kind": args.kind,
         "step_split": args.step_split if args.kind == "process" else None,
-        "target": args.target,
+        "target": args.target if args.kind == "outcome" else None,
         "base_model": args.model,
         "train_problems": train_ids,
         "held_out_problems": held_ids,
@@ -426,11 +434,23 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "losses": losses,
         "held_out": metrics,
     }
-    (out / "verifier.json").write_text(json.dumps(summary, indent=2) + "\n")
+    text = json.dumps(_finite(summary), indent=2, allow_nan=False)
+    (out / "verifier.json").write_text(text + "\n")
     steps = f', step_split = "{args.step_split}"' if args.kind == "process" else ""
     options = f'path = "{out}", max_length = {args.max_length}{steps}'
     print(f"saved to {out} (scorer term: options = {{ {options} }})")
     return summary
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN (an AUC without both classes, say) as None: strict JSON."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_finite(item) for item in value]
+    return value
 
 
 def process_examples(

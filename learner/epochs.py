@@ -88,7 +88,7 @@ class MicroBatchSums:
 
     def metrics(self, ranks: Ranks, tis: bool) -> dict[str, float]:
         """The step's ``train/*`` dict, summed over ``ranks``; TIS metrics only when ``tis``."""
-        sums = ranks.sum(self._sums)
+        sums = ranks.sum(dict(self._sums))  # a copy: one rank's sum is its own dict
         abs_diff, threads = sums.pop("abs_diff"), sums.pop("threads")
         micro_batches = sums.pop("micro_batches")
         if not tis:

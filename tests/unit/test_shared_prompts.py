@@ -76,12 +76,15 @@ def test_shared_prompts_give_the_same_logprobs_and_entropy(tied_model, lora):
         assert (got[batch.completion_mask == 0] == 0).all()
 
 
-@pytest.mark.parametrize("beta", [0.0, 0.05])
-def test_shared_prompts_give_the_same_gradient(tied_model, beta):
+@pytest.mark.parametrize("beta, chunk", [(0.0, 1024), (0.05, 1024), (0.05, 0)])
+def test_shared_prompts_give_the_same_gradient(tied_model, beta, chunk):
     samples = grouped_samples()
     grads, metrics = [], []
-    for share in (False, True):
-        learner = PerturbableLearner(tied_model, _config(share_prompts=share, beta=beta))
+    for share in (False, True):  # chunk 0: the shared path's LM head in one piece
+        config = _config(
+            share_prompts=share, beta=beta, logprob_chunk_tokens=chunk if share else 1024
+        )
+        learner = PerturbableLearner(tied_model, config)
         learner.perturb_weights_(0.02, seed=1)  # so the reference differs from the policy
         metrics.append(learner.accumulate_gradients(samples))
         grads.append({n: p.grad.clone() for n, p in learner.model.named_parameters()})

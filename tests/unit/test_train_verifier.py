@@ -37,8 +37,8 @@ def test_calibration_bins_predictions_and_observed_rates():
 
 
 def test_auc_among_running_programs_leaves_out_the_ones_that_crash():
-    # a crash (0.05) is below both passes; among running programs only the pair (0.4 pass,
-    # 0.6 fail) is ordered wrong: 1 of 2 pairs overall, 3 of 4 with the crash's two pairs
+    # a crash (0.05) is below both passes; the pair (0.4 pass, 0.6 fail) is ordered wrong:
+    # 1 of 2 pairs among running programs, 3 of 4 overall (with the crash's two pairs)
     scores, passed = [0.05, 0.4, 0.6, 0.9], [False, True, False, True]
     metrics = evaluate_scores(scores, passed, runs=[False, True, True, True])
     assert metrics["auc"] == 0.75 and metrics["auc_running"] == 0.5 and metrics["running"] == 3
@@ -71,10 +71,17 @@ def _row(target: int, guess: int, step: int = 1) -> dict:
 def test_examples_are_distinct_programs_without_infra_errors():
     rows = [_row(3, 3), _row(3, 3, step=2), _row(3, 4), {**_row(5, 5), "verdict": "infra_error"}]
     rows.append({**_row(3, 0), "completion": "0)\n", "verdict": "syntax_error", "tests_passed": 0})
+    for verdict, guess in (("runtime_error", 1), ("timeout", 2)):
+        rows.append({**_row(3, guess), "verdict": verdict, "tests_passed": 0})
     examples = examples_from(rows, "pass")
-    assert [(e["label"], e["count"]) for e in examples] == [(1.0, 2), (0.0, 1), (0.0, 1)]
-    assert [e["runs"] for e in examples] == [True, True, False]
-    assert [e["label"] for e in examples_from(rows, "fraction")] == [1.0, 0.75, 0.0]  # of 4 tests
+    assert [(e["label"], e["count"]) for e in examples] == [(1.0, 2)] + [(0.0, 1)] * 4
+    assert [e["runs"] for e in examples] == [True, True, False, False, False]
+    assert [e["label"] for e in examples_from(rows, "fraction")] == [1.0, 0.75, 0, 0, 0]  # of 4
+    # a binary reward's record stops at the first failing test: its fraction is unknown
+    stopped = {**_row(3, 4), "test_verdicts": ["passed", "passed", "failed"]}
+    assert examples_from([stopped], "fraction")[0]["label"] == 0.0
+    assert examples_from([{**stopped, "test_verdicts": ["passed"] * 3 + ["failed"]}],
+                         "fraction")[0]["label"] == 0.75  # fmt: skip
 
 
 def test_a_verifier_trained_on_fixed_records_loads_as_a_scorer(tiny_model_path, tmp_path, capsys):
