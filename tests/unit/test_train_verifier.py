@@ -97,11 +97,13 @@ def test_a_verifier_trained_on_fixed_records_loads_as_a_scorer(tiny_model_path, 
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "100 records, 100 distinct programs" in printed and "AUC" in printed
+    assert "AUC among the 30 programs that run" in printed  # every record ran to a verdict
     summary = json.loads((out / "verifier.json").read_text())
     train, held = set(summary["train_problems"]), set(summary["held_out_problems"])
     assert len(held) == 3 and not train & held
     assert train | held == {f"synthetic/{t}" for t in range(10)}
     assert summary["train_examples"] == 70 and summary["held_out"]["examples"] == 30
+    assert summary["held_out"]["running"] == 30 and summary["target"] == "fraction"
     scorer = RewardScorer(str(out), ScorerOptions(path=str(out), max_length=32))
     scores = scorer.score(
         ["# Return the number 2.\ndef answer():\n    return "] * 2, ["2\n", "7\n"]
