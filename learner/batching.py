@@ -144,23 +144,24 @@ def pack_micro_batches(
 def _pack_shared(samples: Sequence[TrainSample], token_budget: int) -> list[list[int]]:
     """``pack_micro_batches`` with each prompt's rows adjacent, prompts in order of their
     longest row (so micro-batches hold rows of similar length) and rows by length within."""
-    rows = [sorted(r, key=lambda i: sample_length(samples[i])) for r in prompt_groups(samples)]
-    rows.sort(key=lambda r: sample_length(samples[r[-1]]))
+    by_prompt = [sorted(r, key=lambda i: sample_length(samples[i])) for r in prompt_groups(samples)]
+    by_prompt.sort(key=lambda r: sample_length(samples[r[-1]]))
     groups: list[list[int]] = []
     current: list[int] = []
-    prompts: set[tuple[int, ...]] = set()
-    longest_prompt = longest_completion = 0
-    for i in (i for r in rows for i in r):
-        prompt = tuple(samples[i].prompt_token_ids)
-        p, c = len(prompt), len(samples[i].completion_token_ids)
-        distinct = len(prompts) + (prompt not in prompts)
-        cost = distinct * max(longest_prompt, p) + (len(current) + 1) * max(longest_completion, c)
-        if current and cost > token_budget:
-            groups.append(current)
-            current, prompts, longest_prompt, longest_completion = [], set(), 0, 0
-        current.append(i)
-        prompts.add(prompt)
-        longest_prompt, longest_completion = max(longest_prompt, p), max(longest_completion, c)
+    prompts = longest_prompt = longest_completion = 0  # distinct prompts in ``current``
+    for members in by_prompt:
+        for k, i in enumerate(members):  # a prompt's rows are adjacent: k == 0 is a new prompt
+            p, c = len(samples[i].prompt_token_ids), len(samples[i].completion_token_ids)
+            prompt_cost = (prompts + (k == 0)) * max(longest_prompt, p)
+            if (
+                current
+                and prompt_cost + (len(current) + 1) * max(longest_completion, c) > token_budget
+            ):
+                groups.append(current)
+                current, prompts, longest_prompt, longest_completion = [], 0, 0, 0
+            prompts += k == 0 or not current
+            current.append(i)
+            longest_prompt, longest_completion = max(longest_prompt, p), max(longest_completion, c)
     if current:
         groups.append(current)
     return groups
