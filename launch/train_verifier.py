@@ -71,8 +71,9 @@ def examples_from(rows: Sequence[dict[str, Any]], target: str) -> list[dict[str,
     passed (or its verdict); rows without a verdict (infra errors) are left out, and so are
     multi-turn transcripts and self-play roles: a verifier scores one answer to the task.
 
-    Records of a binary execution reward (``mode = "binary"``) stop at the first failing test,
-    so a failing program's fraction is unknown there: it is labelled by its verdict (0).
+    The fraction counts the tests not run as not passed: those after a crash or timeout (as the
+    partial execution reward does), and with a binary reward (``mode = "binary"``) those after
+    the first failing test, where it is a lower bound of the program's own fraction.
     ``runs``: the program's first failing test (if any) failed on a wrong answer, not on a
     syntax error, crash, timeout or limit."""
     seen: dict[tuple[str, str], dict[str, Any]] = {}
@@ -84,8 +85,7 @@ def examples_from(rows: Sequence[dict[str, Any]], target: str) -> list[dict[str,
         text = row["prompt"] + row["completion"]
         passed = row["verdict"] == "passed"
         total = row.get("tests_total") or 0
-        stopped = len(row.get("test_verdicts") or [None] * total) < total  # at the first failure
-        fraction = row["tests_passed"] / total if total and not stopped else float(passed)
+        fraction = row["tests_passed"] / total if total else float(passed)
         key = (row["problem_id"], text)
         if key not in seen:
             label = float(passed) if target == "pass" else fraction

@@ -77,11 +77,10 @@ def test_examples_are_distinct_programs_without_infra_errors():
     assert [(e["label"], e["count"]) for e in examples] == [(1.0, 2)] + [(0.0, 1)] * 4
     assert [e["runs"] for e in examples] == [True, True, False, False, False]
     assert [e["label"] for e in examples_from(rows, "fraction")] == [1.0, 0.75, 0, 0, 0]  # of 4
-    # a binary reward's record stops at the first failing test: its fraction is unknown
-    stopped = {**_row(3, 4), "test_verdicts": ["passed", "passed", "failed"]}
-    assert examples_from([stopped], "fraction")[0]["label"] == 0.0
-    assert examples_from([{**stopped, "test_verdicts": ["passed"] * 3 + ["failed"]}],
-                         "fraction")[0]["label"] == 0.75  # fmt: skip
+    # a binary reward's record stops at the first failing test: the tests not run count as
+    # not passed (the tightest bound the record gives; 0, the verdict, would be a looser one)
+    stopped = {**_row(3, 4), "tests_passed": 2, "test_verdicts": ["passed", "passed", "failed"]}
+    assert examples_from([stopped], "fraction")[0]["label"] == 0.5
 
 
 def test_a_verifier_trained_on_fixed_records_loads_as_a_scorer(tiny_model_path, tmp_path, capsys):
