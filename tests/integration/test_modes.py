@@ -6,8 +6,9 @@ Modes are composed into a few short runs so the tier stays within CI's budget:
 
 - ``mbpp``: real MBPP problems with realistic prompts, more prompt tokens per step than one
   engine step's token budget (``rollout.max_num_batched_tokens``), full fine-tuning with
-  beta = 0, a cosine learning rate with warmup and AdamW betas from config, tie noise, the
-  failure-focused curriculum, evaluation during training; then ``python -m launch.evaluate``
+  beta = 0, a cosine learning rate with warmup and AdamW betas from config, the LM head in
+  one piece (``logprob_chunk_tokens = 0``), tie noise, the failure-focused curriculum,
+  evaluation during training; then ``python -m launch.evaluate``
   on MBPP's test split with the run's checkpoint, its samples reranked by a verifier;
 - ``adapter``: LoRA with only the adapter pushed, async K = 1, the Kalman baseline, the
   easy-to-hard curriculum, vLLM's separate engine process;
@@ -143,6 +144,7 @@ def test_mbpp_with_long_prompts_trains_and_evaluates(tmp_path, tiny_model_path):
         "--learner.warmup_steps", "1",
         "--learner.min_lr", "1e-6",
         "--learner.adam_betas", "[0.9, 0.95]",
+        "--learner.logprob_chunk_tokens", "0",
         "--advantage.tie_noise", "0.05",
         "--eval.every", "2",
         "--eval.max_problems", "4",
