@@ -265,7 +265,7 @@ def run_evaluation(args: argparse.Namespace, worker=None) -> dict:
         num_workers=args.workers,
         timeout_s=args.timeout_s,
         test_timeout_s=args.timeout_s,
-        allow_unisolated=args.allow_unisolated,
+        min_isolation=args.min_isolation,
     )
     if worker is None:
         worker = build_worker(args, max_len)
@@ -361,7 +361,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     add("--kv-cache-gib", type=float, default=2.0)
     add("--workers", type=int, default=2, help="sandbox workers")
     add("--timeout-s", type=float, default=10.0, help="wall-clock limit per completion")
-    add("--allow-unisolated", action="store_true", help="accept a sandbox without namespaces")
+    add(
+        "--min-isolation",
+        choices=["full", "namespaces", "rlimits"],
+        default="full",
+        help="the weakest sandbox isolation accepted (sandbox.min_isolation)",
+    )
     add(
         "--rerank",
         help="a verifier (launch.train_verifier): also report the pass@1 of the "

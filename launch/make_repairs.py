@@ -194,7 +194,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--limit", type=int, default=0, help="only the first N problems")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workers", type=int, default=2, help="sandbox workers")
-    parser.add_argument("--allow-unisolated", action="store_true")
+    parser.add_argument(
+        "--min-isolation",
+        choices=["full", "namespaces", "rlimits"],
+        default="full",
+        help="the weakest sandbox isolation accepted (sandbox.min_isolation)",
+    )
     args = parser.parse_args(argv)
     if args.per_problem < 1 or args.limit < 0:
         parser.error("--per-problem must be at least 1 and --limit at least 0")
@@ -209,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         problems = load_dataset(args.problems, args.split, args.format, args.limit)
-        config = SandboxConfig(num_workers=args.workers, allow_unisolated=args.allow_unisolated)
+        config = SandboxConfig(num_workers=args.workers, min_isolation=args.min_isolation)
         with SandboxPool(config) as pool:
 
             def execute(jobs, stop_at_first_failure):

@@ -282,7 +282,7 @@ class SelfPlay:
             "--kv-cache-gib", str(rollout.kv_cache_gib),
             "--workers", str(sandbox.num_workers),
             "--timeout-s", str(sandbox.timeout_s),
-            *(["--allow-unisolated"] if sandbox.allow_unisolated else []),
+            "--min-isolation", sandbox.min_isolation,
         ]  # fmt: skip
         out.mkdir(parents=True, exist_ok=True)
         _command("launch.evaluate", args, out / "evaluate.log")

@@ -28,29 +28,31 @@ MS_BIND, MS_REC, MS_PRIVATE = 0x1000, 0x4000, 0x40000
 MNT_DETACH = 0x2
 SYS_MOUNT_SETATTR = 442  # the same number on every architecture (asm-generic table)
 AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = -100, 0x8000, 0x1
-PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER = 1, 38, 36
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER = 1, 4, 38, 36
 
-LEVEL_FULL = "namespaces(user,net,pid,mount)+rlimits"
+LEVEL_FULL = "namespaces(user,net,pid,mount)+locked+seccomp+rlimits"
 LEVEL_NAMESPACES = "namespaces(user,net,pid)+rlimits"
 LEVEL_RLIMITS = "rlimits-only"
 LEVEL_NUMBER = {LEVEL_FULL: 2.0, LEVEL_NAMESPACES: 1.0, LEVEL_RLIMITS: 0.0}
+LEVEL_NAMED = {"full": LEVEL_FULL, "namespaces": LEVEL_NAMESPACES, "rlimits": LEVEL_RLIMITS}
 
 SANDBOX_ID = 1000  # uid/gid of untrusted code inside the user namespace
 HOST_ID_BASE = 1_500_000  # host uid of worker i's sandbox user: base + i (owns nothing)
 NOBODY = 65534
 SCRATCH_MB = 64
+SCRATCH_INODES = 4096  # bounds what clean_scratch walks after a program made many files
 MAX_PROCESSES = 64
 MAX_OPEN_FILES = 64
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.syscall.restype = ctypes.c_long
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
 
 
 class _MountAttr(ctypes.Structure):
     _fields_ = [(n, ctypes.c_uint64) for n in ("attr_set", "attr_clr", "propagation", "userns_fd")]
 
 
-def _check(result: int, what: str) -> None:
+def check(result: int, what: str) -> None:
     """Raise the call's errno as an OSError naming ``what`` unless ``result`` is 0."""
     if result != 0:
         err = ctypes.get_errno()
@@ -61,29 +63,41 @@ def syscall(number: int, *args: object, what: str) -> int:
     """A raw system call (integers passed as C longs, as ``syscall(2)`` reads them); its
     result, or OSError naming ``what``."""
     values = [ctypes.c_long(a) if isinstance(a, int) else a for a in args]
-    result = _libc.syscall(ctypes.c_long(number), *values)
-    _check(min(result, 0), what)  # a non-negative result (a descriptor, a count) is success
+    result = libc.syscall(ctypes.c_long(number), *values)
+    check(min(result, 0), what)  # a non-negative result (a descriptor, a count) is success
     return result
 
 
 def unshare(flags: int) -> None:
-    _check(_libc.unshare(ctypes.c_int(flags)), "unshare")
+    check(libc.unshare(ctypes.c_int(flags)), "unshare")
 
 
 def prctl(option: int, arg: int) -> None:
-    _check(_libc.prctl(option, ctypes.c_ulong(arg), 0, 0, 0), f"prctl({option})")
+    check(libc.prctl(option, ctypes.c_ulong(arg), 0, 0, 0), f"prctl({option})")
 
 
 def _mount(
     source: str | None, target: str, fstype: str | None, flags: int, data: str | None
 ) -> None:
     enc = [s.encode() if s is not None else None for s in (source, target, fstype, data)]
-    _check(_libc.mount(enc[0], enc[1], enc[2], ctypes.c_ulong(flags), enc[3]), f"mount {target}")
+    check(libc.mount(enc[0], enc[1], enc[2], ctypes.c_ulong(flags), enc[3]), f"mount {target}")
 
 
-def _write_id_maps(pid: int, host_sandbox_id: int, privileged: bool) -> None:
-    """Map ns root to ourselves and, when we may, the sandbox id to an unused host id."""
-    uid, gid = os.geteuid(), os.getegid()
+def read_only(path: str, flags: int = 0) -> None:
+    """Make the mount at ``path`` read-only (``AT_RECURSIVE`` in ``flags``: every mount below
+    it too) through ``mount_setattr``, which leaves each mount's other flags as they are."""
+    attr = _MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0)
+    result = libc.syscall(
+        SYS_MOUNT_SETATTR, AT_FDCWD, path.encode(), flags, ctypes.byref(attr), ctypes.c_size_t(32)
+    )
+    check(result, f"mount_setattr {path}")
+
+
+def _write_id_maps(pid: int, ids: tuple[int, int], host_sandbox_id: int, privileged: bool) -> None:
+    """Map ns root to ``ids`` (our uid and gid outside, read before unsharing: inside they
+    read as the overflow id until the map exists) and, when we may, the sandbox id to an
+    unused host id."""
+    uid, gid = ids
     if privileged:
         uid_map = f"0 {uid} 1\n{SANDBOX_ID} {host_sandbox_id} 1\n"
         gid_map = f"0 {gid} 1\n{SANDBOX_ID} {host_sandbox_id} 1\n"
@@ -103,10 +117,11 @@ def _enter_user_namespace(host_sandbox_id: int) -> bool:
     A multi-line id map must be written from the parent namespace with CAP_SETUID there, so
     a privileged pool forks a helper that stays outside and writes the map for us.
     """
-    privileged = os.geteuid() == 0
+    ids = os.geteuid(), os.getegid()
+    privileged = ids[0] == 0
     if not privileged:
         unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET)
-        _write_id_maps(os.getpid(), host_sandbox_id, False)
+        _write_id_maps(os.getpid(), ids, host_sandbox_id, False)
         return False
     ready_r, ready_w = os.pipe()
     helper = os.fork()
@@ -115,7 +130,7 @@ def _enter_user_namespace(host_sandbox_id: int) -> bool:
         try:
             os.close(ready_w)
             if os.read(ready_r, 1) == b"g":
-                _write_id_maps(os.getppid(), host_sandbox_id, True)
+                _write_id_maps(os.getppid(), ids, host_sandbox_id, True)
                 code = 0
         finally:
             os._exit(code)
@@ -147,18 +162,7 @@ def setup_worker(index: int, scratch: str) -> tuple[str, int]:
     try:
         _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
         hide_host_files(scratch)
-        attr = _MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0)
-        _check(
-            _libc.syscall(
-                SYS_MOUNT_SETATTR,
-                AT_FDCWD,
-                b"/",
-                AT_RECURSIVE,
-                ctypes.byref(attr),
-                ctypes.c_size_t(32),
-            ),
-            "mount_setattr",
-        )
+        read_only("/", AT_RECURSIVE)
         mount_scratch(scratch, sandbox_uid)
         level = LEVEL_FULL
     except OSError:
@@ -182,6 +186,8 @@ def setup_unisolated(scratch: str) -> tuple[str, int]:
 SYSTEM_DIRS = frozenset(
     {"bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "dev", "proc", "sys"}
 )
+# Inside them, covered all the same: what other processes of the host share through files.
+SHARED_MEMORY_DIRS = ("/dev/shm", "/dev/mqueue")
 
 
 def visible_paths() -> set[str]:
@@ -207,6 +213,9 @@ def hide_host_files(scratch: str) -> None:
         if name in SYSTEM_DIRS or os.path.islink(top) or not os.path.isdir(top):
             continue
         _mount("tmpfs", top, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
+    for shared in SHARED_MEMORY_DIRS:  # other processes' shared memory (Ray's object store)
+        if os.path.isdir(shared) and not os.path.islink(shared):
+            _mount("tmpfs", shared, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
     for path, fd in handles.items():
         top = "/" + path.strip("/").split("/")[0]
         if os.path.basename(top) not in SYSTEM_DIRS:
@@ -217,15 +226,16 @@ def hide_host_files(scratch: str) -> None:
 
 
 def mount_scratch(scratch: str, owner: int) -> None:
-    """A fresh size-limited tmpfs on the scratch directory (replacing any previous one)."""
-    if os.path.ismount(scratch):
-        _check(_libc.umount2(scratch.encode(), MNT_DETACH), "umount scratch")
-    _mount("tmpfs", scratch, "tmpfs", MS_NOSUID | MS_NODEV, f"size={SCRATCH_MB}m,mode=0700")
+    """A size- and inode-limited tmpfs on the scratch directory, owned by ``owner``."""
+    options = f"size={SCRATCH_MB}m,nr_inodes={SCRATCH_INODES},mode=0700"
+    _mount("tmpfs", scratch, "tmpfs", MS_NOSUID | MS_NODEV, options)
     os.chown(scratch, owner, owner)
 
 
 def mount_own_proc() -> bool:
-    """Mount a read-only procfs of the caller's PID namespace on ``/proc``; False if refused.
+    """Mount a procfs of the caller's PID namespace on ``/proc``; False if refused. It is
+    writable until :func:`lock_down` has written the zygote's id maps through it, and
+    read-only after.
 
     Called by the zygote, the namespace's init, in the worker's mount namespace. The host's
     ``/proc`` would show programs every process of the machine with its command line (where
@@ -234,7 +244,7 @@ def mount_own_proc() -> bool:
     do; the host's then stays, and the pool says so when it starts.
     """
     try:
-        _mount("proc", "/proc", "proc", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+        _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
     except OSError:
         return False
     return True
@@ -248,7 +258,7 @@ def single_malloc_arena() -> None:
     ``memory_mb`` of memory. Called in the worker, so every child inherits it.
     """
     with contextlib.suppress(AttributeError):
-        _libc.mallopt(ctypes.c_int(-8), ctypes.c_int(1))
+        libc.mallopt(ctypes.c_int(-8), ctypes.c_int(1))
 
 
 def release_free_memory() -> None:
@@ -260,7 +270,7 @@ def release_free_memory() -> None:
     section).
     """
     with contextlib.suppress(AttributeError):  # not glibc
-        _libc.malloc_trim(ctypes.c_size_t(0))
+        libc.malloc_trim(ctypes.c_size_t(0))
 
 
 def rlimits(memory_bytes: int, cpu_s: int, file_bytes: int) -> list[tuple[int, int]]:
@@ -394,26 +404,75 @@ def _children(root: int) -> list[int]:
         return list(descendants(root))
 
 
-def clean_scratch(scratch: str, level: str, owner: int) -> None:
+def clean_scratch(scratch: str) -> None:
     """Empty the scratch directory after an execution (only the worker runs by then).
 
-    An untouched directory (most executions) costs one ``listdir``; with a read-only view
-    the tmpfs is replaced (cheaper than walking it, and it resets its size accounting);
-    otherwise its entries are removed.
+    An untouched directory (most executions) costs one ``listdir``; otherwise its entries
+    are removed. The tmpfs itself is never replaced: the zygote's locked mount namespace
+    (:func:`lock_down`) holds a copy of this mount, made when it locked, which would not see a
+    new one; removing the files frees their space in the one tmpfs both see, and its inode
+    limit bounds the walk.
     """
     try:
-        if not os.listdir(scratch):
-            return
+        entries = os.listdir(scratch)
     except OSError:
-        pass
-    if level == LEVEL_FULL:
-        mount_scratch(scratch, owner)
         return
-    for entry in os.listdir(scratch):
+    for entry in entries:
         path = os.path.join(scratch, entry)
         if os.path.isdir(path) and not os.path.islink(path):
             import shutil  # here: at the top it would load zlib, bz2 and lzma into every zygote
 
             shutil.rmtree(path, ignore_errors=True)
         else:
-            os.unlink(path)
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+
+def lock_down(outer_uid: int) -> int:
+    """Lock the worker's view for good, in the zygote before it serves; returns the uid the
+    children run as (the zygote's own).
+
+    The read-only bind mounts and hiding tmpfs mounts were made in the worker's user
+    namespace, where a process with CAP_SYS_ADMIN could still clear their read-only flag or
+    unmount them: an unprivileged pool's children are uid 0 there. So the zygote becomes
+    ``outer_uid`` (the mapped sandbox id, or the worker's own id where only that is mapped),
+    then enters a second user namespace and a mount namespace of its own: the kernel locks
+    every mount copied into a less privileged namespace (no unmounting what one covers, no
+    clearing a read-only flag), whatever capabilities that namespace grants. It maps only
+    :data:`SANDBOX_ID` there, to ``outer_uid``, and then drops every capability, the bounding
+    set included; the seccomp filter (``sandbox/seccomp.py``) and non-dumpability follow in
+    the zygote. Raises OSError where the kernel refuses a step.
+    """
+    if os.geteuid() != outer_uid:
+        os.setgroups([])
+        os.setresgid(outer_uid, outer_uid, outer_uid)
+        os.setresuid(outer_uid, outer_uid, outer_uid)
+        prctl(PR_SET_DUMPABLE, 1)  # the uid change cleared it: /proc/self would be root's
+    unshare(CLONE_NEWUSER | CLONE_NEWNS)
+    with open("/proc/self/setgroups", "w") as f:
+        f.write("deny")  # a single-line gid map written from inside requires it
+    with open("/proc/self/uid_map", "w") as f:
+        f.write(f"{SANDBOX_ID} {outer_uid} 1\n")
+    with open("/proc/self/gid_map", "w") as f:
+        f.write(f"{SANDBOX_ID} {outer_uid} 1\n")
+    read_only("/proc")  # writable until now, for the maps; locked read-only from here on
+    drop_capabilities()
+    return SANDBOX_ID
+
+
+PR_CAPBSET_DROP, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
+_CAPABILITY_VERSION_3 = 0x20080522
+
+
+def drop_capabilities() -> None:
+    """Empty the bounding, ambient, effective, permitted and inheritable sets (for good:
+    without them, and with no-new-privileges, no later call or ``execve`` brings one back)."""
+    last = 63
+    with contextlib.suppress(OSError, ValueError), open("/proc/sys/kernel/cap_last_cap") as f:
+        last = int(f.read())
+    for cap in range(last + 1):
+        prctl(PR_CAPBSET_DROP, cap)
+    check(libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clear ambient")
+    header = (ctypes.c_uint32 * 2)(_CAPABILITY_VERSION_3, 0)
+    data = (ctypes.c_uint32 * 6)()  # two {effective, permitted, inheritable}, all empty
+    check(libc.capset(ctypes.byref(header), ctypes.byref(data)), "capset")

@@ -97,11 +97,15 @@ class SandboxPool:
                 "runtime that masks parts of /proc?): programs can list the host's processes "
                 "and their command lines"
             )
-        if self.isolation == isolation.LEVEL_RLIMITS and not config.allow_unisolated:
+        accepted = isolation.LEVEL_NUMBER[isolation.LEVEL_NAMED[config.min_isolation]]
+        if isolation.LEVEL_NUMBER[self.isolation] < accepted:
+            why = "; ".join(sorted({w.lock_note for w in self._workers if w.lock_note}))
             self.close()
             raise SandboxIsolationError(
-                "the kernel allows no user/network/PID namespaces here, so untrusted code would "
-                "run with rlimits only; set sandbox.allow_unisolated = true to accept that"
+                f"the sandbox reached only isolation {self.isolation} here"
+                f"{f' ({why})' if why else ''}, below sandbox.min_isolation = "
+                f"{config.min_isolation!r}; see docs/sandbox.md for what each level stops, and "
+                "lower sandbox.min_isolation only on a machine that runs nothing else of value"
             )
 
     def describe(self) -> str:

@@ -333,7 +333,9 @@ def _start_zygote(args: types.SimpleNamespace, uid: int, level: str) -> socket.s
     ``isolation.mount_own_proc``), ``args.zygote_proc``, where we read the zygote's
     ``/proc`` entry: that mount, shared with us, shows it as PID 1, ``args.pinned`` and
     ``args.pin_note``: how many hot pages it pinned, or why none (``sandbox/pinning.py``), and
-    ``args.compiled_loop``: whether it runs its loop in C (``sandbox/_zygote.c``).
+    ``args.compiled_loop``: whether it runs its loop in C (``sandbox/_zygote.c``), and
+    ``args.locked`` / ``args.lock_note``: whether it locked itself down (``zygote._lock_down``),
+    or why not.
     """
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     calibration = marshal.dumps(calibration_job()) if args.pin else None
@@ -345,12 +347,14 @@ def _start_zygote(args: types.SimpleNamespace, uid: int, level: str) -> socket.s
         zygote.serve(theirs, args.scratch, uid, full, calibration, args.loop)
     theirs.close()
     reply = ours.recv(4096)
-    if reply[:1] != b"P" or len(reply) < 3 + zygote.PINNED.size:
+    if reply[:1] != b"P" or len(reply) < 4 + zygote.PINNED.size:
         raise RuntimeError("the zygote did not start")
     args.own_proc = reply[1:2] == b"1"
     args.compiled_loop = reply[2:3] == b"c"
-    (args.pinned,) = zygote.PINNED.unpack_from(reply, 3)
-    args.pin_note = reply[3 + zygote.PINNED.size :].decode(errors="replace")
+    args.locked = reply[3:4] == b"L"
+    (args.pinned,) = zygote.PINNED.unpack_from(reply, 4)
+    notes = reply[4 + zygote.PINNED.size :].decode(errors="replace")
+    args.pin_note, _, args.lock_note = notes.partition("\0")
     args.zygote_proc = 1 if args.own_proc else pid
     return ours
 
@@ -423,7 +427,9 @@ def main(argv: list[str]) -> None:
     level = _pid_namespace(level)
     _prepare()
     ctl = _start_zygote(args, uid, level)
-    args.clean_scratch = lambda: isolation.clean_scratch(args.scratch, level, uid)
+    if level == isolation.LEVEL_FULL and not args.locked:
+        level = isolation.LEVEL_NAMESPACES  # a view the children could undo is no view
+    args.clean_scratch = lambda: isolation.clean_scratch(args.scratch)
     chan = Channel(args.fd)
     chan.send(
         {
@@ -435,6 +441,7 @@ def main(argv: list[str]) -> None:
             "pin_note": args.pin_note,
             "compiled_loop": args.compiled_loop,
             "loop_note": args.loop_note,
+            "lock_note": args.lock_note,
         }
     )
     Worker(chan, ctl, args).serve()

@@ -91,6 +91,7 @@ class WorkerHandle:
         self.pin_note = ""  # why none were, if none were
         self.compiled_loop = False  # its zygote runs the C loop (sandbox/_zygote.c)
         self.loop_note = ""  # why it could not load that loop, if it could not
+        self.lock_note = ""  # why its zygote could not lock itself down, if it could not
         self._start()
 
     def _start(self) -> None:
@@ -183,6 +184,7 @@ class WorkerHandle:
                     self.pin_note = str(message.get("pin_note", ""))
                     self.compiled_loop = bool(message.get("compiled_loop"))
                     self.loop_note = str(message.get("loop_note", ""))
+                    self.lock_note = str(message.get("lock_note", ""))
                     self._ready = True
                     return
             if self.eof or self.proc.poll() is not None:

@@ -13,8 +13,10 @@ quarter (docs/benchmarks.md, sandbox section).
 Protocol on a SOCK_SEQPACKET socketpair with the server:
 
 - First, unasked: ``P``, then ``1`` if the zygote mounted its PID namespace's ``/proc`` (else
-  ``0``), ``c`` if it runs the compiled loop (else ``p``), the number of hot pages it pinned
-  (4 bytes, little-endian) and, if none, why not (UTF-8 text; see ``sandbox/pinning.py``).
+  ``0``), ``c`` if it runs the compiled loop (else ``p``), ``L`` if it locked itself down
+  (else ``-``; see :func:`_lock_down`), the number of hot pages it pinned (4 bytes,
+  little-endian), and then, as UTF-8 text, why none were pinned (see ``sandbox/pinning.py``),
+  a NUL, and why it could not lock itself down ("" for each that went well).
 - ``R`` + three descriptors (job pipe read end, value pipe and output pipe write ends):
   fork a child, which reads its job (code, setup code, test parts, rlimits) from the job
   pipe and then runs it. Replies ``F`` only if the fork failed.
@@ -47,7 +49,7 @@ import types
 from resource import setrlimit
 from typing import NamedTuple
 
-from sandbox import child, isolation, pinning
+from sandbox import child, isolation, pinning, seccomp
 
 STATUS = struct.Struct("<iii")
 PINNED = struct.Struct("<I")
@@ -66,17 +68,18 @@ def serve(
     ctl: socket.socket,
     scratch: str,
     uid: int,
-    mount_proc: bool,
+    full: bool,
     calibration: bytes | None,
     loop: types.ModuleType | None = None,
 ) -> None:
     """The zygote's loop; never returns (exits when the server's end closes).
 
-    First, as the namespace's init and where ``mount_proc`` (the worker has its own mount
-    namespace), it mounts the namespace's ``/proc``; then, given a ``calibration`` job (see
-    :func:`_pin_hot_pages`), it pins its hot pages; it tells the server how both went, and
-    whether it runs the C loop: given one (``loop``, ``sandbox/_zygote.c``) and as its
-    namespace's init.
+    First, as the namespace's init and where ``full`` (the worker has its own mount namespace
+    and read-only view), it mounts the namespace's ``/proc``; then, given a ``calibration``
+    job (see :func:`_pin_hot_pages`), it pins its hot pages; then, where ``full``, it locks
+    itself down (:func:`_lock_down`) before any program runs. It tells the server how each
+    went, and whether it runs the C loop: given one (``loop``, ``sandbox/_zygote.c``) and as
+    its namespace's init.
     """
     code = 0
     try:
@@ -84,12 +87,17 @@ def serve(
         in_namespace = os.getpid() == 1
         if not in_namespace:  # orphans come to us: isolation.kill_descendants reaches them
             isolation.prctl(isolation.PR_SET_CHILD_SUBREAPER, 1)
-        mounted = in_namespace and mount_proc and isolation.mount_own_proc()
+        mounted = in_namespace and full and isolation.mount_own_proc()
         setup = _ChildSetup(scratch, uid, os.open(os.devnull, os.O_RDONLY), not in_namespace)
         pinned, note = _pin_hot_pages(calibration, setup) if calibration else (0, "off")
+        lock_note = _lock_down(uid) if full else "the worker has no read-only view"
+        if full:  # children run as we do now: drop_privileges has nothing left to change
+            setup = setup._replace(uid=os.geteuid())
         in_c = loop is not None and in_namespace
         flags = (b"1" if mounted else b"0") + (b"c" if in_c else b"p")
-        ctl.send(b"P" + flags + PINNED.pack(pinned) + note.encode())
+        flags += b"-" if lock_note else b"L"
+        notes = f"{note}\0{lock_note}".encode(errors="replace")
+        ctl.send(b"P" + flags + PINNED.pack(pinned) + notes)
         if in_c:
             fds = loop.serve(ctl.fileno())  # returns in a new child, or at the end
             if fds is not None:
@@ -115,6 +123,26 @@ def serve(
         code = 1
     finally:
         os._exit(code)
+
+
+def _lock_down(uid: int) -> str:
+    """Lock the view, drop every capability (``isolation.lock_down``), refuse the system calls
+    that could reshape the sandbox (``sandbox/seccomp.py``) and become non-dumpable (no
+    process of ours may read or trace this one); every child inherits all of it. Returns why
+    a step failed ("" when all held): the worker then reports a weaker isolation level.
+
+    After the pages are pinned: calibration reads a child's page map, which needs both
+    dumpable. The death signal is set again: a change of uid clears it.
+    """
+    try:
+        isolation.lock_down(uid)
+        seccomp.install()
+        isolation.prctl(isolation.PR_SET_DUMPABLE, 0)
+        why = ""
+    except OSError as exc:
+        why = f"could not lock the sandbox down: {exc}"
+    isolation.prctl(isolation.PR_SET_PDEATHSIG, signal.SIGKILL)
+    return why
 
 
 def _pin_hot_pages(calibration: bytes, setup: _ChildSetup) -> tuple[int, str]:

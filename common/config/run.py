@@ -210,8 +210,12 @@ class SandboxConfig(Section):
     memory_mb: int = Field(512, ge=32)
     max_output_bytes: int = Field(64 * 1024, ge=1024)
     cache: bool = True
-    allow_unisolated: bool = Field(
-        False, description="run without namespaces when the kernel allows none (unsafe)"
+    min_isolation: Literal["full", "namespaces", "rlimits"] = Field(
+        "full",
+        description="the weakest isolation the pool accepts (docs/sandbox.md): 'full' (locked "
+        "read-only view, no capabilities, seccomp); 'namespaces' also accepts workers whose "
+        "view could not be locked (unsafe: programs could undo it); 'rlimits' also accepts "
+        "no namespaces at all (unsafe: programs run as a host user)",
     )
     num_cpus: float = Field(0.0, ge=0)
     pin_hot_pages: bool = Field(

@@ -16,6 +16,7 @@ import pytest
 
 from common.config import SandboxConfig
 from common.types import ExecutionJob, Verdict
+from sandbox import isolation
 from sandbox.child import SERVER_COMPILE_MAX
 from sandbox.pool import SandboxPool
 from tests.unit.sandbox_helpers import CONFIG, F_TESTS, GOOD_F, run, shared_pool
@@ -28,10 +29,10 @@ def pool(request):
 
 
 def test_isolation_is_probed_and_reported(pool):
-    assert pool.isolation == "namespaces(user,net,pid,mount)+rlimits"
+    assert pool.isolation == isolation.LEVEL_FULL
     assert pool.stats()["sandbox/isolation_level"] == 2.0
     line = pool.describe()  # what launch.train logs
-    assert line.startswith("2 workers, isolation namespaces(user,net,pid,mount)+rlimits; ")
+    assert line.startswith(f"2 workers, isolation {isolation.LEVEL_FULL}; ")
     assert pool.pinning in line and line.endswith(pool.zygote_loop)
 
 

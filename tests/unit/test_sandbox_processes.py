@@ -91,7 +91,7 @@ def test_zygote_is_namespace_init_and_keeps_no_processes(pool):
 
 def test_without_namespaces_setsid_grandchildren_are_still_killed():
     config = SandboxConfig(
-        num_workers=1, timeout_s=3.0, test_timeout_s=1.0, cache=False, allow_unisolated=True
+        num_workers=1, timeout_s=3.0, test_timeout_s=1.0, cache=False, min_isolation="rlimits"
     )
     marker = f"sandbox-unisolated-{os.getpid()}-{time.time_ns()}"
     with SandboxPool(config, isolation_mode="none") as bare:
@@ -170,7 +170,7 @@ def test_an_execution_dies_with_its_zygote(isolation_mode):
     it (the kernel's rule, so children set no parent-death signal then); without namespaces
     each child has SIGKILL as its parent-death signal."""
     config = SandboxConfig(
-        num_workers=1, timeout_s=2.0, test_timeout_s=2.0, cache=False, allow_unisolated=True
+        num_workers=1, timeout_s=2.0, test_timeout_s=2.0, cache=False, min_isolation="rlimits"
     )
     marker = f"sandbox-orphan-{isolation_mode}-{os.getpid()}-{time.time_ns()}"
     job = ExecutionJob(f"import os\nos.execv('/bin/sleep', [{marker!r}, '300'])\n", F_TESTS)

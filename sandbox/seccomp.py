@@ -1,0 +1,175 @@
+"""A seccomp filter for sandboxed programs: refuse the system calls that reshape the sandbox.
+
+Installed by each worker's zygote after it has locked its view of the file system
+(``isolation.lock_down``), so every execution's process inherits it and cannot remove it.
+It is a deny list over an otherwise open set: programs need the ordinary calls of an
+interpreter (files, memory, threads, signals, time), and the layers below this one (the
+namespaces, locked read-only mounts, no capabilities, rlimits) already bound what those can
+do. What it refuses is what could undo those layers, or reach past them into the kernel's
+larger attack surfaces:
+
+- changing mounts (``mount``, ``umount2``, ``mount_setattr``, the new mount API,
+  ``pivot_root``, ``chroot``), even where a capability would allow it;
+- new namespaces or joining others (``unshare``, ``setns``, ``clone`` with a ``CLONE_NEW*``
+  flag; ``clone3``, whose flags a classic filter cannot read, answers ``ENOSYS`` so the C
+  library falls back to ``clone``, as container runtimes do);
+- reading or writing other processes (``ptrace``, ``process_vm_readv``/``writev``,
+  ``pidfd_getfd``, ``kcmp``);
+- kernel interfaces programs never need: ``bpf``, keyrings, ``perf_event_open``,
+  ``userfaultfd``, ``io_uring``, module loading, ``kexec``, ``reboot``, swap, accounting,
+  quotas, clocks, host and domain names, ``personality``, file handles, ``syslog``, port I/O.
+
+A process of another architecture's system-call table (the 32-bit x86 or x32 entry points,
+whose numbers differ) is killed: numbers checked against one table must not be reachable
+through another. Built as a classic BPF program with ``ctypes``: no library or compiler is
+needed. Tables exist for x86-64 and AArch64 (tests/unit/test_sandbox_seccomp.py checks them
+against the kernel headers where those are installed); elsewhere :func:`install` raises, the
+worker reports a weaker isolation level, and the pool refuses it unless
+``sandbox.min_isolation`` accepts it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import struct
+
+from sandbox import isolation
+
+# Names refused with EPERM (clone is refused only with namespace flags; clone3 gets ENOSYS).
+DENIED = (  # noqa: SIM905 (a list of 53 quoted names is harder to read)
+    "mount umount2 mount_setattr open_tree move_mount fsopen fsconfig fsmount fspick "
+    "pivot_root chroot unshare setns ptrace process_vm_readv process_vm_writev pidfd_getfd "
+    "kcmp bpf keyctl add_key request_key perf_event_open userfaultfd io_uring_setup "
+    "io_uring_enter io_uring_register init_module finit_module delete_module kexec_load "
+    "kexec_file_load reboot swapon swapoff acct quotactl quotactl_fd name_to_handle_at "
+    "open_by_handle_at syslog settimeofday clock_settime clock_adjtime adjtimex personality "
+    "sethostname setdomainname fanotify_init lookup_dcookie vhangup iopl ioperm"
+).split()
+
+# System-call numbers per architecture (``uname -m``): (audit arch, {name: number}).
+# fmt: off
+TABLES: dict[str, tuple[int, dict[str, int]]] = {
+    "x86_64": (
+        0xC000003E,
+        {
+            "clone": 56, "clone3": 435, "mount": 165, "umount2": 166, "mount_setattr": 442,
+            "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432,
+            "fspick": 433, "pivot_root": 155, "chroot": 161, "unshare": 272, "setns": 308,
+            "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311,
+            "pidfd_getfd": 438, "kcmp": 312, "bpf": 321, "keyctl": 250, "add_key": 248,
+            "request_key": 249, "perf_event_open": 298, "userfaultfd": 323,
+            "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+            "init_module": 175, "finit_module": 313, "delete_module": 176, "kexec_load": 246,
+            "kexec_file_load": 320, "reboot": 169, "swapon": 167, "swapoff": 168, "acct": 163,
+            "quotactl": 179, "quotactl_fd": 443, "name_to_handle_at": 303,
+            "open_by_handle_at": 304, "syslog": 103, "settimeofday": 164,
+            "clock_settime": 227, "clock_adjtime": 305, "adjtimex": 159, "personality": 135,
+            "sethostname": 170, "setdomainname": 171, "fanotify_init": 300,
+            "lookup_dcookie": 212, "vhangup": 153, "iopl": 172, "ioperm": 173,
+        },
+    ),
+    "aarch64": (
+        0xC00000B7,
+        {
+            "clone": 220, "clone3": 435, "mount": 40, "umount2": 39, "mount_setattr": 442,
+            "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432,
+            "fspick": 433, "pivot_root": 41, "chroot": 51, "unshare": 97, "setns": 268,
+            "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271,
+            "pidfd_getfd": 438, "kcmp": 272, "bpf": 280, "keyctl": 219, "add_key": 217,
+            "request_key": 218, "perf_event_open": 241, "userfaultfd": 282,
+            "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+            "init_module": 105, "finit_module": 273, "delete_module": 106, "kexec_load": 104,
+            "kexec_file_load": 294, "reboot": 142, "swapon": 224, "swapoff": 225, "acct": 89,
+            "quotactl": 60, "quotactl_fd": 443, "name_to_handle_at": 264,
+            "open_by_handle_at": 265, "syslog": 116, "settimeofday": 170,
+            "clock_settime": 112, "clock_adjtime": 266, "adjtimex": 171, "personality": 92,
+            "sethostname": 161, "setdomainname": 162, "fanotify_init": 262,
+            "lookup_dcookie": 18, "vhangup": 58,
+        },
+    ),
+}
+# fmt: on
+
+# clone(2) flags that make a namespace (CLONE_NEWTIME shares its bit with the exit signal
+# there, and is refused through unshare).
+NAMESPACE_FLAGS = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000
+NAMESPACE_FLAGS |= 0x20000000 | 0x40000000
+X32_SYSCALL_BIT = 0x40000000
+
+# Classic BPF as seccomp reads it: struct sock_filter {u16 code; u8 jt; u8 jf; u32 k}.
+_LOAD_WORD, _JEQ, _JGE, _JSET, _RETURN = 0x20, 0x15, 0x35, 0x45, 0x06
+_OFFSET_NR, _OFFSET_ARCH, _OFFSET_ARG0 = 0, 4, 16  # struct seccomp_data (little-endian)
+RET_KILL_PROCESS, RET_ALLOW = 0x80000000, 0x7FFF0000
+RET_ERRNO = 0x00050000
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+
+
+# Where the filter's jumps may end: the actions it returns.
+RETURNS = {
+    "allow": RET_ALLOW,
+    "deny": RET_ERRNO | errno.EPERM,
+    "nosys": RET_ERRNO | errno.ENOSYS,
+    "kill": RET_KILL_PROCESS,
+}
+
+
+def _body(arch: int, numbers: dict[str, int], x32_bit: bool) -> list[tuple[int, str, str, int]]:
+    """The filter's tests as (code, label if true, label if false, k); a label names one of
+    :data:`RETURNS` ("" = the next instruction)."""
+    body = [
+        (_LOAD_WORD, "", "", _OFFSET_ARCH),
+        (_JEQ, "", "kill", arch),
+        (_LOAD_WORD, "", "", _OFFSET_NR),
+    ]
+    if x32_bit:
+        body.append((_JGE, "kill", "", X32_SYSCALL_BIT))
+    body += [(_JEQ, "deny", "", numbers[name]) for name in DENIED if name in numbers]
+    return [
+        *body,
+        (_JEQ, "nosys", "", numbers["clone3"]),
+        (_JEQ, "", "allow", numbers["clone"]),
+        (_LOAD_WORD, "", "", _OFFSET_ARG0),
+        (_JSET, "deny", "allow", NAMESPACE_FLAGS),
+    ]
+
+
+def assemble(arch: int, numbers: dict[str, int], x32_bit: bool) -> bytes:
+    """The filter's instructions, packed as the kernel reads them: the tests, then the
+    returns they jump to."""
+    body = _body(arch, numbers, x32_bit)
+    where = {label: len(body) + i for i, label in enumerate(RETURNS)}
+    out = []
+    for index, (code, true, false, k) in enumerate(body):
+        jt = where[true] - index - 1 if true else 0
+        jf = where[false] - index - 1 if false else 0
+        if not (0 <= jt < 256 and 0 <= jf < 256):
+            raise ValueError("seccomp filter too long for 8-bit jumps")
+        out.append(struct.pack("<HBBI", code, jt, jf, k))
+    out += [struct.pack("<HBBI", _RETURN, 0, 0, k) for k in RETURNS.values()]
+    return b"".join(out)
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def install() -> None:
+    """Install the filter on the calling process (and so on every process it forks).
+
+    No-new-privileges must already be set (the worker sets it): the kernel refuses a filter
+    otherwise to a process without CAP_SYS_ADMIN. Raises OSError where the architecture has no
+    table or the kernel refuses.
+    """
+    machine = os.uname().machine  # not platform: the zygote of every worker would import it
+    if machine not in TABLES:
+        raise OSError(errno.ENOSYS, f"no system-call table for {machine}")
+    arch, numbers = TABLES[machine]
+    code = assemble(arch, numbers, x32_bit=machine == "x86_64")
+    buffer = ctypes.create_string_buffer(code, len(code))
+    fprog = _SockFprog(len(code) // 8, ctypes.cast(buffer, ctypes.c_void_p))
+    result = isolation.libc.prctl(
+        PR_SET_SECCOMP, ctypes.c_ulong(SECCOMP_MODE_FILTER), ctypes.byref(fprog), 0, 0
+    )
+    isolation.check(result, "seccomp filter")

@@ -1,0 +1,172 @@
+"""The sandbox starts and holds as an ordinary user, not only as root.
+
+Clusters run the pool as an ordinary user, and these tests create one when they run as root
+(as CI does): its own venv (a base interpreter it may run, the project and its packages on
+the path through a ``.pth`` file), a file in its home that programs must not read, and the
+venv that programs must not write (a ``.pth`` file there would run outside the sandbox).
+The attack programs are in tests/unit/sandbox_escape.py; each passes only if refused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests.unit.sandbox_helpers import REPO_ROOT
+
+USER = "grpo-sandbox-test"
+SCRIPT = REPO_ROOT / "tests" / "unit" / "sandbox_escape.py"
+SECRET = "the canary's secret\n"
+# MBPP samples of every kind the sandbox judges: references, wrong values, a crash, a
+# program that does not parse.
+WRONG = ["def {name}(*args):\n    return None\n", "def {name}(*args):\n    raise KeyError(1)\n"]
+
+
+class Runner:
+    """Runs commands as one user, with an interpreter that user may run."""
+
+    def __init__(self, prefix: list[str], python: str, home: Path, site: Path) -> None:
+        self.prefix, self.python, self.home, self.site = prefix, python, home, site
+
+    def run(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(self.home)}
+        command = [*self.prefix, self.python, *args]
+        return subprocess.run(
+            command, env=env, cwd="/", capture_output=True, text=True, timeout=timeout
+        )
+
+
+def _as(user: str) -> list[str]:
+    return [shutil.which("runuser") or "runuser", "-u", user, "--"]
+
+
+def _interpreter(user: str) -> str | None:
+    """A Python of this one's minor version that ``user`` may run (this one's may live under
+    /root, which other users cannot read)."""
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    candidates = [os.path.realpath(sys.executable), f"/usr/bin/python{version}"]
+    candidates.append(shutil.which(f"python{version}") or "")
+    check = f"import sys; assert sys.version.startswith('{version}.')"
+    for path in filter(None, candidates):
+        if subprocess.run([*_as(user), path, "-c", check], capture_output=True).returncode == 0:
+            return path
+    return None
+
+
+@pytest.fixture(scope="module")
+def ordinary() -> Runner:
+    """This user when it is not root; else a dedicated ordinary user, created once."""
+    site = Path(sysconfig.get_paths()["purelib"])
+    if os.geteuid() != 0:
+        return Runner([], sys.executable, Path.home(), site)
+    if not (shutil.which("useradd") and shutil.which("runuser")):
+        pytest.skip("needs useradd and runuser to create an ordinary user")
+    try:
+        pwd.getpwnam(USER)
+    except KeyError:
+        subprocess.run(["useradd", "--create-home", USER], check=True)
+    entry = pwd.getpwnam(USER)
+    home = Path(entry.pw_dir)
+    base = _interpreter(USER)
+    if base is None:
+        pytest.skip(f"no Python {sys.version_info.major}.{sys.version_info.minor} {USER} may run")
+    venv = home / "venv"
+    if not (venv / "bin" / "python").exists():
+        subprocess.run([*_as(USER), base, "-m", "venv", "--without-pip", str(venv)], check=True)
+    user_site = next((venv / "lib").glob("python3.*/site-packages"))
+    for leftover in user_site.glob("evil*"):  # from an earlier run of a broken sandbox
+        leftover.unlink()
+    pth = user_site / "grpo_code.pth"
+    pth.write_text(f"{REPO_ROOT}\n{site}\n")
+    os.chown(pth, entry.pw_uid, entry.pw_gid)
+    return Runner(_as(USER), str(venv / "bin" / "python"), home, user_site)
+
+
+def _canary(runner: Runner, directory: Path) -> Path:
+    canary = directory / "canary.txt"
+    canary.write_text(SECRET)
+    canary.chmod(0o600)
+    if runner.prefix:
+        entry = pwd.getpwnam(USER)
+        os.chown(canary, entry.pw_uid, entry.pw_gid)
+    return canary
+
+
+def _attack(runner: Runner, canary: Path) -> dict:
+    paths = {
+        "canary": str(canary),
+        "venv_site": str(runner.site),
+        "project": str(REPO_ROOT / "sandbox"),
+        "home": "/" + canary.parts[1],  # the top-level directory a tmpfs hides
+    }
+    done = runner.run(str(SCRIPT), json.dumps(paths))
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _assert_held(report: dict, runner: Runner, canary: Path, before: set[str]) -> None:
+    escaped = {name: v for name, v in report["verdicts"].items() if v != "passed"}
+    assert not escaped, escaped
+    assert canary.read_text() == SECRET
+    assert {p.name for p in runner.site.iterdir()} == before
+    assert not list((REPO_ROOT / "sandbox").glob("evil*"))
+    assert report["isolation"] == "namespaces(user,net,pid,mount)+locked+seccomp+rlimits"
+
+
+def test_escapes_are_refused_as_an_ordinary_user(ordinary: Runner) -> None:
+    canary = _canary(ordinary, ordinary.home)
+    before = {p.name for p in ordinary.site.iterdir()}
+    _assert_held(_attack(ordinary, canary), ordinary, canary, before)
+
+
+def test_escapes_are_refused_as_root(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("runs as root only (the ordinary-user case is the test above)")
+    root = Runner([], sys.executable, Path.home(), Path(sysconfig.get_paths()["purelib"]))
+    canary = _canary(root, tmp_path)
+    before = {p.name for p in root.site.iterdir()}
+    _assert_held(_attack(root, canary), root, canary, before)
+
+
+def _samples(problems: Path, count: int) -> list[dict]:
+    rows = [json.loads(line) for line in problems.read_text().splitlines()[:count]]
+    samples = []
+    for row in rows:
+        name = row["test_list"][0].split("assert ", 1)[1].split("(", 1)[0].strip()
+        samples.append({"task_id": row["task_id"], "completion": row["code"]})
+        samples += [{"task_id": row["task_id"], "completion": w.format(name=name)} for w in WRONG]
+        samples.append({"task_id": row["task_id"], "completion": "def broken(:\n"})
+    return samples
+
+
+def test_check_gives_the_same_verdicts_as_an_ordinary_user_as_as_root(ordinary: Runner) -> None:
+    """``python -m sandbox.check`` on MBPP: same verdicts whoever runs it."""
+    problems = REPO_ROOT.parent / "shared" / "data" / "mbpp.jsonl"
+    work = Path(tempfile.mkdtemp(prefix="grpo-check-"))  # pytest's tmp_path is root's alone
+    try:
+        work.chmod(0o777)  # the ordinary user writes its results here
+        samples = work / "samples.jsonl"
+        samples.write_text("".join(json.dumps(s) + "\n" for s in _samples(problems, 20)))
+        samples.chmod(0o644)
+        verdicts = {}
+        itself = Runner([], sys.executable, Path.home(), Path())
+        for who, runner in [("user", ordinary), ("self", itself)]:
+            out = work / f"{who}.jsonl"
+            args = ["--problems", str(problems), "--samples", str(samples), "--out", str(out)]
+            done = runner.run("-m", "sandbox.check", *args)
+            assert done.returncode == 0, done.stderr[-2000:]
+            verdicts[who] = [json.loads(line)["verdict"] for line in out.read_text().splitlines()]
+    finally:
+        shutil.rmtree(work)
+    assert verdicts["user"] == verdicts["self"]
+    assert verdicts["self"].count("passed") == 20
+    assert {"failed", "syntax_error"} <= set(verdicts["self"])
