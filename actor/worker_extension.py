@@ -28,8 +28,14 @@ import time
 import torch
 from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory
 
+from actor.amx import request_amx_tiles
 from actor.direct_load import direct_load, supports_direct_load
 from common.transport.cpu_safetensors import decode_bucket
+
+# vLLM imports this module in every process that runs an engine's model (the worker resolves
+# worker_extension_cls before it builds the model runner), so the permission is asked for there
+# before the first forward pass, whatever its size (actor/amx.py says why it must be).
+request_amx_tiles()
 
 # The collective transport's CPU engine, registered in every vLLM worker process that loads
 # this extension (registering it in the driver would not reach a separate engine process).
