@@ -19,12 +19,21 @@ scores exactly the sequence the engine sampled from. The reward is the last turn
 
 Feedback shows the failing test itself (any test runner would) but no other test's expected
 value, unless ``episode.show_tests``.
+
+The feedback quotes what the program did (its error, the value it returned), which the policy
+wrote and so may contain anything. Control characters are stripped from it (newline and tab
+kept), and only the chat template's own markup is tokenised with special tokens: the message
+is tokenised with special-token parsing off, so a program that prints ``<|im_start|>`` puts
+those characters into the next prompt as ordinary tokens, never the token that opens a turn.
+The message is pasted between the template's pieces as text (never rendered through the
+template), so nothing parses it again.
 """
 
 from __future__ import annotations
 
 import random
 import re
+import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
@@ -51,7 +60,7 @@ def feedback_message(
     """What the sandbox says about a failing program, in words: what went wrong (the error, or
     the value the program computed) and the first failing test (the first test when the program
     did not even load)."""
-    reason = _TEST_PREFIX.sub("", result.detail) or f"the test {result.verdict.value}"
+    reason = _TEST_PREFIX.sub("", printable(result.detail)) or f"the test {result.verdict.value}"
     failed = next((i for i, v in enumerate(result.test_verdicts) if v is not Verdict.PASSED), None)
     if failed is None:  # the program did not load: no test could pass, the first failed
         failed = 0
@@ -60,7 +69,16 @@ def feedback_message(
         message += f"\nFailed test: {_cap(problem.tests[failed], max_chars)}"
     if show_tests:
         message += "\nThe tests:\n" + "\n".join(problem.tests)
-    return message
+    return printable(message)
+
+
+def printable(text: str) -> str:
+    """``text`` without control characters (newline and tab kept) and lone surrogates: a
+    program's output may hold terminal escapes or NUL bytes, which have no place in a prompt,
+    and a lone surrogate, which no tokenizer can encode."""
+    return "".join(
+        ch for ch in text if ch in "\n\t" or unicodedata.category(ch) not in ("Cc", "Cs")
+    )
 
 
 def _cap(text: str, limit: int) -> str:
@@ -76,29 +94,64 @@ class FeedbackWriter:
         self.tokenizer = tokenizer
         self._chat = _chat_frame(tokenizer) if template == "chat" else None
         self._special = set(tokenizer.all_special_tokens) | set(tokenizer.get_added_vocab())
+        self._plain_ids = plain_text_encoder(tokenizer)
 
-    def text(self, problem: Problem, turn: Completion, message: str) -> str:
-        """The text after ``turn`` and before the model's next turn."""
+    def pieces(self, problem: Problem, turn: Completion, message: str) -> list[tuple[str, bool]]:
+        """The text after ``turn`` and before the model's next turn, in pieces: (text, whether
+        it is the chat template's markup, whose special tokens are meant)."""
         if self._chat is not None:
             before, after = self._chat
             last = self.tokenizer.convert_ids_to_tokens(turn.token_ids[-1:])
             if last and last[0] in self._special and before.startswith(last[0]):
                 before = before[len(last[0]) :]  # the model closed its turn itself
-            return before + message + after
+            return [(before, True), (message, False), (after, True)]
         newline = "" if turn.text.endswith("\n") else "\n"
         if continues_prefix(problem):  # comments, then the program's header again
             comments = "".join(f"# {line}\n" for line in message.splitlines())
-            return newline + comments + problem.program_prefix
-        return f"{newline}\n{message}\nWrite the corrected program.\n\n```python\n"
+            return [(newline + comments + problem.program_prefix, False)]
+        return [(f"{newline}\n{message}\nWrite the corrected program.\n\n```python\n", False)]
+
+    def text(self, problem: Problem, turn: Completion, message: str) -> str:
+        """The text after ``turn`` and before the model's next turn."""
+        return "".join(text for text, _ in self.pieces(problem, turn, message))
 
     def feedback(
         self, problem: Problem, turn: Completion, result: ExecutionResult
     ) -> tuple[str, list[int]]:
-        """The feedback on ``turn``'s verdict ``result``: its text and its token ids."""
+        """The feedback on ``turn``'s verdict ``result``: its text and its token ids (special
+        tokens only where the chat template put them)."""
         episode = self.episode
         message = feedback_message(problem, result, episode.feedback_chars, episode.show_tests)
-        text = self.text(problem, turn, message)
-        return text, list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        pieces = self.pieces(problem, turn, message)
+        ids = []
+        for text, markup in pieces:
+            if markup:
+                ids += self.tokenizer(text, add_special_tokens=False)["input_ids"]
+            else:
+                ids += self._plain_ids(text)
+        return "".join(text for text, _ in pieces), ids
+
+
+def plain_text_encoder(tokenizer) -> Callable[[str], list[int]]:
+    """A function giving the token ids of text read as plain text: a special token's string in
+    it (``<|im_start|>``) becomes the ordinary tokens that spell it, never the special token.
+
+    A fast tokenizer gets a private copy of its backend with special-token parsing off for
+    good: transformers' ``split_special_tokens=True`` switches a flag on the shared backend for
+    the call, which another thread's call could switch back in between.
+    """
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:  # a slow (Python) tokenizer: the option is read per call
+        return lambda text: list(
+            tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        )
+    from tokenizers import Tokenizer
+
+    plain = Tokenizer.from_str(backend.to_str())
+    plain.encode_special_tokens = True
+    plain.no_truncation()
+    plain.no_padding()
+    return lambda text: plain.encode(text, add_special_tokens=False).ids
 
 
 def _chat_frame(tokenizer) -> tuple[str, str]:
