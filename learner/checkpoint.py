@@ -101,7 +101,10 @@ def load_optimizer(
             f"it was trained with (this learner has {ranks.size})"
         )
     if not sharded:
-        optimizer.load_state_dict(torch.load(out / OPTIMIZER_FILE, map_location=device))
+        # Tensors and plain containers only: torch's restricted unpickler, so the file cannot
+        # run code (an optimiser's state dict needs nothing more).
+        state = torch.load(out / OPTIMIZER_FILE, map_location=device, weights_only=True)
+        optimizer.load_state_dict(state)
         return
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import (
@@ -110,6 +113,9 @@ def load_optimizer(
     )
 
     shards = {"optimizer": get_optimizer_state_dict(model, optimizer)}
+    # torch's distributed checkpoint reads its ``.metadata`` file with plain pickle (no
+    # weights_only option exists for it): a run directory resumed with several ranks must be
+    # trusted like code (README, "Checkpoints and resume").
     dcp.load(shards, checkpoint_id=str(out / SHARDED_OPTIMIZER_DIR))
     set_optimizer_state_dict(model, optimizer, shards["optimizer"])
 

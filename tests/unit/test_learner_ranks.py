@@ -64,7 +64,7 @@ def _two_ranks(tmp_path, model_path, config, steps=1, save=None, resume=None, gr
     out = tmp_path / "rank0.pt"
     args = (2, free_address(), model_path, config, str(out), steps, save, resume, grouped)
     mp.spawn(_rank_main, args=args, nprocs=2, join=True)
-    return torch.load(out)
+    return torch.load(out, weights_only=True)  # metrics (floats) and tensors
 
 
 def _one_rank(model_path, config, steps=1, grouped=False) -> dict:
