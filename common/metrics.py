@@ -2,6 +2,8 @@
 
 Metric names are part of the interface (dashboards and tests read them), so they are written
 exactly as the producers name them: ``reward/mean``, ``train/loss``, ``time/step_s``, ...
+A value that was not measured (a reward mean over a step whose every sample was masked) is
+``None``, written as JSON null: never 0, which would read as "measured, and zero".
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ class MetricsLog:
         self._first = first_step
         self._start = time.perf_counter()
 
-    def write(self, record: dict[str, float]) -> None:
+    def write(self, record: dict[str, float | None]) -> None:
         clean = {k: _finite(v) for k, v in record.items()}
         self._file.write(json.dumps(clean) + "\n")
         self._file.flush()
@@ -46,17 +48,24 @@ class MetricsLog:
         filled = int(20 * step / max(self._total, 1))
         bar = "#" * filled + "." * (20 - filled)
         return (
-            f"[{bar}] step {step:>4}/{self._total} | reward {record.get('reward/mean', 0.0):.3f}"
-            f" | loss {record.get('train/loss', 0.0):+.4f} | kl {record.get('train/kl', 0.0):.4f}"
-            f" | |dlogp| {record.get('train/logprob_diff_mean', 0.0):.4f}"
-            f" | {record.get('time/step_s', 0.0):.2f}s/step | eta {remaining:4.0f}s"
+            f"[{bar}] step {step:>4}/{self._total} | reward {_shown(record, 'reward/mean', '.3f')}"
+            f" | loss {_shown(record, 'train/loss', '+.4f')}"
+            f" | kl {_shown(record, 'train/kl', '.4f')}"
+            f" | |dlogp| {_shown(record, 'train/logprob_diff_mean', '.4f')}"
+            f" | {_shown(record, 'time/step_s', '.2f')}s/step | eta {remaining:4.0f}s"
         )
 
     def close(self) -> None:
         self._file.close()
 
 
-def _finite(value: float) -> float | None:
+def _shown(record: dict, name: str, spec: str) -> str:
+    """``record[name]`` formatted by ``spec``; 0 when absent (as before), ``n/a`` when None."""
+    value = record.get(name, 0.0)
+    return "n/a" if value is None else format(value, spec)
+
+
+def _finite(value: float | None) -> float | None:
     """JSON has no NaN/inf; write null so a broken metric is visible rather than a parse error."""
     if isinstance(value, float) and not math.isfinite(value):
         return None

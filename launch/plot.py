@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from common.metrics import read_metrics
@@ -16,11 +17,10 @@ def plot_rewards(metrics_path: str | Path, out_path: str | Path, window: int = 1
 
     records = read_metrics(metrics_path)
     steps = [r["step"] for r in records]
-    rewards = [r.get("reward/mean") or 0.0 for r in records]
-    smooth = [
-        sum(rewards[max(0, i - window + 1) : i + 1]) / len(rewards[max(0, i - window + 1) : i + 1])
-        for i in range(len(rewards))
-    ]
+    # A step without a reward (every sample masked: null) is a gap in the curve, not a 0.
+    rewards = [r.get("reward/mean") for r in records]
+    smooth = [_mean(rewards[max(0, i - window + 1) : i + 1]) for i in range(len(rewards))]
+    rewards = [math.nan if r is None else r for r in rewards]
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.plot(steps, rewards, alpha=0.35, label="reward/mean")
     ax.plot(steps, smooth, label=f"moving average ({window} steps)")
@@ -34,3 +34,9 @@ def plot_rewards(metrics_path: str | Path, out_path: str | Path, window: int = 1
     fig.savefig(out_path, dpi=100)
     plt.close(fig)
     return out_path
+
+
+def _mean(values: list[float | None]) -> float:
+    """The mean of the values that exist; NaN (a gap) when none does."""
+    present = [v for v in values if v is not None]
+    return sum(present) / len(present) if present else math.nan

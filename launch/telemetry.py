@@ -6,6 +6,11 @@ metrics endpoint as ``ray_grpo_reward_mean`` and shows in the dashboard's Grafan
 (``launch/grafana_dashboard.json``). Fault counters are also exported as Ray counters, and the
 step time as a histogram.
 
+A metric that was not measured in a step (``None``: a reward mean over a step whose every
+sample was masked) sets its gauge to NaN, which Prometheus and Grafana show as a gap (left
+alone, the gauge would keep showing the previous step's value as current), and writes no
+TensorBoard point.
+
 The gauges live in a small actor (``metrics-<run>``), not in the driver: metrics recorded in a
 driver process reach the Prometheus endpoint only intermittently (measured on Ray 2.60), while
 an actor's are exported within one report interval.
@@ -14,6 +19,7 @@ an actor's are exported within one report interval.
 from __future__ import annotations
 
 import logging
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -63,17 +69,23 @@ class DashboardMetrics:
             self._counters[name].inc(increment, tags=self._tags)
         self._fault_totals[name] = total
 
-    def record(self, record: dict[str, float]) -> None:
-        for name, value in _numeric(record).items():
+    def record(self, record: dict[str, float | None]) -> None:
+        for name, value in gauge_values(record).items():
             self._gauge(name).set(value, tags=self._tags)
-            if name.startswith("faults/"):
+            if name.startswith("faults/") and math.isfinite(value):
                 self._count_faults(name, value)
         if "time/step_s" in record:
             self._step_time.observe(float(record["time/step_s"]), tags=self._tags)
 
 
 def _numeric(record: dict) -> dict[str, float]:
-    return {k: float(v) for k, v in record.items() if isinstance(v, (int, float)) and v is not None}
+    """The record's measured numbers (``None``, strings and the like left out)."""
+    return {k: float(v) for k, v in record.items() if isinstance(v, (int, float))}
+
+
+def gauge_values(record: dict) -> dict[str, float]:
+    """What each gauge is set to: the record's numbers, and NaN for a metric not measured."""
+    return {**_numeric(record), **{k: math.nan for k, v in record.items() if v is None}}
 
 
 class Telemetry:
@@ -91,7 +103,7 @@ class Telemetry:
             except ImportError:
                 logger.warning("tensorboard is not installed: no event files will be written")
 
-    def record(self, record: dict[str, float]) -> None:
+    def record(self, record: dict[str, float | None]) -> None:
         self._pending = self._actor.record.remote(record)  # not awaited: off the step's path
         if self._writer is not None:
             step = int(record["step"])

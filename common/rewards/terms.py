@@ -243,12 +243,13 @@ class ComposedReward:
         return ScoredBatch(rewards, by_term)
 
 
-def term_metrics(by_term: Mapping[str, list[float | None]]) -> dict[str, float]:
-    """``reward/<term>/mean`` over the term's non-``None`` values, and its masked fraction."""
-    metrics: dict[str, float] = {}
+def term_metrics(by_term: Mapping[str, list[float | None]]) -> dict[str, float | None]:
+    """``reward/<term>/mean`` over the term's non-``None`` values (``None`` when it has none: a
+    mean over nothing is not 0), and its masked fraction."""
+    metrics: dict[str, float | None] = {}
     for name, values in by_term.items():
         scored = [v for v in values if v is not None]
-        metrics[f"reward/{name}/mean"] = sum(scored) / len(scored) if scored else 0.0
+        metrics[f"reward/{name}/mean"] = sum(scored) / len(scored) if scored else None
         metrics[f"reward/{name}/masked_frac"] = 1 - len(scored) / max(len(values), 1)
     return metrics
 

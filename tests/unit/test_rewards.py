@@ -83,7 +83,8 @@ def test_term_metrics_average_only_scored_values():
     metrics = term_metrics({"a": [1.0, None, 0.0, None], "b": [None, None]})
     assert metrics["reward/a/mean"] == 0.5
     assert metrics["reward/a/masked_frac"] == 0.5
-    assert metrics["reward/b/mean"] == 0.0 and metrics["reward/b/masked_frac"] == 1.0
+    # no scored value: the mean is unknown (null in metrics.jsonl), not 0
+    assert metrics["reward/b/mean"] is None and metrics["reward/b/masked_frac"] == 1.0
 
 
 def test_a_term_returning_the_wrong_count_or_nan_is_refused():
