@@ -46,6 +46,7 @@ from launch.control import CONTROL_FILE, ControlFile
 from launch.episodes import episode_metrics
 from launch.fleet import Fleet
 from launch.groups import GroupCollector
+from launch.masked_steps import MaskedStepLimit, MaskedStepsError
 from launch.parity import ParityProbe
 from launch.pipeline import (
     Batch,
@@ -139,6 +140,7 @@ class Driver:
             self.run_dir / "metrics.jsonl", total_steps=total, first_step=self.start_step
         )
         telemetry = Telemetry(self.run_dir, start_metrics(self.config.run.name))
+        masked = MaskedStepLimit(self.config.run.max_masked_steps)
         restore = _install_stop_handler(self._request_stop)
         try:
             with contextlib.closing(self.records(self.start_step + 1, total)) as records:
@@ -150,10 +152,17 @@ class Driver:
                             record.update(self.evaluate())
                     log.write(record)
                     telemetry.record(record)
+                    untrainable = masked.observe(record)
                     every = self.config.run.checkpoint_every
                     stopping = self._stop_signal is not None
-                    if (every and step % every == 0) or stopping or step == total:
+                    if (every and step % every == 0) or stopping or untrainable or step == total:
                         self.save_checkpoint(step)
+                    if untrainable:
+                        raise MaskedStepsError(
+                            f"{untrainable}; stopped with a checkpoint at step {step} (the "
+                            "policy did not change in those steps): once the cause is fixed, "
+                            f"continue with python -m launch.train --resume {self.run_dir}"
+                        )
                     if stopping:
                         signum = self._stop_signal
                         logger.warning("stopped by signal %d after step %d", signum, step)
@@ -455,17 +464,19 @@ class Driver:
 
     def _record(
         self, step, completions, rewards, train_metrics, sandbox_stats, timer: StepTimer
-    ) -> dict[str, float]:
+    ) -> dict[str, float | None]:
+        """The step's metrics. A reward statistic over no reward is ``None`` (null in
+        ``metrics.jsonl``): a step whose every sample was masked did not score 0."""
         import statistics
 
         scored = [r for r in rewards if r is not None]
         lengths = [c.num_trained_tokens for c in completions]
         generated_s = timer.marks["time/rollout_s"] + timer.marks.get("time/episode_s", 0.0)
-        record: dict[str, float] = {
+        record: dict[str, float | None] = {
             "step": step,
             "weight_version": self.weight_version,
-            "reward/mean": statistics.fmean(scored) if scored else 0.0,
-            "reward/std": statistics.pstdev(scored) if len(scored) > 1 else 0.0,
+            "reward/mean": statistics.fmean(scored) if scored else None,
+            "reward/std": statistics.pstdev(scored) if scored else None,
             "reward/masked_frac": 1 - len(scored) / max(len(rewards), 1),
             "train/zero_std_frac": zero_std_fraction(rewards, self.config.rollout.group_size),
             "rollout/response_len_mean": statistics.fmean(lengths) if lengths else 0.0,

@@ -16,6 +16,10 @@ rewards are not that sum: a multi-turn episode's with ``first_success_discounted
 (``launch.episodes``; its terms are the last turn's, undiscounted), and a saboteur group's
 (``launch.saboteur``; it has no terms), so with either the term means need not add up to
 ``reward/mean``.
+
+``reward/scored_completions`` counts the completions of every round that got a reward, dropped
+groups included: zero means the step had nothing to train on (``launch.masked_steps``), while
+a step whose groups dynamic sampling all dropped as tied did score them.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from common.rewards import (
 )
 from common.types import Completion, ExecutionJob, ExecutionResult, Problem, RolloutRequest
 from launch.episodes import Episode, EpisodeRunner, discounted
+from launch.masked_steps import SCORED
 
 
 @dataclass
@@ -65,7 +70,7 @@ class GroupCollector:
         self.problems = problems
         self.prompt_ids = prompt_ids
         self.seconds = {"rollout": 0.0, "reward": 0.0}
-        self.term_means: dict[str, float] = {}
+        self.term_means: dict[str, float | None] = {}
         self.tokenizer = tokenizer
         self.episodes = None
         if config.episode.max_turns > 1:
@@ -105,6 +110,7 @@ class GroupCollector:
         previous: list[Group] = []
         resampled = 0
         hot_already: set[int] = set()  # prompts resampled hot this step
+        sampled: list[Group] = []  # every group of every round, kept by dynamic sampling or not
 
         def sample_round(round_index: int, count: int) -> list[Group]:
             nonlocal previous, resampled
@@ -116,6 +122,7 @@ class GroupCollector:
             if count > len(again):
                 groups += self.sample(tag, next_indices(count - len(again)))
             previous, resampled = groups, resampled + len(again)
+            sampled.extend(groups)
             return groups
 
         if not advantage.dynamic_sampling:
@@ -130,6 +137,8 @@ class GroupCollector:
             drawn = next_indices(self.config.selfplay.saboteur_prompts)
             played, selfplay_metrics = self.saboteur.collect(step, drawn)
             groups, metrics = groups + played, {**metrics, **selfplay_metrics}
+            sampled.extend(played)
+        metrics[SCORED] = float(sum(r is not None for g in sampled for r in g.rewards))
         self.term_means = term_metrics(
             {name: [v for g in groups for v in g.terms.get(name, [])] for name in self._names()}
         )

@@ -79,7 +79,8 @@ def _truncate_jsonl(path: Path, last_step: int) -> None:
 
 class RunAborted(RuntimeError):
     """An actor of the run died beyond recovery (the learner, whose state lives only in its
-    process, or a service that failed every retry); the message says how to resume."""
+    process, or a service that failed every retry), or ``run.max_masked_steps`` steps in a row
+    had nothing to train on; the message says how to resume."""
 
 
 def _first_line(error: Exception) -> str:
@@ -148,6 +149,7 @@ def train(config: Config, resume: bool = False, overwrite: bool = False) -> Path
     from launch.cluster import connect
     from launch.driver import Driver
     from launch.fleet import start_fleet
+    from launch.masked_steps import MaskedStepsError
     from launch.plot import plot_rewards
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -202,6 +204,8 @@ def train(config: Config, resume: bool = False, overwrite: bool = False) -> Path
                 state = _restart_learner(exc, config, fleet, model_path, run_dir)
     except ray.exceptions.RayActorError as exc:
         raise _aborted(exc, run_dir) from exc
+    except MaskedStepsError as exc:
+        raise RunAborted(str(exc)) from exc
     finally:
         fleet.shutdown()
     if config.run.plot:

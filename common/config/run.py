@@ -16,6 +16,14 @@ class RunConfig(Section):
     seed: int = 0
     steps: int = Field(100, ge=1)
     checkpoint_every: int = Field(0, ge=0, description="0: only at the end of the run")
+    max_masked_steps: int = Field(
+        3,
+        ge=0,
+        description="stop the run (exit status 1, a checkpoint saved) after this many steps in "
+        "a row in which no completion got a reward (every one a sandbox infra error, or "
+        "masked by the reward terms): such a step trains nothing, so a broken sandbox pool "
+        "would otherwise burn the run's steps; 0: never stop",
+    )
     plot: bool = True
     save_rollouts: bool = Field(
         True,

@@ -1,0 +1,52 @@
+"""A run with nothing to train on stops after ``run.max_masked_steps`` steps, through
+``python -m launch.train`` as a user starts it: one line, exit status 1, a checkpoint kept.
+
+The sandbox pool offers no way to fail on demand, so a reward term masks every completion
+(``None``, what an ``infra_error`` gives): to the driver's accounting the two are the same
+thing, a step whose every sample has no reward.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from launch.checkpoint import load_driver_state
+from tests.integration.helpers import REPO, read_jsonl, run_module
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_run_without_rewards_stops_with_one_line_and_a_checkpoint(tmp_path, tiny_model_path):
+    run_dir = tmp_path / "runs" / "masked"
+    log = tmp_path / "masked.log"
+    args = [
+        "--config", str(REPO / "configs" / "demo.toml"),
+        "--run.output_dir", str(run_dir.parent),
+        "--run.name", "masked",
+        "--run.steps", "5",
+        "--run.max_masked_steps", "2",
+        "--run.plot", "false",
+        "--model.path", tiny_model_path,
+        "--rollout.batch_size", "16",
+        "--rollout.num_cpus", "0.5",
+        "--rollout.kv_cache_gib", "0.1",
+        "--reward.terms.broken.function", "tests.integration.helpers:masking_reward",
+    ]  # fmt: skip
+    run_module("launch.train", args, tmp_path, log, status=1)
+
+    output = log.read_text()
+    assert "Traceback" not in output
+    [line] = [line for line in output.splitlines() if line.startswith("error: ")]
+    assert line.startswith("error: steps 1-2 had no sample to train on: no completion got a")
+    assert "reward terms returned None" in line and "run.max_masked_steps" in line
+    assert f"python -m launch.train --resume {run_dir}" in line
+
+    metrics = read_jsonl(run_dir / "metrics.jsonl")
+    assert [m["step"] for m in metrics] == [1, 2]  # step 3 never started
+    for m in metrics:
+        assert m["reward/mean"] is None and m["reward/broken/mean"] is None
+        assert m["reward/execution/mean"] is not None  # that term scored; the sum has no value
+        assert m["reward/scored_completions"] == 0 and m["weight_version"] == 0
+        assert m["sandbox/verdict/infra_error"] == 0  # the sandbox judged them all
+    state = load_driver_state(run_dir)  # what --resume would continue from
+    assert state.step == 2 and state.weight_version == 0
