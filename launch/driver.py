@@ -159,7 +159,7 @@ class Driver:
                         self.save_checkpoint(step)
                     if untrainable:
                         raise MaskedStepsError(
-                            f"{untrainable}; stopped with a checkpoint at step {step} (the "
+                            f"{untrainable}. Stopped with a checkpoint at step {step} (the "
                             "policy did not change in those steps): once the cause is fixed, "
                             f"continue with python -m launch.train --resume {self.run_dir}"
                         )

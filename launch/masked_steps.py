@@ -42,14 +42,14 @@ def masked_cause(record: Mapping[str, object]) -> str:
     infra = record.get(INFRA)
     if isinstance(infra, (int, float)) and infra >= 1.0:
         return (
-            "every completion was a sandbox infra error: is the sandbox pool healthy? "
+            "every completion was a sandbox infra error; is the sandbox pool healthy? "
             "`python -m sandbox.check` runs it alone, and the sandbox actor's log says why its "
             "workers failed"
         )
     share = f"{infra:.0%}" if isinstance(infra, (int, float)) else "none"
     return (
-        f"no completion got a reward: {share} of the sandbox's executions were infra errors "
-        "and the reward terms returned None for the rest (see reward.terms)"
+        f"no completion got a reward: {share} of the sandbox's executions were infra errors, "
+        "and the reward terms (reward.terms) returned None for the rest"
     )
 
 
@@ -79,6 +79,6 @@ class MaskedStepLimit:
         first, last = self.streak[0], self.streak[-1]
         steps = f"step {first}" if first == last else f"steps {first}-{last}"
         return (
-            f"{steps} had no sample to train on: {masked_cause(record)}; "
-            f"{len(self.streak)} such steps in a row reach run.max_masked_steps"
+            f"{steps} had no sample to train on, run.max_masked_steps ({self.limit}) in a row: "
+            f"{masked_cause(record)}"
         )
