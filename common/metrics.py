@@ -15,9 +15,12 @@ import time
 from pathlib import Path
 from typing import TextIO
 
+from common.durable import read_jsonl, repair_tail
+
 
 class MetricsLog:
-    """Appends step records to ``metrics.jsonl``, flushed each step so a crash loses nothing."""
+    """Appends step records to ``metrics.jsonl``, flushed each step so a crash loses at most
+    the line being written (its cut tail is dropped before the next run appends)."""
 
     def __init__(
         self,
@@ -28,6 +31,7 @@ class MetricsLog:
     ) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        repair_tail(self.path)
         self._file = self.path.open("a")
         self._stream = stream
         self._total = total_steps
@@ -73,6 +77,5 @@ def _finite(value: float | None) -> float | None:
 
 
 def read_metrics(path: str | Path) -> list[dict]:
-    """All step records of a run, in order."""
-    with Path(path).open() as handle:
-        return [json.loads(line) for line in handle if line.strip()]
+    """All step records of a run, in order; a last line cut by a crash is left out."""
+    return read_jsonl(path)

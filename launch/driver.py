@@ -20,7 +20,6 @@ stale ones dropped and counted, and the rest trained on with the TIS correction.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import signal
 import threading
@@ -31,6 +30,7 @@ from pathlib import Path
 
 from common.config import Config
 from common.curriculum import make_curriculum
+from common.durable import append_jsonl
 from common.metrics import MetricsLog
 from common.prompts import encode_prompt
 from common.types import Completion, Problem, TrainSample, Verdict
@@ -459,8 +459,7 @@ class Driver:
     def _log_batch(self, step: int, indices: list[int]) -> None:
         """Which problems each step trained on (what resume must reproduce)."""
         ids = [self.problems[i].problem_id for i in indices]
-        with (self.run_dir / "batches.jsonl").open("a") as handle:
-            handle.write(json.dumps({"step": step, "problem_ids": ids}) + "\n")
+        append_jsonl(self.run_dir / "batches.jsonl", [{"step": step, "problem_ids": ids}])
 
     def _record(
         self, step, completions, rewards, train_metrics, sandbox_stats, timer: StepTimer

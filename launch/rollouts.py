@@ -35,6 +35,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from common.durable import parse_jsonl
 from common.types import Problem
 
 PREFIX = "rollouts-"
@@ -124,23 +125,15 @@ def read_rollouts(paths: str | Path | Sequence[str | Path]) -> Iterator[dict[str
         yield from by_step[step]
 
 
-def _rows(file: Path) -> Iterator[dict[str, Any]]:
+def _rows(file: Path) -> list[dict[str, Any]]:
     """A file's rows; a last line cut by a crash (or a gzip stream cut short) ends it."""
     opener = gzip.open if file.name.endswith(".gz") else open
-    with opener(file, "rt") as handle:
+    with opener(file, "rb") as handle:
         try:
-            lines = handle.read().split("\n")
+            data = handle.read()
         except EOFError:  # a gzip file cut short: what was flushed is lost with it
-            return
-    if lines and not lines[-1]:
-        lines.pop()
-    for number, line in enumerate(lines, 1):
-        try:
-            yield json.loads(line)
-        except json.JSONDecodeError:
-            if number == len(lines):
-                return  # cut by a crash mid-write
-            raise ValueError(f"{file}:{number}: not a JSON row") from None
+            return []
+    return parse_jsonl(data, file)[0]
 
 
 def step_rows(

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from common.config import Config, ConfigError, load_config
+from common.durable import JsonlError, append_jsonl, read_jsonl, repair_tail
 from common.tasks import SYNTHETIC_SOURCES
 
 logger = logging.getLogger("launch.selfplay")
@@ -98,21 +99,14 @@ def problem_rows(problems, split: str = "train") -> list[dict]:
 
 
 def read_rounds(run_dir: Path) -> list[dict]:
-    """The rounds done so far. A last line cut by a crash is a round not done: the file is
-    rewritten without it, so the next round's row starts a line of its own."""
+    """The rounds done so far. A last line cut by a crash is a round not done: it is dropped
+    from the file, so the next round's row starts a line of its own; a malformed line before
+    the last is corruption (``JsonlError`` naming it)."""
     path = run_dir / ROUNDS_FILE
     if not path.is_file():
         return []
-    rounds = []
-    lines = path.read_text().splitlines()
-    for line in lines:
-        try:
-            rounds.append(json.loads(line))
-        except json.JSONDecodeError:
-            break
-    if len(rounds) < len(lines) or not path.read_text().endswith("\n"):
-        path.write_text("".join(json.dumps(row) + "\n" for row in rounds))
-    return rounds
+    repair_tail(path)
+    return read_jsonl(path)
 
 
 def plot_rounds(rounds: list[dict], out: Path) -> None:
@@ -202,8 +196,7 @@ class SelfPlay:
 
     def _append(self, row: dict) -> dict:
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        with (self.run_dir / ROUNDS_FILE).open("a") as handle:
-            handle.write(json.dumps(row) + "\n")
+        append_jsonl(self.run_dir / ROUNDS_FILE, [row])
         rounds = read_rounds(self.run_dir)
         plot_rounds(rounds, self.run_dir / "rounds.png")
         logger.info("round %d: held-out pass@1 %s", row["round"], _score(row["pass@1"]))
@@ -297,7 +290,7 @@ def _score(value: float | None) -> str:
 
 
 def _jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    return read_jsonl(path)
 
 
 def _command(module: str, args: list[str], log: Path) -> None:
@@ -367,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.overwrite and config.run_dir.exists():
             shutil.rmtree(config.run_dir)
         rounds = SelfPlay(config, args.config or "", overrides, args).run(args.rounds)
-    except (ConfigError, DatasetError, PromptError, SandboxIsolationError) as exc:
+    except (ConfigError, DatasetError, PromptError, SandboxIsolationError, JsonlError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except RoundFailed as exc:
