@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from common.durable import fsync_tree
 from learner.export import base_model_of, tied_output_name
 from learner.sharding import Ranks
 
@@ -41,7 +42,7 @@ def save_training_state(
     state: dict,
     ranks: Ranks | None = None,
 ) -> None:
-    """Weights (model or adapter) + tokenizer + optimiser + ``state`` into ``out``.
+    """Weights (model or adapter) + tokenizer + optimiser + ``state`` into ``out``, fsynced.
 
     With several ranks every rank calls it: the weights are gathered (a collective) and rank 0
     writes them in HF format, so the checkpoint serves and evaluates like any other; the
@@ -72,6 +73,10 @@ def save_training_state(
         torch.save(optimizer.state_dict(), out / OPTIMIZER_FILE)
     if ranks.rank == 0:
         (out / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
+    # On disk before the driver marks the checkpoint complete (``launch/checkpoint.py``):
+    # rank 0 its files (and, after dcp's collective save, every shard it can reach), every
+    # other rank its own shard, which may be on another machine's view of a shared disk.
+    fsync_tree(out if ranks.rank == 0 else out / SHARDED_OPTIMIZER_DIR)
     ranks.barrier()
 
 
