@@ -8,18 +8,23 @@ validated before any actor starts; the resolved configuration is saved in the ru
 from __future__ import annotations
 
 import argparse
-import json
+import contextlib
 import logging
 import os
 import shutil
+import socket
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from common.config import Config, ConfigError, load_config
 from common.datasets import DatasetError
+from common.durable import JsonlError, LockHeld, exclusive_lock, read_jsonl, rewrite_jsonl
 from common.prompts import PromptError
 
 logger = logging.getLogger("launch.train")
+#: The run directory's lock (see :func:`run_lock`).
+LOCK_FILE = "run.lock"
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -53,28 +58,48 @@ def resolve_model(config: Config) -> str:
 
 def prepare_run_dir(config: Config, overwrite: bool) -> Path:
     """A fresh run directory with the resolved config; never silently clobbers a finished run."""
+    from launch.checkpoint import CHECKPOINTS, LATEST, clear_checkpoints
+
     run_dir = config.run_dir
-    if (run_dir / "metrics.jsonl").exists() and not overwrite:
+    held = [name for name in ("metrics.jsonl", CHECKPOINTS, LATEST) if (run_dir / name).exists()]
+    if held and not overwrite:
         raise ConfigError(
-            f"{run_dir} already holds a run: continue it with --resume {run_dir}, "
+            f"{run_dir} already holds a run ({held[0]}): continue it with --resume {run_dir}, "
             "or start again with --overwrite"
         )
     for stale in ("metrics.jsonl", "batches.jsonl", "control.json"):
         (run_dir / stale).unlink(missing_ok=True)
     for stale in ("rollouts", "adapters"):  # a new run's records must not mix with the old's
         shutil.rmtree(run_dir / stale, ignore_errors=True)
+    clear_checkpoints(run_dir)  # a resume must never find the old run's steps
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.toml").write_text(config.to_toml())
     return run_dir
 
 
 def _truncate_jsonl(path: Path, last_step: int) -> None:
-    """Drop records written after the checkpoint we resume from (they will be redone)."""
+    """Drop records written after the checkpoint we resume from (they will be redone), and a
+    last line cut by the crash; rewritten atomically, so a crash now loses nothing."""
     if not path.exists():
         return
-    lines = [line for line in path.read_text().splitlines() if line.strip()]
-    kept = [line for line in lines if json.loads(line)["step"] <= last_step]
-    path.write_text("".join(line + "\n" for line in kept))
+    rewrite_jsonl(path, [row for row in read_jsonl(path) if row["step"] <= last_step])
+
+
+@contextlib.contextmanager
+def run_lock(run_dir: Path) -> Iterator[None]:
+    """The run directory for this process alone, for the whole run: a second run there would
+    interleave its steps and checkpoints with this one's. Held by the driver only (the learner
+    and the other actors write where the driver tells them); released when the process ends,
+    however it ends."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    holder = f"pid {os.getpid()} on {socket.gethostname()} (python -m launch.train)"
+    try:
+        with exclusive_lock(run_dir / LOCK_FILE, holder):
+            yield
+    except LockHeld as exc:
+        raise ConfigError(
+            f"{run_dir} is in use by another run ({exc}): wait for it to end or stop it first"
+        ) from None
 
 
 class RunAborted(RuntimeError):
@@ -113,7 +138,7 @@ def _restart_learner(error: Exception, config: Config, fleet, model_path: str, r
     Raises ``error`` again when it was not the learner, when ``learner.max_restarts`` are
     used up, or when there is no checkpoint to restart from."""
     from launch.actors import learner_name
-    from launch.checkpoint import load_driver_state
+    from launch.checkpoint import resume_checkpoint
 
     run_id = config.run.name
     names = {learner_name(run_id, rank) for rank in range(config.learner.num_ranks)}
@@ -122,9 +147,10 @@ def _restart_learner(error: Exception, config: Config, fleet, model_path: str, r
     if not dead & names or restarts >= config.learner.max_restarts:
         raise error
     try:
-        state = load_driver_state(run_dir)
+        found = resume_checkpoint(run_dir)
     except FileNotFoundError:
         raise error from None
+    state = found.state
     logger.warning(
         "%s died (%s): restarting the learner from the checkpoint at step %d (restart %d of %d)",
         ", ".join(sorted(dead & names)),
@@ -135,22 +161,15 @@ def _restart_learner(error: Exception, config: Config, fleet, model_path: str, r
     )
     for name in ("metrics.jsonl", "batches.jsonl"):
         _truncate_jsonl(run_dir / name, state.step)
-    fleet.restart_learner(config, model_path, run_id, str((run_dir / "checkpoint").resolve()))
+    fleet.restart_learner(config, model_path, run_id, str(found.path.resolve()))
     return state
 
 
 def train(config: Config, resume: bool = False, overwrite: bool = False) -> Path:
     """Run a whole training job (or continue one); returns the run directory."""
-    import ray
     from transformers import AutoTokenizer
 
     from common.data import load_problems
-    from launch.checkpoint import load_driver_state
-    from launch.cluster import connect
-    from launch.driver import Driver
-    from launch.fleet import start_fleet
-    from launch.masked_steps import MaskedStepsError
-    from launch.plot import plot_rewards
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     # The model and the problems first: a mistake in either leaves no run directory behind.
@@ -167,11 +186,27 @@ def train(config: Config, resume: bool = False, overwrite: bool = False) -> Path
             f"selfplay.saboteur: no problem of {config.data.source} has a reference solution, "
             "so there is no correct program to break"
         )
-    state = None
+    with run_lock(config.run_dir):  # before anything in the run directory changes
+        return _run(config, model_path, tokenizer, problems, resume, overwrite)
+
+
+def _run(config: Config, model_path: str, tokenizer, problems, resume: bool, overwrite: bool):
+    """:func:`train` once the run directory is locked."""
+    import ray
+
+    from launch.checkpoint import resume_checkpoint
+    from launch.cluster import connect
+    from launch.driver import Driver
+    from launch.fleet import start_fleet
+    from launch.masked_steps import MaskedStepsError
+    from launch.plot import plot_rewards
+
+    state = checkpoint = None
     if resume:
         run_dir = config.run_dir
-        state = load_driver_state(run_dir)
-        sharded = (run_dir / "checkpoint" / "optimizer").is_dir()
+        found = resume_checkpoint(run_dir)
+        state, checkpoint = found.state, str(found.path.resolve())
+        sharded = (found.path / "optimizer").is_dir()
         if sharded != (config.learner.num_ranks > 1):
             written = "several learner ranks" if sharded else "one learner rank"
             raise ConfigError(
@@ -189,7 +224,6 @@ def train(config: Config, resume: bool = False, overwrite: bool = False) -> Path
         config.rollout.num_actors,
         config.sandbox.num_workers,
     )
-    checkpoint = str((run_dir / "checkpoint").resolve()) if state is not None else None
     fleet = start_fleet(config, model_path, run_id=config.run.name, resume_from=checkpoint)
     logger.info("sandbox: %s", fleet.sandbox.describe())
     try:
@@ -234,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.resume and config.run_dir.resolve() != Path(args.resume).resolve():
             raise ConfigError("--resume: run.name and run.output_dir cannot be overridden")
         train(config, resume=bool(args.resume), overwrite=args.overwrite)
-    except (ConfigError, DatasetError, PromptError, FileNotFoundError) as exc:
+    except (ConfigError, DatasetError, PromptError, FileNotFoundError, JsonlError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except RunAborted as exc:

@@ -3,6 +3,8 @@ any actor starts and before a run directory is written."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tests.conftest import REPO_ROOT
@@ -158,3 +160,38 @@ def test_resuming_with_another_learner_rank_count_is_refused(tmp_path, capsys, t
     status, lines = _train(capsys, "--resume", str(config.run_dir), "--learner.num_ranks", "1")
     assert status == 2 and len(lines) == 1
     assert "written by several learner ranks" in lines[0]
+
+
+def _resumable(tmp_path, tiny_model_path):
+    """A run directory with a checkpoint at step 2 (no actor needed to refuse it)."""
+    from common.config import load_config
+
+    config = load_config(
+        REPO_ROOT / "configs" / "demo.toml",
+        ["--model.path", tiny_model_path, "--run.output_dir", str(tmp_path)],
+    )
+    checkpoint = config.run_dir / "checkpoints" / "step-0000002"
+    checkpoint.mkdir(parents=True)
+    (config.run_dir / "config.toml").write_text(config.to_toml())
+    (checkpoint / "driver_state.json").write_text(
+        '{"step": 2, "weight_version": 2, "seed": 0, "curriculum": {}}'
+    )
+    return config.run_dir
+
+
+def test_a_run_directory_in_use_is_refused(tmp_path, capsys, tiny_model_path):
+    from launch.train import run_lock
+
+    run_dir = _resumable(tmp_path, tiny_model_path)
+    with run_lock(run_dir):  # as the run's own driver holds it
+        status, lines = _train(capsys, "--resume", str(run_dir))
+    assert status == 2 and len(lines) == 1
+    assert f"{run_dir} is in use by another run" in lines[0] and f"pid {os.getpid()}" in lines[0]
+
+
+def test_a_metrics_log_corrupt_before_its_last_line_is_named(tmp_path, capsys, tiny_model_path):
+    run_dir = _resumable(tmp_path, tiny_model_path)
+    (run_dir / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2, "rew\n{"step": 3}\n')
+    status, lines = _train(capsys, "--resume", str(run_dir))
+    assert status == 2 and len(lines) == 1
+    assert f"{run_dir / 'metrics.jsonl'}:2: not a JSON row" in lines[0]
