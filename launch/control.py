@@ -4,6 +4,12 @@ The command writes ``<run>/control.json``; the driver polls it before every step
 rollout fleet (new actors receive the current weights before they serve). A file rather than an
 RPC endpoint: it works the same for a local run, a ``ray job submit`` job on a shared file system,
 and a human with an editor, and it survives a driver restart.
+
+The file is replaced whole (a private temporary file in the run directory, renamed over it), so
+the driver never reads half of it and two commands at once cannot mix their requests: the
+last rename wins. The driver reads at most :data:`MAX_BYTES` of it and only a whole number of
+actors from 1 to :data:`MAX_ROLLOUT_ACTORS`; anything else is reported once and ignored (the
+run goes on as it is), never a crash.
 """
 
 from __future__ import annotations
@@ -11,10 +17,33 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import stat
 import sys
 from pathlib import Path
 
+from common.durable import atomic_write_text
+
 CONTROL_FILE = "control.json"
+#: A control file is a one-line JSON object; anything larger is not one.
+MAX_BYTES = 4096
+#: The most rollout actors a request may ask for: far beyond any cluster this runs on, small
+#: enough that a typo (an extra digit or two) is refused instead of queueing thousands of actors.
+MAX_ROLLOUT_ACTORS = 256
+
+
+class ControlError(ValueError):
+    """A control request that cannot be applied (the message says which field and why)."""
+
+
+def check_rollout_actors(value: object) -> int:
+    """``value`` as a rollout fleet size, or :class:`ControlError` saying why not."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ControlError(f"rollout_actors must be a whole number, got {value!r}")
+    if not 1 <= value <= MAX_ROLLOUT_ACTORS:
+        raise ControlError(
+            f"rollout_actors must be between 1 and {MAX_ROLLOUT_ACTORS}, got {value}"
+        )
+    return value
 
 
 class ControlFile:
@@ -22,34 +51,61 @@ class ControlFile:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._seen: float | None = None
+        self._seen: int | None = None  # the mtime (ns) of the request last read
+        self._unreadable: str | None = None  # the last reason the file could not be looked at
 
     def poll(self) -> int | None:
+        """The fleet size asked for since the last poll; ``None`` when nothing new (or the new
+        request is malformed: reported once, on stderr, and ignored)."""
         try:
-            mtime = self.path.stat().st_mtime
+            info = self.path.lstat()
         except FileNotFoundError:
             return None
-        if mtime == self._seen:
+        except OSError as exc:  # e.g. the run directory's permissions changed: say so once
+            if str(exc) != self._unreadable:
+                self._unreadable = str(exc)
+                _warn(self.path, str(exc))
             return None
-        self._seen = mtime
+        if info.st_mtime_ns == self._seen:
+            return None
+        self._seen = info.st_mtime_ns
         try:
-            wanted = json.loads(self.path.read_text()).get("rollout_actors")
-        except (json.JSONDecodeError, AttributeError):
-            print(f"warning: ignoring malformed {self.path}", file=sys.stderr)
+            return check_rollout_actors(self._read(info).get("rollout_actors"))
+        except (OSError, ValueError) as exc:  # ControlError, JSON and UTF-8 errors included
+            _warn(self.path, str(exc))
             return None
-        return int(wanted) if isinstance(wanted, int) and wanted >= 1 else None
+
+    def _read(self, info: os.stat_result) -> dict:
+        """The request, read without following a link and never more than ``MAX_BYTES``."""
+        if not stat.S_ISREG(info.st_mode):
+            raise ControlError("not a regular file")
+        if info.st_size > MAX_BYTES:
+            raise ControlError(f"{info.st_size} bytes, more than {MAX_BYTES}")
+        fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as handle:
+            data = handle.read(MAX_BYTES + 1)
+        if len(data) > MAX_BYTES:
+            raise ControlError(f"more than {MAX_BYTES} bytes")
+        request = json.loads(data.decode("utf-8"))
+        if not isinstance(request, dict):
+            raise ControlError("not a JSON object")
+        return request
+
+
+def _warn(path: Path, why: str) -> None:
+    print(f"warning: ignoring {path}: {why}", file=sys.stderr)
 
 
 def request_resize(run_dir: Path, rollout_actors: int) -> Path:
     """Atomically ask the run in ``run_dir`` to use ``rollout_actors`` rollout actors."""
-    if rollout_actors < 1:
-        raise ValueError(f"--rollout-actors must be at least 1, got {rollout_actors}")
+    try:
+        check_rollout_actors(rollout_actors)
+    except ControlError as exc:
+        raise ValueError(f"--rollout-actors: {exc}") from None
     if not run_dir.is_dir():
         raise FileNotFoundError(f"{run_dir} is not a run directory")
     path = run_dir / CONTROL_FILE
-    partial = path.with_suffix(".tmp")
-    partial.write_text(json.dumps({"rollout_actors": rollout_actors}) + "\n")
-    os.replace(partial, path)
+    atomic_write_text(path, json.dumps({"rollout_actors": rollout_actors}) + "\n")
     return path
 
 
