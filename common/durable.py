@@ -18,6 +18,7 @@ reads back is written one of two ways:
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import logging
@@ -34,11 +35,19 @@ class JsonlError(ValueError):
     """A JSONL file has a malformed line that is not its last: corruption, not a crash."""
 
 
+#: What a file system that cannot sync a directory, or lock a file, answers (some network and
+#: FUSE file systems): their renames are as durable as they make them, and a run goes on.
+_UNSUPPORTED = {errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOLCK, errno.ENOSYS}
+
+
 def fsync_dir(directory: str | Path) -> None:
     """Make the directory's entries (a rename, a new file) durable."""
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in _UNSUPPORTED:
+            raise
     finally:
         os.close(fd)
 
@@ -62,12 +71,14 @@ def fsync_tree(root: str | Path) -> None:
         fsync_dir(directory)
 
 
-def atomic_write_text(path: str | Path, text: str) -> None:
-    """Replace ``path`` by ``text`` atomically and durably (module docstring)."""
+def atomic_write_text(path: str | Path, text: str, mode: int = 0o644) -> None:
+    """Replace ``path`` by ``text`` atomically and durably (module docstring); the file gets
+    ``mode`` (mkstemp's 0600 would hide it from a driver running as another user)."""
     path = Path(path)
     fd, partial = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            os.fchmod(handle.fileno(), mode)
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
@@ -186,6 +197,10 @@ def exclusive_lock(path: str | Path, holder: str) -> Iterator[None]:
         except BlockingIOError:
             held_by = os.pread(fd, 512, 0).decode("utf-8", "replace").strip() or "another process"
             raise LockHeld(f"{path} is held by {held_by}") from None
+        except OSError as exc:
+            if exc.errno not in _UNSUPPORTED:
+                raise
+            logger.warning("%s: this file system cannot lock it (%s): not locked", path, exc)
         os.ftruncate(fd, 0)
         os.pwrite(fd, holder.encode() + b"\n", 0)
         yield
