@@ -114,7 +114,7 @@ def save_checkpoint(
     _reached("renamed")
     _point_latest(run_dir, final)
     _reached("pointed")
-    _prune(run_dir, keep)
+    _prune(run_dir, final, keep)
     return final
 
 
@@ -130,11 +130,12 @@ def _point_latest(run_dir: Path, target: Path) -> None:
     fsync_dir(run_dir)
 
 
-def _prune(run_dir: Path, keep: int) -> None:
-    """Delete all but the ``keep`` newest complete checkpoints (and the previous layout's),
-    each renamed first so a half-deleted one never looks complete."""
+def _prune(run_dir: Path, saved: Path, keep: int) -> None:
+    """Delete all but the ``keep`` newest complete checkpoints (never ``saved``, the one the
+    pointer names) and the previous layout's, each renamed first so a half-deleted one never
+    looks complete."""
     root = run_dir / CHECKPOINTS
-    old = [path for _, path in _complete(root)[:-keep]]
+    old = [path for _, path in _complete(root)[:-keep] if path != saved]
     old += [run_dir / name for name in ("checkpoint.old", "checkpoint.tmp")]
     renamed = False
     for path in old:

@@ -20,14 +20,21 @@ def uninterrupted(tmp_path_factory, tiny_model_path) -> Path:
 
 
 def test_resumed_run_sees_the_same_prompts(tmp_path, tiny_model_path, uninterrupted):
-    from launch.train import train
+    """Also when a crash cut the logs' last lines: ``python -m launch.train --resume`` leaves
+    them out and appends whole lines after them."""
+    from launch.train import main, train
 
     interrupted = short_config(tmp_path, "resumed", tiny_model_path, 3)
     run_dir = train(interrupted)
     assert (run_dir / "checkpoint" / "driver_state.json").is_file()
     assert not (run_dir / "checkpoint" / "optimizer").exists()  # one rank: no shards
-    continued = short_config(tmp_path, "resumed", tiny_model_path, 6)
-    train(continued, resume=True)
+    for name, cut in (("metrics.jsonl", '{"step": 4, "reward/me'), ("batches.jsonl", '{"st')):
+        with (run_dir / name).open("a") as handle:  # as a crash mid-append leaves them
+            handle.write(cut)
+    assert main(["--resume", str(run_dir), "--run.steps", "6"]) == 0
+    checkpoints = run_dir / "checkpoints"
+    assert [p.name for p in checkpoints.iterdir()] == ["step-0000006"]  # the newest only
+    assert (run_dir / "checkpoint").resolve() == (checkpoints / "step-0000006").resolve()
 
     expected = read_jsonl(uninterrupted / "batches.jsonl")
     resumed = read_jsonl(run_dir / "batches.jsonl")
