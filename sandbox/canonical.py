@@ -16,11 +16,17 @@ cannot be carried faithfully is a failed test, never a guess.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from typing import Any
 
 MAX_DEPTH = 64
 MAX_NODES = 100_000
 MAX_CHARS = 1_000_000
+# Keys of one set or dict that may share a hash. Int, float and tuple hashes are not salted, so
+# a child can send keys that all collide (``k * (2**61 - 1) + 1``): building that set costs the
+# front time quadratic in their number (~5 s for 20,000, ~1 min for a 2 MiB record's worth).
+# Honest values have a handful of collisions at most.
+MAX_SAME_HASH = 64
 
 
 class Unserialisable(Exception):
@@ -110,7 +116,9 @@ def _encode_container(value: Any, kind: type, budget: _Budget, active: set[int],
 def rebuild(data: Any, depth: int = 0) -> Any:
     """Rebuild plain builtins from ``canonicalise`` output; raises ``ValueError`` if malformed.
 
-    Runs on the trusted side on data the child produced, so every shape is checked.
+    Runs on the trusted side on data the child produced, so every shape is checked. It may
+    also raise ``TypeError`` (an unhashable set member or dict key), and any exception here
+    fails the test (``sandbox.judging``).
     """
     if depth > MAX_DEPTH + 2:
         raise ValueError("too deep")
@@ -128,10 +136,19 @@ def _items(body: Any, depth: int) -> list:
     return [rebuild(x, depth + 1) for x in body]
 
 
+def _keys(keys: list) -> list:
+    """``keys``, unless too many share one hash (see ``MAX_SAME_HASH``); hashing each once
+    also raises ``TypeError`` here for an unhashable one."""
+    if len(keys) > MAX_SAME_HASH and max(Counter(map(hash, keys)).values()) > MAX_SAME_HASH:
+        raise ValueError("keys that share one hash")
+    return keys
+
+
 def _dict(body: Any, depth: int) -> dict:
     if type(body) is not list or any(type(p) is not list or len(p) != 2 for p in body):
         raise ValueError("malformed dict")
-    return {rebuild(k, depth + 1): rebuild(v, depth + 1) for k, v in body}
+    keys = _keys([rebuild(k, depth + 1) for k, _ in body])
+    return dict(zip(keys, [rebuild(v, depth + 1) for _, v in body]))
 
 
 def _float(text: Any, _depth: int = 0) -> float:
@@ -170,7 +187,7 @@ _REBUILD = {
     "range": _range,
     "list": _items,
     "tuple": lambda b, d: tuple(_items(b, d)),
-    "set": lambda b, d: set(_items(b, d)),
-    "frozenset": lambda b, d: frozenset(_items(b, d)),
+    "set": lambda b, d: set(_keys(_items(b, d))),
+    "frozenset": lambda b, d: frozenset(_keys(_items(b, d))),
     "dict": _dict,
 }

@@ -31,10 +31,32 @@ READ_BYTES = 64 * 1024
 _decode = json.JSONDecoder().decode
 
 
+GARBLED = {"t": "garbled"}  # what a child's frame becomes when it cannot be carried as it is
+
+
 def encode(message: dict) -> bytes:
-    """A pool <-> worker message, framed (``marshal``: trusted on both ends)."""
-    data = marshal.dumps(message)
+    """A pool <-> worker message, framed (``marshal``: trusted on both ends).
+
+    The records a worker passes on came from the child: JSON may decode one nested deeper than
+    ``marshal`` writes (2,000 levels; Python 3.13's decoder goes past that), so such a record
+    travels as ``garbled`` (which fails its test) rather than raising in the worker, which
+    would end it and make the job an ``infra_error``.
+    """
+    try:
+        data = marshal.dumps(message)
+    except ValueError:
+        if not message.get("recs"):
+            raise
+        data = marshal.dumps({**message, "recs": [_marshallable(r) for r in message["recs"]]})
     return struct.pack(">I", len(data)) + data
+
+
+def _marshallable(record: object) -> object:
+    try:
+        marshal.dumps(record)
+    except ValueError:
+        return dict(GARBLED)
+    return record
 
 
 def decode_record(body: bytearray) -> object:
@@ -75,8 +97,8 @@ class Frames:
                 break
             try:
                 record = self.decode(self.buffer[4 : 4 + size])
-            except (ValueError, RecursionError, EOFError, TypeError):
-                record = {"t": "garbled"}
+            except Exception:  # a child's bytes: whatever they make the decoder raise
+                record = None
             del self.buffer[: 4 + size]
-            records.append(record if isinstance(record, dict) else {"t": "garbled"})
+            records.append(record if type(record) is dict else dict(GARBLED))
         return records

@@ -1,13 +1,18 @@
 """Turn the child's records and the worker's account of the process into a verdict.
 
 This runs in the pool front, the only place that knows the expected values. The child's
-records are untrusted data: a record that is malformed, out of order or missing simply
-fails its test. What happened to the process (deadline, output cap, a signal) is reported by
-the worker, which the child cannot influence.
+records are untrusted data: the program runs in the child and can write anything to the value
+pipe. A record the harness never sends (malformed, garbled, out of order, a repeated
+``loaded``) is evidence of tampering and fails the test it arrived for (the whole program
+before ``loaded``); a test whose record is missing fails as the process ended. Nothing a
+record holds may raise out of here: an exception while judging one fails that test too, so one
+completion can never stop the pool, or the run that calls it. What happened to the process
+(deadline, output cap, a signal) is reported by the worker, which the child cannot influence.
 """
 
 from __future__ import annotations
 
+import math
 import reprlib
 import signal
 
@@ -15,7 +20,24 @@ from common.types import ExecutionResult, Verdict
 from sandbox import testplan
 from sandbox.canonical import rebuild
 
-_SHORT = reprlib.Repr()
+# Ints shown in full up to here; past it, only their size. str() of an int over 4,300 digits
+# raises (Python's guard against quadratic conversion) and the child sends ints as hex, with
+# no such limit, so a program returning 10**6000 must not reach repr().
+_REPR_INT_BITS = 3_000  # ~900 digits
+
+
+class _ShortRepr(reprlib.Repr):
+    """``reprlib`` whose int repr cannot raise, however large the int."""
+
+    def repr_int(self, x: int, level: int) -> str:
+        bits = x.bit_length()
+        if bits > _REPR_INT_BITS:
+            sign = "negative " if x < 0 else ""
+            return f"<{sign}int of about {int(bits * math.log10(2)) + 1} digits>"
+        return super().repr_int(x, level)
+
+
+_SHORT = _ShortRepr()
 _SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxdict = 3, 8, 8
 _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlong = 80, 80, 40
 
@@ -40,31 +62,56 @@ class Judgement:
         self.detail = ""
         self.stopped = False
 
-    def on_record(self, record: dict) -> bool:
+    def on_record(self, record: object) -> bool:
         """Judge one record; returns True when the execution can be stopped early."""
         if self.stopped or self.load_verdict is not None:
             return self.stopped
-        kind = record.get("t")
-        if kind == "loaded":
-            self.loaded = True
-        elif kind == "load_error":
-            self.load_verdict = _KIND_VERDICT.get(record.get("kind"), Verdict.RUNTIME_ERROR)
-            self.detail = _text(record.get("exc"))
-        elif (
-            kind == "test"
-            and self.loaded
-            and record.get("i") == len(self.verdicts) < len(self.plans)
-        ):
-            self._judge_test(record)
+        judged = len(self.verdicts)
+        try:
+            self._judge_record(record)
+        except Exception as exc:  # what the child sent must not raise out of the pool
+            if len(self.verdicts) == judged:
+                self._tampered(f"{type(exc).__name__} while judging")
         if self.stop_at_first_failure and any(v is not Verdict.PASSED for v in self.verdicts):
             self.stopped = True
         return self.stopped
+
+    def _judge_record(self, record: object) -> None:
+        kind = record.get("t") if type(record) is dict else None
+        if kind == "end":  # the harness ends only after its last test
+            if not self.loaded or len(self.verdicts) < len(self.plans):
+                self._tampered("an end before the last test")
+            return
+        if kind == "loaded" and not self.loaded:
+            self.loaded = True
+        elif kind == "load_error" and not self.loaded and _known(record.get("kind")):
+            self.load_verdict = _KIND_VERDICT[record["kind"]]
+            self.detail = _text(record.get("exc"))
+        elif kind == "test" and self.loaded and _is_index(record.get("i"), len(self.verdicts)):
+            if len(self.verdicts) < len(self.plans):
+                self._judge_test(record)
+        else:
+            self._tampered("a record the harness never sends")
+
+    def _tampered(self, why: str) -> None:
+        """A record only a program writing to the value pipe could produce: it fails the test
+        it arrived for, or the whole program before it loaded (``failed``, not ``infra_error``,
+        which the reward would mask). After the last test it can change nothing."""
+        if not self.loaded:
+            self.load_verdict = Verdict.FAILED
+            self._note(f"program: {why}")
+        elif len(self.verdicts) < len(self.plans):
+            self._note(f"test {len(self.verdicts)}: {why}")
+            self.verdicts.append(Verdict.FAILED)
 
     def _judge_test(self, record: dict) -> None:
         plan = self.plans[len(self.verdicts)]
         verdict = Verdict.FAILED
         if "kind" in record:
-            verdict = _KIND_VERDICT.get(record["kind"], Verdict.RUNTIME_ERROR)
+            if not _known(record["kind"]):
+                self._tampered("a record the harness never sends")
+                return
+            verdict = _KIND_VERDICT[record["kind"]]
             if verdict is Verdict.SYNTAX_ERROR:
                 verdict = Verdict.RUNTIME_ERROR
             self._note(f"test {len(self.verdicts)}: {_text(record.get('exc'))}")
@@ -87,13 +134,16 @@ class Judgement:
             return Verdict.FAILED
         # What the candidate computed, for the feedback of a multi-turn episode: the program's
         # own output (never an expected value), shortened without building a huge repr.
-        got = ", ".join(_SHORT.repr(value) for value in rebuilt)
+        try:
+            got = ", ".join(_SHORT.repr(value) for value in rebuilt)
+        except Exception:  # reprlib falls back on repr(), which a value may still refuse
+            got = "a value that cannot be shown"
         self._note(f"test {len(self.verdicts)}: assertion failed, got {got}")
         return Verdict.FAILED
 
     def _note(self, text: str) -> None:
         if not self.detail:
-            self.detail = text[:300]
+            self.detail = _text(text)
 
     def finish(self, status: str, signum: int, duration_ms: float) -> ExecutionResult:
         """Combine the records with how the process ended."""
@@ -131,5 +181,19 @@ def _ending_verdict(status: str, signum: int) -> Verdict:
     return Verdict.RUNTIME_ERROR
 
 
+def _known(kind: object) -> bool:
+    """Whether ``kind`` is one the harness reports (checked before any lookup: a list or a dict
+    is not hashable)."""
+    return type(kind) is str and kind in _KIND_VERDICT
+
+
+def _is_index(value: object, expected: int) -> bool:
+    return type(value) is int and value == expected
+
+
 def _text(value: object) -> str:
-    return value[:300] if isinstance(value, str) else ""
+    """At most 300 characters of the child's text, encodable as UTF-8: a lone surrogate (JSON's
+    ``"\\ud800"``) would raise wherever the detail is written or tokenised later."""
+    if type(value) is not str:
+        return ""
+    return value[:300].encode("utf-8", "backslashreplace").decode("utf-8")[:300]

@@ -248,7 +248,7 @@ class SandboxPool:
             if task is None or message.get("id") != worker.job_id:
                 continue  # a late message for a job that was stopped or replaced
             for record in message.get("recs") or []:
-                if task.judgement.on_record(record if isinstance(record, dict) else {}):
+                if task.judgement.on_record(record):  # never raises: a bad record fails a test
                     if message.get("op") == "records":
                         worker.stop()
                     break
@@ -258,11 +258,7 @@ class SandboxPool:
             if message.get("status") == "infra":
                 self._retry_or_fail(task, queue, results, "worker could not start a child")
                 continue
-            result = task.judgement.finish(
-                message.get("status", ""),
-                int(message.get("signal") or 0),
-                float(message.get("duration_ms") or 0.0),
-            )
+            result = _finish(task, message)
             self._record(result)
             results[task.index] = result
 
@@ -382,6 +378,24 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _finish(task: _Task, message: dict) -> ExecutionResult:
+    """The task's result from its judgement and the worker's ``done``.
+
+    Judging is written not to raise on anything a program does; should it still, that one
+    result is ``failed`` rather than an exception out of ``run``, which would end the run that
+    called it and leave this worker's jobs in flight, so every later call would fail too.
+    """
+    duration_ms = float(message.get("duration_ms") or 0.0)
+    try:
+        return task.judgement.finish(
+            message.get("status", ""), int(message.get("signal") or 0), duration_ms
+        )
+    except Exception as exc:
+        log.exception("sandbox: judging a result failed")
+        detail = f"{type(exc).__name__} while judging"
+        return ExecutionResult(Verdict.FAILED, 0, len(task.plans), [], duration_ms, detail)
 
 
 def _plan(job: ExecutionJob) -> list[testplan.TestPlan]:
