@@ -19,11 +19,11 @@ import torch
 from vllm.distributed.weight_transfer.base import WeightTransferEngine
 
 from common.transport.collective import (
-    GROUP_TIMEOUT,
     GlooWorkerInitInfo,
     UpdateInfo,
     buckets,
     nbytes,
+    receiver_group,
     unpack,
 )
 
@@ -38,17 +38,8 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooWorkerInitInfo, UpdateIn
         self.bucket_bytes = 0
 
     def init_transfer_engine(self, init_info: GlooWorkerInitInfo) -> None:
-        from vllm.distributed.utils import stateless_init_torch_distributed_process_group
-
         self.bucket_bytes = init_info.bucket_bytes
-        self.group = stateless_init_torch_distributed_process_group(
-            init_info.master_address,
-            init_info.master_port,
-            init_info.rank_offset + self.parallel_config.rank,
-            init_info.world_size,
-            backend="gloo",
-            timeout=GROUP_TIMEOUT,
-        )
+        self.group = receiver_group(init_info, init_info.rank_offset + self.parallel_config.rank)
 
     def start_weight_update(self) -> None:
         from vllm.model_executor.model_loader.reload import initialize_layerwise_reload

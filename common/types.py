@@ -155,11 +155,13 @@ class WeightUpdate:
 
 @dataclass(frozen=True)
 class ProcessGroupSpec:
-    """Where one learner rank joins its group: rank 0's rendezvous ``host:port``, this
-    process's rank, the group's size and the torch.distributed backend (gloo on CPU, nccl on
-    GPU)."""
+    """Where one learner rank joins its group: the ``host:port`` of the group's store (served
+    by whoever picked it, ``common/rendezvous.py``), this process's rank, the group's size, the
+    torch.distributed backend (gloo on CPU, nccl on GPU) and the network interface gloo and
+    NCCL use ('': their default)."""
 
     address: str
     rank: int
     world_size: int
     backend: str = "gloo"
+    interface: str = ""

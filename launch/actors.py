@@ -143,19 +143,19 @@ def start_learner(
 ) -> LearnerClient:
     """The learner's ranks (``learner.num_ranks`` actors, one bundle each), resumed from a
     checkpoint directory when given (not yet waited for)."""
-    import ray
+    from common.rendezvous import GroupStore
 
     learner = config.learner
-    group = None
+    group, store = None, None
     if learner.num_ranks > 1:
         assert placement is not None, "Placement.create gives several learner ranks a group"
-        rendezvous = ray.remote(num_cpus=0)(rendezvous_address).options(
-            scheduling_strategy=placement.strategy_for(learner_name(run_id, 0))
-        )
-        address = ray.get(rendezvous.remote())
+        # The driver serves the ranks' store, bound the moment its port is picked, for as long
+        # as the client below lives (a restarted learner gets a new one).
+        host, interface = rendezvous_host(config.ray.group_interface)
+        store = GroupStore(host)
         backend = "nccl" if learner.num_gpus > 0 else "gloo"
         group = [
-            ProcessGroupSpec(address, rank, learner.num_ranks, backend)
+            ProcessGroupSpec(store.address, rank, learner.num_ranks, backend, interface)
             for rank in range(learner.num_ranks)
         ]
     handles = []
@@ -179,16 +179,34 @@ def start_learner(
                 resume_from=resume_from,
             )
         )
-    return LearnerClient(handles)
+    return LearnerClient(handles, store)
 
 
-def rendezvous_address() -> str:
-    """``host:port`` on this node where learner rank 0 will listen (run in its bundle)."""
+def rendezvous_host(group_interface: str) -> tuple[str, str]:
+    """Where a group's store listens on this node, and the interface its members' gloo and
+    NCCL sockets use ('': their default), from ``ray.group_interface``: that interface's
+    address and name when it names one; else loopback while the cluster has a single node
+    (every member is on this machine: nothing needs to be reachable from outside), else this
+    node's address as Ray knows it."""
     import ray
 
-    from learner.sharding import free_address
+    from common.rendezvous import LOOPBACK, interface_address, interface_of
 
-    return free_address(ray.util.get_node_ip_address())
+    if group_interface:
+        return interface_address(group_interface), group_interface
+    if sum(1 for node in ray.nodes() if node["Alive"]) == 1:
+        return LOOPBACK, interface_of(LOOPBACK)
+    return ray.util.get_node_ip_address(), ""
+
+
+def rendezvous_address(group_interface: str) -> tuple[str, str]:
+    """A ``host:port`` on this node whose listening socket this process holds until its group's
+    store takes it (``common.rendezvous.hold``), and the group's interface (run in learner rank
+    0, which serves the transfer group's store)."""
+    from common.rendezvous import hold
+
+    host, interface = rendezvous_host(group_interface)
+    return hold(host, interface), interface
 
 
 def start_sandbox(config: Config, run_id: str) -> SandboxClient:

@@ -31,8 +31,12 @@ class LearnerClient:
     while rank 0 still waits for it in a collective.
     """
 
-    def __init__(self, handles: list[Any]) -> None:
+    def __init__(self, handles: list[Any], store: Any = None) -> None:
         self.handles = handles
+        # The ranks' group store (common.rendezvous.GroupStore) this process serves, kept as
+        # long as the ranks are: they meet there again after forming (NCCL exchanges a
+        # communicator's id there when it is first used).
+        self.store = store
         self._followers: list[ObjectRef] = []  # the other ranks' pending calls
 
     @property

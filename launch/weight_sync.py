@@ -31,14 +31,18 @@ class TransferGroup:
         """(Re)form the group: learner rank 0 and every actor, all joining at once."""
         import ray
 
-        address = ray.get(self.learner.handle.__ray_call__.remote(_address_of_actor))
+        address, interface = ray.get(
+            self.learner.handle.__ray_call__.remote(
+                _address_of_actor, self.config.ray.group_interface
+            )
+        )
         workers = self.config.rollout.tensor_parallel_size  # per engine
         world = 1 + len(actors) * workers
         joins = self.learner.join_transfer(self.backend, address, world)
         bucket_bytes = self.config.bucket_bytes
         for index, actor in enumerate(actors):
             offset = 1 + index * workers
-            info = engine_init_info(self.backend, address, offset, world, bucket_bytes)
+            info = engine_init_info(self.backend, address, offset, world, bucket_bytes, interface)
             joins.append(actor.join_transfer.remote(info))
         for ref in joins:
             self.learner.get(ref)
@@ -52,6 +56,7 @@ class TransferGroup:
             self.learner.get(ref)
 
 
-def _address_of_actor(_actor: Any) -> str:
-    """Run inside learner rank 0 (``__ray_call__``): a free ``host:port`` on its node."""
-    return rendezvous_address()
+def _address_of_actor(_actor: Any, group_interface: str) -> tuple[str, str]:
+    """Run inside learner rank 0 (``__ray_call__``): a ``host:port`` on its node, held there
+    until the group's store takes it, and the group's interface."""
+    return rendezvous_address(group_interface)

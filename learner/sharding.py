@@ -28,18 +28,9 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from common.rendezvous import store_client, use_interface
 from common.types import ProcessGroupSpec, TrainSample
 from learner.batching import pack_micro_batches, prompt_groups, sample_length
-
-
-def free_address(host: str = "127.0.0.1") -> str:
-    """``host:<a port free on this machine>``: a rendezvous address (``127.0.0.1`` for ranks
-    on this machine, as in tests and benches)."""
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("", 0))
-        return f"{host}:{probe.getsockname()[1]}"
 
 
 def decoder_layers(model: nn.Module) -> nn.ModuleList:
@@ -107,12 +98,17 @@ class Ranks:
         if self.size > 1 and not dist.is_initialized():
             # With NCCL, CPU tensors (metric sums, gathered rows) still go over gloo.
             backend = "cpu:gloo,cuda:nccl" if spec.backend == "nccl" else spec.backend
+            timeout = datetime.timedelta(seconds=timeout_s)
+            use_interface(spec.interface)
+            # Every rank is a client of the store whoever picked the address serves
+            # (common/rendezvous.py), not torch's tcp:// store, which rank 0 would serve on
+            # every interface.
             dist.init_process_group(
                 backend,
-                init_method=f"tcp://{spec.address}",
+                store=store_client(spec.address, timeout),
                 rank=spec.rank,
                 world_size=spec.world_size,
-                timeout=datetime.timedelta(seconds=timeout_s),
+                timeout=timeout,
             )
 
     @property

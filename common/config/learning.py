@@ -3,9 +3,10 @@ transport and the Ray cluster the actors run on."""
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from common.config.base import Section
 
@@ -319,3 +320,22 @@ class RayConfig(Section):
         description="local cluster only; 0: the machine's CPUs, or what the run's actors ask for "
         "when that is more",
     )
+    group_interface: str = Field(
+        "",
+        description="network interface (e.g. 'eth0', the same name on every node) where the "
+        "project's own process groups meet and talk: the learner ranks' and the collective "
+        "transport's store listens on its address, and gloo and NCCL use it "
+        "(GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME); '': loopback while the Ray cluster has one "
+        "node, else the node's address as Ray knows it (gloo and NCCL then pick their own). "
+        "Their traffic is unauthenticated plaintext: name a private interface",
+    )
+
+    @field_validator("group_interface")
+    @classmethod
+    def _check_interface(cls, name: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_.-]{0,15}", name):
+            raise ValueError(
+                f"{name!r} is not a network interface name (Linux names have at most 15 "
+                "letters, digits, '_', '.' or '-'); see `ip -brief address`"
+            )
+        return name

@@ -40,6 +40,7 @@ from vllm.distributed.weight_transfer.base import (
 )
 from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
 
+from common.rendezvous import listen, split_address, take, use_interface
 from common.types import WeightUpdate
 
 NAME = "collective"
@@ -54,20 +55,62 @@ def backend_for(num_gpus: float) -> str:
 
 
 def engine_init_info(
-    backend: str, address: str, rank_offset: int, world_size: int, bucket_bytes: int
+    backend: str,
+    address: str,
+    rank_offset: int,
+    world_size: int,
+    bucket_bytes: int,
+    interface: str = "",
 ) -> dict[str, Any]:
     """What ``init_weight_transfer_engine`` takes for an engine whose first worker has group
-    rank ``rank_offset`` (the wire parameters match the learner's side)."""
-    host, port = address.rsplit(":", 1)
+    rank ``rank_offset`` (the wire parameters match the learner's side; ``interface``: the
+    network interface gloo uses, '' for its default)."""
+    host, port = split_address(address)
     info: dict[str, Any] = {
         "master_address": host,
-        "master_port": int(port),
+        "master_port": port,
         "rank_offset": rank_offset,
         "world_size": world_size,
     }
     if backend == "nccl":
         return {**info, "packed": True}  # NCCLTrainerInitInfo's default
-    return {**info, "bucket_bytes": bucket_bytes}
+    return {**info, "bucket_bytes": bucket_bytes, "interface": interface}
+
+
+def sender_group(host: str, port: int, world_size: int) -> Any:
+    """Learner rank 0's gloo group with the engines, rank 0 of it: it serves the group's store
+    on the socket held since the address was picked in this process
+    (``common.rendezvous.hold``); an address picked elsewhere is bound now, on its host alone."""
+    from vllm.distributed.utils import stateless_init_torch_distributed_process_group
+
+    held = take(f"{host}:{port}")
+    if held is not None:
+        use_interface(held.interface)
+    return stateless_init_torch_distributed_process_group(
+        host,
+        port,
+        0,
+        world_size,
+        backend="gloo",
+        listen_socket=held.socket if held is not None else listen(host, port),
+        timeout=GROUP_TIMEOUT,
+    )
+
+
+def receiver_group(init_info: GlooWorkerInitInfo, rank: int) -> Any:
+    """An engine worker's gloo group with the learner, at group rank ``rank``: a client of
+    rank 0's store, its own gloo sockets on the group's interface."""
+    from vllm.distributed.utils import stateless_init_torch_distributed_process_group
+
+    use_interface(init_info.interface)
+    return stateless_init_torch_distributed_process_group(
+        init_info.master_address,
+        init_info.master_port,
+        rank,
+        init_info.world_size,
+        backend="gloo",
+        timeout=GROUP_TIMEOUT,
+    )
 
 
 @dataclass
@@ -86,6 +129,7 @@ class GlooWorkerInitInfo(WeightTransferInitInfo):
     rank_offset: int
     world_size: int
     bucket_bytes: int
+    interface: str = ""  # gloo's sockets' network interface ('': gloo's default)
 
 
 @dataclass
@@ -185,15 +229,8 @@ class GlooTrainerWeightTransferEngine(TrainerWeightTransferEngine[GlooTrainerIni
         engine.bucket_bytes = init_info.bucket_bytes
         engine.group = None
         if engine.is_sender:
-            from vllm.distributed.utils import stateless_init_torch_distributed_process_group
-
-            engine.group = stateless_init_torch_distributed_process_group(
-                init_info.master_address,
-                init_info.master_port,
-                0,
-                init_info.world_size,
-                backend="gloo",
-                timeout=GROUP_TIMEOUT,
+            engine.group = sender_group(
+                init_info.master_address, init_info.master_port, init_info.world_size
             )
         return engine
 
@@ -249,15 +286,17 @@ class CollectiveSender:
         """Enter the transfer group (learner rank 0 at group rank 0; the other learner ranks
         only take part in the gathers); blocks until every engine worker joined."""
         self.leave()
-        host, port = address.rsplit(":", 1)
+        host, port = split_address(address)
         if backend == "nccl":
             from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
 
-            init_info = NCCLTrainerInitInfo(host, int(port), world_size, rank=rank)
+            held = take(address)
+            if held is not None:  # vLLM's NCCL engine binds the port itself, on host alone
+                use_interface(held.interface)
+                held.socket.close()
+            init_info = NCCLTrainerInitInfo(host, port, world_size, rank=rank)
         else:
-            init_info = GlooTrainerInitInfo(
-                host, int(port), world_size, self.bucket_bytes, rank=rank
-            )
+            init_info = GlooTrainerInitInfo(host, port, world_size, self.bucket_bytes, rank=rank)
         self.engine = WeightTransferTrainerFactory.trainer_init(
             init_info, client=DriverPaced(), source=ExportSource(source)
         )

@@ -141,9 +141,10 @@ def run(args: argparse.Namespace, overrides: list[str]) -> dict[str, Any]:
             return {**measure(args, config, path, None), "learner": config.model_dump()}
         import torch.multiprocessing as mp
 
-        from learner.sharding import free_address
+        from common.rendezvous import LOOPBACK, GroupStore
 
-        spawn_args = (args, config, path, free_address(), Path(root))
+        store = GroupStore(LOOPBACK)  # the ranks' store, served here while they run
+        spawn_args = (args, config, path, store.address, Path(root))
         mp.spawn(_rank_main, args=spawn_args, nprocs=args.ranks, join=True)
         ranks = [json.loads((Path(root) / f"rank{r}.json").read_text()) for r in range(args.ranks)]
     slowest = max(ranks, key=lambda r: r["step_s"])

@@ -41,9 +41,9 @@ def test_collective_push_makes_engine_logprobs_match_the_learner(
     import threading
 
     from actor.rollout_worker import RolloutWorker
+    from common.rendezvous import LOOPBACK, hold, interface_of
     from common.transport.collective import engine_init_info
     from learner.bench.perturb import PerturbableLearner
-    from learner.sharding import free_address
 
     rollout = RolloutConfig(
         batch_size=8,
@@ -68,10 +68,12 @@ def test_collective_push_makes_engine_logprobs_match_the_learner(
         thread.start()
         return thread
 
-    address = free_address()
+    # Learner rank 0 is this process: it serves the group's store, on loopback alone.
+    interface = interface_of(LOOPBACK)
+    address = hold(LOOPBACK, interface)
     world = 1 + workers
     joining = beside(lambda: learner.join_transfer("gloo", address, world))
-    worker.join_transfer(engine_init_info("gloo", address, 1, world, 16 << 10))
+    worker.join_transfer(engine_init_info("gloo", address, 1, world, 16 << 10, interface))
     joining.join()
     assert not joining.errors
     sample = _sample(worker, "# Return the number 4.\n", "4 + 5 * w\nprint(answer())")

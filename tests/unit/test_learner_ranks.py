@@ -10,9 +10,10 @@ import torch
 import torch.multiprocessing as mp
 
 from common.config import LearnerConfig, LoraConfig
+from common.rendezvous import LOOPBACK, GroupStore, interface_of
 from common.types import ProcessGroupSpec
 from learner.learner import Learner
-from learner.sharding import Ranks, free_address
+from learner.sharding import Ranks
 from tests.unit.test_learner_step import _samples, _save_tiny_qwen2
 from tests.unit.test_shared_prompts import grouped_samples
 
@@ -44,7 +45,7 @@ def _steps(learner: Learner, steps: int, grouped: bool = False) -> list[dict]:
 
 def _rank_main(rank, world, address, model_path, config, out, steps, save, resume, grouped) -> None:
     try:
-        group = ProcessGroupSpec(address, rank, world)
+        group = ProcessGroupSpec(address, rank, world, interface=interface_of(LOOPBACK))
         learner = Learner(
             model_path, config, export_dtype="float32", group=group, resume_from=resume
         )
@@ -62,7 +63,8 @@ def _rank_main(rank, world, address, model_path, config, out, steps, save, resum
 
 def _two_ranks(tmp_path, model_path, config, steps=1, save=None, resume=None, grouped=False):
     out = tmp_path / "rank0.pt"
-    args = (2, free_address(), model_path, config, str(out), steps, save, resume, grouped)
+    store = GroupStore(LOOPBACK)  # the ranks' store, served here while they run
+    args = (2, store.address, model_path, config, str(out), steps, save, resume, grouped)
     mp.spawn(_rank_main, args=args, nprocs=2, join=True)
     return torch.load(out, weights_only=True)  # metrics (floats) and tensors
 

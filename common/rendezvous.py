@@ -1,0 +1,150 @@
+"""Where the project's own process groups meet: the learner ranks' group (``learner/sharding.py``)
+and the ``collective`` transport's group (``common/transport/collective.py``).
+
+A torch group meets at a ``TCPStore`` that one process serves. Left to torch, that server binds
+every interface (``[::]``) whatever host it is given, for the group's lifetime, and accepts
+anyone; and the usual way to pick its port (bind port 0, read it, close, hand the number on)
+leaves the port free for anyone to take before the store binds it. Here the process that picks
+the address binds a listening socket on the chosen interface's address at once and hands that
+very socket to the store (``TCPStore(master_listen_fd=...)``): nothing listens elsewhere, and
+the port is never free between being chosen and being served.
+
+gloo and NCCL open sockets of their own for the data; ``GLOO_SOCKET_IFNAME`` and
+``NCCL_SOCKET_IFNAME`` (:func:`use_interface`) put them on the same interface. None of this
+traffic is authenticated or encrypted, Ray's token does not cover it: these ports must stay
+inside the cluster's private network (``docs/scaling.md``, "Ports").
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import socket
+import struct
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from common.config.base import ConfigError
+
+LOOPBACK = "127.0.0.1"
+_SIOCGIFADDR = 0x8915  # Linux ioctl: an interface's IPv4 address
+
+
+def interface_address(interface: str) -> str:
+    """The IPv4 address of network interface ``interface`` on this machine (``ConfigError``
+    when there is none: the interface comes from ``ray.group_interface``)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            request = struct.pack("256s", interface.encode()[:15])
+            reply = fcntl.ioctl(probe.fileno(), _SIOCGIFADDR, request)
+        except OSError:
+            names = ", ".join(name for _, name in socket.if_nameindex())
+            raise ConfigError(
+                f"ray.group_interface: this machine ({socket.gethostname()}) has no network "
+                f"interface {interface!r} with an IPv4 address (it has: {names})"
+            ) from None
+    return socket.inet_ntoa(reply[20:24])
+
+
+def interface_of(address: str) -> str:
+    """The name of the interface that holds IPv4 ``address`` (``lo`` for ``127.0.0.1``)."""
+    for _, name in socket.if_nameindex():
+        try:
+            if interface_address(name) == address:
+                return name
+        except ValueError:
+            continue  # no IPv4 address on that one
+    raise ValueError(f"no network interface of {socket.gethostname()} holds {address}")
+
+
+def use_interface(interface: str) -> None:
+    """Make the gloo and NCCL groups this process creates from now on open their sockets on
+    ``interface`` (nothing when empty: their own choice, the address the host name resolves
+    to). Both read the variables when a group is created."""
+    if interface:
+        os.environ["GLOO_SOCKET_IFNAME"] = interface
+        os.environ["NCCL_SOCKET_IFNAME"] = interface
+
+
+def listen(host: str, port: int = 0) -> socket.socket:
+    """A listening TCP socket bound to ``host`` (an address, never all interfaces) at ``port``
+    (0: a free one, picked by the kernel and held from then on)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind((host, port))
+        sock.listen()
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """``"host:port"`` as ``(host, port)``."""
+    host, port = address.rsplit(":", 1)
+    return host, int(port)
+
+
+class GroupStore:
+    """A group's ``TCPStore`` server on a socket bound to ``host`` the moment its port is
+    picked; every member joins it as a client (:func:`store_client`). Serves as long as this
+    object lives: the process that picks the address keeps it for the group's lifetime."""
+
+    def __init__(self, host: str, timeout: timedelta = timedelta(minutes=30)) -> None:
+        from torch.distributed import TCPStore
+
+        sock = listen(host)
+        port = sock.getsockname()[1]
+        self.address = f"{host}:{port}"
+        fd = sock.detach()  # the store owns it from here
+        try:
+            self.store = TCPStore(
+                host, port, is_master=True, wait_for_workers=False, master_listen_fd=fd,
+                timeout=timeout,
+            )  # fmt: skip
+        except Exception:
+            os.close(fd)
+            raise
+
+    @property
+    def port(self) -> int:
+        return split_address(self.address)[1]
+
+
+def store_client(address: str, timeout: timedelta) -> Any:
+    """A client of the ``TCPStore`` served at ``address`` (waits up to ``timeout`` for it)."""
+    from torch.distributed import TCPStore
+
+    host, port = split_address(address)
+    return TCPStore(host, port, is_master=False, timeout=timeout)
+
+
+@dataclass
+class Held:
+    """A listening socket picked ahead of its store, and the interface its group uses."""
+
+    socket: socket.socket
+    interface: str
+
+
+_held: dict[str, Held] = {}
+
+
+def hold(host: str, interface: str) -> str:
+    """Bind a listening socket on ``host`` now and keep it in this process until the store
+    that will serve it takes it (:func:`take`); its ``host:port``. For a group whose address
+    must be known before the call that creates its store (the transfer group: the driver asks
+    learner rank 0 for an address, then queues every member's join). Sockets still held from
+    an earlier address that was never used are closed: groups are formed one at a time."""
+    for stale in list(_held):
+        _held.pop(stale).socket.close()
+    sock = listen(host)
+    address = f"{host}:{sock.getsockname()[1]}"
+    _held[address] = Held(sock, interface)
+    return address
+
+
+def take(address: str) -> Held | None:
+    """The socket :func:`hold` keeps for ``address`` (handed over: no longer kept), if any."""
+    return _held.pop(address, None)
