@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from common.config import Config
 from common.types import Completion, RolloutRequest, TrainSample
+from launch.weight_sync import LearnerTransmitError
 
 if TYPE_CHECKING:
     from launch.weight_sync import TransferGroup
@@ -129,27 +130,44 @@ class RolloutFleet:
 
     def finish_push(self, pending: dict[int, Any]) -> dict[str, float]:
         """Wait for the loads :meth:`start_push` queued; an actor that died meanwhile is
-        restarted and given the update (see :meth:`push` for what is returned)."""
+        restarted and given the update (see :meth:`push` for what is returned).
+
+        Every wait ends by ``weights.push_timeout_s``: an engine still loading then is killed
+        (Ray restarts it, and it is recovered as a dead one). With the ``collective``
+        transport the learner's broadcast is awaited first: when an engine died, rank 0's
+        broadcast fails and closes the group, which ends the other engines' receives. A
+        broadcast that failed while every engine was fine, or that still runs at the deadline,
+        is a learner failure (:class:`LearnerTransmitError`: the driver restarts the learner).
+        """
         import ray
 
+        deadline = time.monotonic() + self.config.weights.push_timeout_s
+        broke = None
+        transmits, self._transmits = self._transmits, []
+        if self.transfer is not None:
+            try:
+                self.transfer.wait(transmits, deadline)
+            except LearnerTransmitError as exc:
+                broke = exc
         loads: list[dict[str, float]] = []
-        lost = []
+        lost, hung = [], []
         for index, ref in pending.items():
             try:
-                loads.append(ray.get(ref))
+                loads.append(ray.get(ref, timeout=max(0.0, deadline - time.monotonic())))
+            except ray.exceptions.GetTimeoutError:
+                hung.append(index)
             except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
                 lost.append(index)
             except ray.exceptions.RayTaskError:
                 if self.transfer is None:
                     raise
                 lost.append(index)  # its broadcast broke (a member died): receives again
-        transmits, self._transmits = self._transmits, []
-        if self.transfer is not None:
-            try:
-                self.transfer.wait(transmits)
-            except ray.exceptions.RayTaskError:
-                if not lost:  # else: the broadcast failed on the dead engine's side
-                    raise
+        for index in hung:
+            logger.warning("rollout actor %d did not load the update in time: killing it", index)
+            ray.kill(self.actors[index], no_restart=False)
+            lost.append(index)
+        if broke is not None and (broke.hung or not lost):
+            raise broke  # the learner's side: restarting it re-forms the group and pushes
         for index in lost:
             loads.append(self._recover(index))  # it reloads latest_update, this update
         version = max(load["version"] for load in loads)

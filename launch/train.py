@@ -117,10 +117,13 @@ def _first_line(error: Exception) -> str:
 def _aborted(error: Exception, run_dir: Path) -> RunAborted:
     """Name the actor that died (Ray's error text has its ``name:``) and the step to resume at."""
     from launch.checkpoint import load_driver_state
+    from launch.weight_sync import LearnerTransmitError
 
     text = str(error)
     names = [line.split(":", 1)[1].strip() for line in text.splitlines() if "\tname:" in line]
     actor = names[0] if names else "an actor"
+    if isinstance(error, LearnerTransmitError):
+        actor = "the learner's weight broadcast failed, and the learner"
     cause = _first_line(error)
     try:
         resume = (
@@ -133,16 +136,20 @@ def _aborted(error: Exception, run_dir: Path) -> RunAborted:
 
 
 def _restart_learner(error: Exception, config: Config, fleet, model_path: str, run_dir: Path):
-    """After a learner rank died: the learner again from the last checkpoint, and the driver
+    """After a learner rank died, or the learner's weight broadcast failed on its own
+    (``LearnerTransmitError``): the learner again from the last checkpoint, and the driver
     state to continue from (the steps after the checkpoint are redone, as on --resume).
     Raises ``error`` again when it was not the learner, when ``learner.max_restarts`` are
     used up, or when there is no checkpoint to restart from."""
     from launch.actors import learner_name
     from launch.checkpoint import resume_checkpoint
+    from launch.weight_sync import LearnerTransmitError
 
     run_id = config.run.name
     names = {learner_name(run_id, rank) for rank in range(config.learner.num_ranks)}
     dead = {line.split(":", 1)[1].strip() for line in str(error).splitlines() if "\tname:" in line}
+    if isinstance(error, LearnerTransmitError):
+        dead = names  # alive, but out of step with the engines: every rank is replaced
     restarts = fleet.counters["faults/learner_restarts"]
     if not dead & names or restarts >= config.learner.max_restarts:
         raise error
@@ -200,6 +207,7 @@ def _run(config: Config, model_path: str, tokenizer, problems, resume: bool, ove
     from launch.fleet import start_fleet
     from launch.masked_steps import MaskedStepsError
     from launch.plot import plot_rewards
+    from launch.weight_sync import LearnerTransmitError
 
     state = checkpoint = None
     if resume:
@@ -234,9 +242,9 @@ def _run(config: Config, model_path: str, tokenizer, problems, resume: bool, ove
             try:
                 Driver(config, fleet, problems, tokenizer, run_dir, state).run()
                 break
-            except ray.exceptions.RayActorError as exc:
+            except (ray.exceptions.RayActorError, LearnerTransmitError) as exc:
                 state = _restart_learner(exc, config, fleet, model_path, run_dir)
-    except ray.exceptions.RayActorError as exc:
+    except (ray.exceptions.RayActorError, LearnerTransmitError) as exc:
         raise _aborted(exc, run_dir) from exc
     except MaskedStepsError as exc:
         raise RunAborted(str(exc)) from exc

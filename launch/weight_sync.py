@@ -11,12 +11,22 @@ it (every engine does: a broadcast reaches the whole group).
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from common.config import Config
 from common.transport.collective import backend_for, engine_init_info
 from launch.actors import rendezvous_address
 from launch.clients import LearnerClient, ObjectRef
+
+
+class LearnerTransmitError(RuntimeError):
+    """The learner's side of a push failed or did not finish while the engines were fine: a
+    learner failure, answered as a rank's death is (restart from the last checkpoint)."""
+
+    def __init__(self, message: str, *, hung: bool) -> None:
+        super().__init__(message)
+        self.hung = hung  # still broadcasting: nothing may wait on the learner before a restart
 
 
 class TransferGroup:
@@ -51,9 +61,26 @@ class TransferGroup:
         """Queue every learner rank's broadcast of its current weights."""
         return self.learner.transmit()
 
-    def wait(self, transmits: list[ObjectRef]) -> None:
+    def wait(self, transmits: list[ObjectRef], deadline: float) -> None:
+        """Wait for every rank's broadcast until ``deadline`` (``time.monotonic``); raises
+        :class:`LearnerTransmitError` when one failed or is still running then. A dead rank
+        is reported as its ``RayActorError``, as everywhere."""
+        import ray
+
+        timeout = max(0.0, deadline - time.monotonic())
+        _, running = ray.wait(transmits, num_returns=len(transmits), timeout=timeout)
+        if running:
+            raise LearnerTransmitError(
+                f"the learner's weight broadcast did not finish within weights.push_timeout_s "
+                f"({self.config.weights.push_timeout_s:.0f}s)",
+                hung=True,
+            )
         for ref in transmits:
-            self.learner.get(ref)
+            try:
+                self.learner.get(ref)
+            except ray.exceptions.RayTaskError as exc:
+                cause = str(exc.cause if exc.cause is not None else exc).splitlines()[0]
+                raise LearnerTransmitError(cause, hung=False) from exc
 
 
 def _address_of_actor(_actor: Any, group_interface: str) -> tuple[str, str]:

@@ -296,6 +296,13 @@ class WeightsConfig(Section):
         "bucket at a time, so a push never holds a second copy of the whole model there "
         "(and small buckets load faster: docs/benchmarks.md, weight push)",
     )
+    push_timeout_s: float = Field(
+        300.0,
+        gt=0,
+        description="the longest a weight push may take: an engine whose load is not done by "
+        "then is killed and restarted by Ray; a learner whose broadcast is not done (a hung "
+        "NCCL group) is restarted from the last checkpoint, as after a rank's death",
+    )
     parity_probe: int = Field(
         4,
         ge=0,

@@ -235,9 +235,19 @@ class GlooTrainerWeightTransferEngine(TrainerWeightTransferEngine[GlooTrainerIni
         return engine
 
     def send_weights(self) -> None:
+        """Walk the whole source on every learner rank (each step of the walk is a gather all
+        ranks take part in); rank 0 broadcasts each bucket.
+
+        A broadcast that fails (an engine died) does not stop rank 0's walk: the other ranks
+        would wait in their next gather for a rank that left, until the learner group's
+        timeout. Rank 0 closes the group at once instead (the engines still waiting in the
+        broadcast then fail instead of waiting out theirs), walks on without sending, and
+        raises the broadcast's error at the end, when every rank is back in step.
+        """
         assert self.source is not None
         info = update_info(self.source)
         pairs = iter(self.source)
+        failure: Exception | None = None
         for run in buckets(info, self.bucket_bytes):
             tensors = []
             for i in run:
@@ -247,8 +257,14 @@ class GlooTrainerWeightTransferEngine(TrainerWeightTransferEngine[GlooTrainerIni
                 if got != wanted:  # the engines would cut the bytes elsewhere: fail, not hang
                     raise ValueError(f"weight source yielded {got}, its metadata says {wanted}")
                 tensors.append(tensor)
-            if self.is_sender:
-                self.group.broadcast(pack(tensors), 0).wait()
+            if self.is_sender and failure is None:
+                try:
+                    self.group.broadcast(pack(tensors), 0).wait()
+                except RuntimeError as exc:  # gloo's error for a peer that went away
+                    failure = exc
+                    self.close()
+        if failure is not None:
+            raise RuntimeError(f"the broadcast to the engines failed: {failure}") from failure
 
     def close(self) -> None:
         if self.group is not None:
@@ -312,12 +328,19 @@ class CollectiveSender:
 
     def transmit(self) -> float:
         """Broadcast the current weights (every learner rank calls it, while every engine
-        receives); returns the seconds it took."""
-        if self.engine is None:
+        receives); returns the seconds it took. After a failed broadcast rank 0 has no group
+        until it is formed again (the driver does, as it recovers the engines)."""
+        if self.engine is None or (self.engine.is_sender and not _has_group(self.engine)):
             raise RuntimeError("the collective transport has no group: join it first")
         start = time.perf_counter()
         self.engine.send_weights()
         return time.perf_counter() - start
+
+
+def _has_group(engine: TrainerWeightTransferEngine) -> bool:
+    """Whether a sender engine still holds its group (gloo: closed after a failed broadcast;
+    vLLM's NCCL engine keeps its communicator)."""
+    return getattr(engine, "group", True) is not None
 
 
 class CollectiveReceiver:

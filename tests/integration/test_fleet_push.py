@@ -147,7 +147,17 @@ def test_collective_push_from_two_learner_ranks_reaches_both_engines(tiny_model_
     learner ranks, two engines, one transfer group. A training step takes the learner away
     from the engines (the tied-embedding model: its LM head is the embedding); the push
     through the group brings both engines to its weights; an engine that Ray restarts
-    rejoins a re-formed group and is given them again before it generates."""
+    rejoins a re-formed group and is given them again before it generates. Its first
+    generation holds 4 tokens (two samples of a 2-token prompt): on AMX hosts that is a pass
+    no oneDNN matmul runs in before the attention (actor/amx.py).
+
+    Then an engine dies in the middle of a push, split into its steps to fix their order:
+    the engines' loads are queued (they wait in the broadcast), engine 0 is killed, the
+    learner's broadcast starts. Rank 0's broadcast fails; it must finish its walk of the
+    weights (rank 1 gathers with it) and close the group (engine 1 waits in it), and the
+    fleet recovers both engines: the push completes, and the learner ranks are still in step
+    for the next training step. Without that, rank 1 waits in a gather for rank 0 and the
+    push runs into weights.push_timeout_s."""
     import ray
 
     from launch.fleet import start_fleet
@@ -159,6 +169,8 @@ def test_collective_push_from_two_learner_ranks_reaches_both_engines(tiny_model_
         "--learner.num_cpus", "0.5",
         "--rollout.num_actors", "2",
         "--learner.lr", "0.05",
+        "--weights.bucket_mib", "0.01",  # many buckets: a walk rank 0 could leave half-done
+        "--weights.push_timeout_s", "120",
     )  # fmt: skip
     probe = [TrainSample([5, 6, 7, 8], [9, 10, 11, 12], [0.0] * 4, 0.0, 0)]
     batch = [
@@ -186,6 +198,25 @@ def test_collective_push_from_two_learner_ranks_reaches_both_engines(tiny_model_
             )
             assert {c.weight_version for c in completions} == {1}
             assert fleet.rollout.counters["faults/rollout_restarts"] == 1
+            assert max(gaps()) < BF16_TOLERANCE
+
+            rollout = fleet.rollout
+            metrics_ref, update = fleet.learner.train_and_export(batch)
+            fleet.learner.get(metrics_ref)
+            rollout.latest_update = update  # what start_push does, in a fixed order
+            pending = {i: a.update_weights.remote(update) for i, a in enumerate(rollout.actors)}
+            ray.kill(rollout.actors[0], no_restart=False)
+            with pytest.raises(
+                (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError)
+            ):
+                ray.get(pending[0])
+            rollout._transmits = rollout.transfer.transmit()
+            assert rollout.finish_push(pending)["version"] == 2
+            assert rollout.counters["faults/rollout_restarts"] >= 2
+            assert max(gaps()) < BF16_TOLERANCE
+            metrics_ref, update = fleet.learner.train_and_export(batch)
+            assert fleet.learner.get(metrics_ref)["train/num_samples"] == 8
+            assert rollout.push(update)["version"] == 3
             assert max(gaps()) < BF16_TOLERANCE
         finally:
             fleet.shutdown()

@@ -131,3 +131,59 @@ def test_adapter_sender_clears_newer_versions_a_resumed_run_left(tmp_path):
     assert update.payload == str(tmp_path / "v000010")
     assert (tmp_path / "v000010" / "adapter_model.safetensors").read_text() == "v10"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["v000010"]
+
+
+class _BreakingGroup:
+    """A group whose broadcast fails from the ``fails_at``-th call on, as gloo's does once a
+    member died (a stand-in: the real group is tested in tests/integration/test_fleet_push)."""
+
+    def __init__(self, fails_at: int) -> None:
+        self.fails_at, self.calls = fails_at, 0
+
+    def broadcast(self, tensor, root):
+        self.calls += 1
+        if self.calls >= self.fails_at:
+            raise RuntimeError("Connection closed by peer")
+        return self
+
+    def wait(self) -> None:
+        return None
+
+
+class _CountingSource:
+    """Tensors whose iteration is counted: each stands for a gather every rank takes part in."""
+
+    def __init__(self, count: int) -> None:
+        from vllm.distributed.weight_transfer.base import ParamMeta
+
+        self.tensors = [(f"w{i}", torch.ones(64)) for i in range(count)]
+        self._meta = [ParamMeta(n, t.dtype, tuple(t.shape)) for n, t in self.tensors]
+        self.walked = 0
+
+    def metadata(self):
+        return self._meta
+
+    def __iter__(self):
+        for pair in self.tensors:
+            self.walked += 1
+            yield pair
+
+
+def test_a_failed_broadcast_finishes_the_walk_closes_the_group_and_raises(monkeypatch):
+    """Rank 0 walks every tensor after its broadcast failed (the other learner ranks gather
+    with it), closes the group at once (engines waiting in the broadcast end), then raises."""
+    from common.transport import collective
+
+    closed = []
+    monkeypatch.setattr(
+        collective.GlooTrainerWeightTransferEngine, "close", lambda self: closed.append(1)
+    )
+    source = _CountingSource(10)
+    engine = collective.GlooTrainerWeightTransferEngine(
+        client=collective.DriverPaced(), source=source, is_sender=True
+    )
+    engine.bucket_bytes = 64 * 4  # one tensor per bucket: ten broadcasts
+    engine.group = _BreakingGroup(fails_at=3)
+    with pytest.raises(RuntimeError, match="the broadcast to the engines failed"):
+        engine.send_weights()
+    assert source.walked == 10 and engine.group.calls == 3 and closed == [1]
