@@ -53,12 +53,38 @@ def fsync_dir(directory: str | Path) -> None:
 
 
 def fsync_file(path: str | Path) -> None:
-    """Flush one file's data to disk (whoever wrote it: the page cache is per file)."""
+    """Flush one file's data to disk (whoever wrote it: the page cache is per file); a file
+    system that cannot is tolerated, as by :func:`fsync_dir`."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in _UNSUPPORTED:
+            raise
     finally:
         os.close(fd)
+
+
+_RENAME_EXCHANGE = 2
+
+
+def exchange(first: str | Path, second: str | Path) -> bool:
+    """Swap two existing paths in one step (``renameat2(RENAME_EXCHANGE)``): at no moment is
+    either name missing. False where the kernel or file system cannot (the caller then
+    renames in two steps)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    at_fdcwd = -100
+    result = libc.renameat2(
+        at_fdcwd, os.fsencode(first), at_fdcwd, os.fsencode(second), _RENAME_EXCHANGE
+    )
+    if result == 0:
+        return True
+    if ctypes.get_errno() in (*_UNSUPPORTED, errno.EINVAL, errno.ENOSYS):
+        return False
+    err = ctypes.get_errno()
+    raise OSError(err, os.strerror(err), str(first))
 
 
 def fsync_tree(root: str | Path) -> None:

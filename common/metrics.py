@@ -76,6 +76,13 @@ def _finite(value: float | None) -> float | None:
     return value
 
 
+def mean_present(values: list[float | None]) -> float | None:
+    """The mean of the values that were measured (a step whose every sample was masked has no
+    reward mean); None when none was."""
+    present = [v for v in values if v is not None]
+    return sum(present) / len(present) if present else None
+
+
 def read_metrics(path: str | Path) -> list[dict]:
     """All step records of a run, in order; a last line cut by a crash is left out."""
     return read_jsonl(path)

@@ -12,7 +12,7 @@ the port is never free between being chosen and being served.
 gloo and NCCL open sockets of their own for the data; ``GLOO_SOCKET_IFNAME`` and
 ``NCCL_SOCKET_IFNAME`` (:func:`use_interface`) put them on the same interface. None of this
 traffic is authenticated or encrypted, Ray's token does not cover it: these ports must stay
-inside the cluster's private network (``docs/scaling.md``, "Ports").
+inside the cluster's private network (``docs/network.md``).
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from common.durable import fsync_dir, fsync_tree
+from common.durable import exchange, fsync_dir, fsync_tree
 
 if TYPE_CHECKING:
     from launch.clients import LearnerClient
@@ -107,9 +107,13 @@ def save_checkpoint(
     (partial / DRIVER_STATE).write_text(json.dumps(asdict(state), indent=2) + "\n")
     fsync_tree(partial)  # the learner fsynced its files; this covers ours and the directories
     _reached("state_written")
-    if final.exists():  # the same step saved again (a resumed run stopped at once): replace it
+    if not final.exists():
+        partial.rename(final)
+    elif exchange(partial, final):  # the same step saved again (a resumed run stopped at once)
+        shutil.rmtree(partial)  # now the old one: incomplete by its name, never resumed
+    else:  # no atomic swap here: a moment with neither name complete
         final.rename(final.with_name(final.name + ".pruning"))
-    partial.rename(final)
+        partial.rename(final)
     fsync_dir(root)
     _reached("renamed")
     _point_latest(run_dir, final)

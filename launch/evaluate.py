@@ -334,6 +334,8 @@ def _write(out: Path, records: list[dict], summary: dict) -> None:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
+    from common.config.run import ISOLATION_LEVELS, MIN_ISOLATION_HELP
+
     parser = argparse.ArgumentParser(prog="python -m launch.evaluate", description=__doc__)
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     add = parser.add_argument
@@ -363,9 +365,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     add("--timeout-s", type=float, default=10.0, help="wall-clock limit per completion")
     add(
         "--min-isolation",
-        choices=["full", "namespaces", "rlimits"],
-        default="full",
-        help="the weakest sandbox isolation accepted (sandbox.min_isolation)",
+        choices=ISOLATION_LEVELS,
+        default=ISOLATION_LEVELS[0],
+        help=MIN_ISOLATION_HELP,
     )
     add(
         "--rerank",

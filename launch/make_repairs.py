@@ -180,6 +180,8 @@ def format_counts(counts: dict[str, Counter], rows: list[dict], problems: int) -
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
+    from common.config.run import ISOLATION_LEVELS, MIN_ISOLATION_HELP
+
     parser = argparse.ArgumentParser(
         prog="python -m launch.make_repairs",
         description="Repair tasks from bugs injected into reference solutions.",
@@ -196,9 +198,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=2, help="sandbox workers")
     parser.add_argument(
         "--min-isolation",
-        choices=["full", "namespaces", "rlimits"],
-        default="full",
-        help="the weakest sandbox isolation accepted (sandbox.min_isolation)",
+        choices=ISOLATION_LEVELS,
+        default=ISOLATION_LEVELS[0],
+        help=MIN_ISOLATION_HELP,
     )
     args = parser.parse_args(argv)
     if args.per_problem < 1 or args.limit < 0:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from common.metrics import read_metrics
+from common.metrics import mean_present, read_metrics
 
 
 def plot_rewards(metrics_path: str | Path, out_path: str | Path, window: int = 10) -> Path:
@@ -19,7 +19,8 @@ def plot_rewards(metrics_path: str | Path, out_path: str | Path, window: int = 1
     steps = [r["step"] for r in records]
     # A step without a reward (every sample masked: null) is a gap in the curve, not a 0.
     rewards = [r.get("reward/mean") for r in records]
-    smooth = [_mean(rewards[max(0, i - window + 1) : i + 1]) for i in range(len(rewards))]
+    windows = [mean_present(rewards[max(0, i - window + 1) : i + 1]) for i in range(len(rewards))]
+    smooth = [math.nan if mean is None else mean for mean in windows]  # NaN: a gap
     rewards = [math.nan if r is None else r for r in rewards]
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.plot(steps, rewards, alpha=0.35, label="reward/mean")
@@ -34,9 +35,3 @@ def plot_rewards(metrics_path: str | Path, out_path: str | Path, window: int = 1
     fig.savefig(out_path, dpi=100)
     plt.close(fig)
     return out_path
-
-
-def _mean(values: list[float | None]) -> float:
-    """The mean of the values that exist; NaN (a gap) when none does."""
-    present = [v for v in values if v is not None]
-    return sum(present) / len(present) if present else math.nan

@@ -132,16 +132,19 @@ class RolloutFleet:
         """Wait for the loads :meth:`start_push` queued; an actor that died meanwhile is
         restarted and given the update (see :meth:`push` for what is returned).
 
-        Every wait ends by ``weights.push_timeout_s``: an engine still loading then is killed
-        (Ray restarts it, and it is recovered as a dead one). With the ``collective``
-        transport the learner's broadcast is awaited first: when an engine died, rank 0's
-        broadcast fails and closes the group, which ends the other engines' receives. A
-        broadcast that failed while every engine was fine, or that still runs at the deadline,
-        is a learner failure (:class:`LearnerTransmitError`: the driver restarts the learner).
+        With the ``collective`` transport every wait ends by ``weights.push_timeout_s`` (a
+        group member that hangs holds the others): an engine still loading then is killed (Ray
+        restarts it, and it is recovered as a dead one). The learner's broadcast is awaited
+        first: when an engine died, rank 0's broadcast fails and closes the group, which ends
+        the other engines' receives. A broadcast that failed while every engine was fine, or
+        that still runs at the deadline, is a learner failure (:class:`LearnerTransmitError`:
+        the driver restarts the learner). The object-store transport has no group to hang, and
+        a load may wait behind a generation (async runs): its waits have no deadline.
         """
         import ray
 
-        deadline = time.monotonic() + self.config.weights.push_timeout_s
+        limit = self.config.weights.push_timeout_s if self.transfer is not None else None
+        deadline = time.monotonic() + (limit or 0.0)
         broke = None
         transmits, self._transmits = self._transmits, []
         if self.transfer is not None:
@@ -153,7 +156,8 @@ class RolloutFleet:
         lost, hung = [], []
         for index, ref in pending.items():
             try:
-                loads.append(ray.get(ref, timeout=max(0.0, deadline - time.monotonic())))
+                left = None if limit is None else max(0.0, deadline - time.monotonic())
+                loads.append(ray.get(ref, timeout=left))
             except ray.exceptions.GetTimeoutError:
                 hung.append(index)
             except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):

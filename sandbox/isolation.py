@@ -83,10 +83,13 @@ def _mount(
     check(libc.mount(enc[0], enc[1], enc[2], ctypes.c_ulong(flags), enc[3]), f"mount {target}")
 
 
-def read_only(path: str, flags: int = 0) -> None:
+def read_only(path: str, flags: int = 0, clear: bool = False) -> None:
     """Make the mount at ``path`` read-only (``AT_RECURSIVE`` in ``flags``: every mount below
-    it too) through ``mount_setattr``, which leaves each mount's other flags as they are."""
-    attr = _MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0)
+    it too; ``clear``: writable again) through ``mount_setattr``, which leaves each mount's
+    other flags as they are."""
+    attr = (
+        _MountAttr(0, MOUNT_ATTR_RDONLY, 0, 0) if clear else _MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0)
+    )
     result = libc.syscall(
         SYS_MOUNT_SETATTR, AT_FDCWD, path.encode(), flags, ctypes.byref(attr), ctypes.c_size_t(32)
     )
@@ -163,6 +166,9 @@ def setup_worker(index: int, scratch: str) -> tuple[str, int]:
         _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
         hide_host_files(scratch)
         read_only("/", AT_RECURSIVE)
+        # /proc stays writable here: the zygote writes its id maps through it, where it cannot
+        # mount one of its own (a runtime masking parts of /proc), and makes it read-only then.
+        read_only("/proc", clear=True)
         mount_scratch(scratch, sandbox_uid)
         level = LEVEL_FULL
     except OSError:
@@ -235,7 +241,7 @@ def mount_scratch(scratch: str, owner: int) -> None:
 def mount_own_proc() -> bool:
     """Mount a procfs of the caller's PID namespace on ``/proc``; False if refused. It is
     writable until :func:`lock_down` has written the zygote's id maps through it, and
-    read-only after.
+    read-only after (kept so by the dropped capabilities and the seccomp filter).
 
     Called by the zygote, the namespace's init, in the worker's mount namespace. The host's
     ``/proc`` would show programs every process of the machine with its command line (where
@@ -455,7 +461,9 @@ def lock_down(outer_uid: int) -> int:
         f.write(f"{SANDBOX_ID} {outer_uid} 1\n")
     with open("/proc/self/gid_map", "w") as f:
         f.write(f"{SANDBOX_ID} {outer_uid} 1\n")
-    read_only("/proc")  # writable until now, for the maps; locked read-only from here on
+    # Writable until now, for the maps; read-only from here on. Not kernel-locked (it was
+    # writable when copied into this namespace): no capability and the seccomp filter keep it.
+    read_only("/proc")
     drop_capabilities()
     return SANDBOX_ID
 

@@ -91,7 +91,7 @@ def serve(
         setup = _ChildSetup(scratch, uid, os.open(os.devnull, os.O_RDONLY), not in_namespace)
         pinned, note = _pin_hot_pages(calibration, setup) if calibration else (0, "off")
         lock_note = _lock_down(uid) if full else "the worker has no read-only view"
-        if full:  # children run as we do now: drop_privileges has nothing left to change
+        if full and not lock_note:  # children run as we do: drop_privileges has nothing to do
             setup = setup._replace(uid=os.geteuid())
         in_c = loop is not None and in_namespace
         flags = (b"1" if mounted else b"0") + (b"c" if in_c else b"p")

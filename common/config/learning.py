@@ -299,9 +299,10 @@ class WeightsConfig(Section):
     push_timeout_s: float = Field(
         300.0,
         gt=0,
-        description="the longest a weight push may take: an engine whose load is not done by "
-        "then is killed and restarted by Ray; a learner whose broadcast is not done (a hung "
-        "NCCL group) is restarted from the last checkpoint, as after a rank's death",
+        description="weights.transport = 'collective': the longest a weight push may take: an "
+        "engine whose load is not done by then is killed and restarted by Ray; a learner whose "
+        "broadcast is not done (a hung NCCL group) is restarted from the last checkpoint, as "
+        "after a rank's death",
     )
     parity_probe: int = Field(
         4,

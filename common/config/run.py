@@ -211,6 +211,10 @@ class SelfPlayConfig(Section):
     )
 
 
+ISOLATION_LEVELS = ("full", "namespaces", "rlimits")  # sandbox.min_isolation, strongest first
+MIN_ISOLATION_HELP = "the weakest sandbox isolation accepted (sandbox.min_isolation)"
+
+
 class SandboxConfig(Section):
     num_workers: int = Field(2, ge=1)
     timeout_s: float = Field(10.0, gt=0, description="wall-clock limit for one completion")
@@ -218,7 +222,7 @@ class SandboxConfig(Section):
     memory_mb: int = Field(512, ge=32)
     max_output_bytes: int = Field(64 * 1024, ge=1024)
     cache: bool = True
-    min_isolation: Literal["full", "namespaces", "rlimits"] = Field(
+    min_isolation: Literal[ISOLATION_LEVELS] = Field(
         "full",
         description="the weakest isolation the pool accepts (docs/sandbox.md): 'full' (locked "
         "read-only view, no capabilities, seccomp); 'namespaces' also accepts workers whose "
@@ -244,6 +248,16 @@ class SandboxConfig(Section):
         "this process may use counting from the last, round robin; a list of CPU ids: the "
         "same over those CPUs in that order; 'none': the scheduler places them",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: object) -> object:
+        if isinstance(data, dict) and "allow_unisolated" in data:
+            raise ValueError(
+                "allow_unisolated is now min_isolation: min_isolation = 'rlimits' accepts what "
+                "allow_unisolated = true did (docs/sandbox.md, isolation levels)"
+            )
+        return data
 
     @model_validator(mode="after")
     def _check_cpu_affinity(self) -> SandboxConfig:

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from common.config import Config, ConfigError
+from common.metrics import mean_present
 from launch.bench import timeline
 from launch.bench.workload import (
     build_bench_model,
@@ -141,19 +142,12 @@ def summarize_ours(records: list[dict[str, float]], warmup: int) -> dict[str, An
         "tokens_per_s": tokens / wall_s,
         "rollout_tokens_per_s": statistics.median(r["rollout/tokens_per_s"] for r in measured),
         "response_len_mean": statistics.fmean(r["rollout/response_len_mean"] for r in measured),
-        "reward_mean": _mean_or_none([r["reward/mean"] for r in measured]),
+        "reward_mean": mean_present([r["reward/mean"] for r in measured]),
         # the learner's model FLOP/s: its step's model FLOPs (learner/flops.py) over its time
         "learner_tflops": statistics.median(
             r.get("train/model_tflop", 0.0) / r["time/train_s"] for r in measured
         ),
     }
-
-
-def _mean_or_none(values: list[float | None]) -> float | None:
-    """The mean of the steps that had a reward (a step whose every sample was masked has
-    none); None when no step had one."""
-    present = [v for v in values if v is not None]
-    return statistics.fmean(present) if present else None
 
 
 # ---- output ----------------------------------------------------------------------------------

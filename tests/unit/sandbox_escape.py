@@ -123,6 +123,21 @@ ATTACKS = {
     """,
 }
 
+# The layers under the seccomp filter, seen from inside (the filter refuses each attack above
+# before the lock or the capabilities are reached, so they are checked here directly): no
+# capability in any set, and a user namespace that maps only the sandbox id.
+ATTACKS["capabilities_or_ids_left"] = """
+    def attack():
+        status = dict(l.split(":", 1) for l in open("/proc/self/status").read().splitlines())
+        caps = {k: int(status[k], 16) for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")}
+        ids = open("/proc/self/uid_map").read().split()
+        if any(caps.values()):
+            return f"escaped: capabilities {caps}"
+        if len(ids) != 3 or ids[0] != "1000" or ids[2] != "1":
+            return f"escaped: uid map {ids}"
+        return "refused"
+"""
+
 # The harness can tell an attempt that worked: a write into the scratch directory does.
 CONTROL = """
     def attack():
