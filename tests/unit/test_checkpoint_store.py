@@ -150,3 +150,14 @@ def test_a_new_run_over_an_old_one_never_resumes_its_checkpoints(tmp_path):
     prepare_run_dir(config, overwrite=True)
     with pytest.raises(FileNotFoundError):
         latest_checkpoint(config.run_dir)
+
+
+def test_the_same_step_saved_again_replaces_it_in_one_swap(tmp_path):
+    """A resumed run that stops at once saves its step again: the new files replace the old,
+    through an atomic swap (``common.durable.exchange``), and nothing is left beside them."""
+    first = _save(tmp_path, 3)
+    (first / "marker").write_text("the first save")
+    again = _save(tmp_path, 3)
+    assert again == first and not (again / "marker").exists()
+    assert [p.name for p in again.parent.iterdir()] == [again.name]
+    assert resume_checkpoint(tmp_path).state.step == 3
