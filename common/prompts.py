@@ -93,6 +93,12 @@ def render_problems(problems: list[Problem], template: str, tokenizer) -> list[P
     return [dataclasses.replace(p, prompt=render_prompt(p, resolved, tokenizer)) for p in problems]
 
 
+def special_strings(tokenizer) -> set[str]:
+    """The strings a tokenizer reads as special tokens (``<|im_start|>``, ``<|endoftext|>``,
+    added tokens): text from a program that holds one must never reach a prompt as is."""
+    return {t for t in set(tokenizer.all_special_tokens) | set(tokenizer.get_added_vocab()) if t}
+
+
 def encode_prompt(tokenizer, text: str) -> list[int]:
     """Token ids of a rendered prompt; a chat template already wrote any BOS token itself."""
     bos = getattr(tokenizer, "bos_token", None)

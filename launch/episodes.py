@@ -39,7 +39,7 @@ from dataclasses import dataclass, replace
 
 from common.config import Config, EpisodeConfig
 from common.data import rendered_template
-from common.prompts import build_program, continues_prefix
+from common.prompts import build_program, continues_prefix, special_strings
 from common.types import (
     Completion,
     ExecutionJob,
@@ -93,7 +93,7 @@ class FeedbackWriter:
         self.episode = episode
         self.tokenizer = tokenizer
         self._chat = _chat_frame(tokenizer) if template == "chat" else None
-        self._special = set(tokenizer.all_special_tokens) | set(tokenizer.get_added_vocab())
+        self._special = special_strings(tokenizer)
         self._plain_ids = plain_text_encoder(tokenizer)
 
     def pieces(self, problem: Problem, turn: Completion, message: str) -> list[tuple[str, bool]]:

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from common.config import Config
-from common.prompts import encode_prompt, render_prompt
+from common.prompts import encode_prompt, render_prompt, special_strings
 from common.types import ExecutionResult, Problem, Verdict
 from launch.make_repairs import reference_program, repair_prompt
 from launch.mutations import normalised
@@ -58,7 +58,9 @@ def saboteur_rewards(
     results: list[ExecutionResult], keys: list[str | None], hardness: dict[str, float]
 ) -> list[float | None]:
     """Each saboteur sample's reward: 0 for an invalid bug, ``hardness`` of its bug (by
-    normalised program, ``keys``) when a fixer group measured it, else None (masked)."""
+    normalised program, ``keys``) when a fixer group measured it, else None (masked). A
+    wrong-answer program without a key (one no fixer can be shown, see :func:`_key`) is no
+    valid bug: 0."""
     rewards: list[float | None] = []
     for result, key in zip(results, keys, strict=True):
         if result.verdict is Verdict.INFRA_ERROR:
@@ -66,13 +68,17 @@ def saboteur_rewards(
         elif not is_valid_bug(result):
             rewards.append(0.0)
         else:
-            rewards.append(hardness.get(key) if key is not None else None)
+            rewards.append(hardness.get(key) if key is not None else 0.0)
     return rewards
 
 
-def _key(group: int, program: str) -> str | None:
-    """A bug's identity: its saboteur group and its program without formatting or comments
-    (None for a program the parser gives up on: not a valid bug anyway)."""
+def _key(group: int, program: str, markup: set[str]) -> str | None:
+    """A bug's identity: its saboteur group and its program without formatting or comments.
+    None for a program the parser gives up on (not a valid bug anyway), and for one that holds
+    a special token's string (``markup``): the fixers' prompt would carry it, where the
+    tokenizer reads it as the chat's own markup (a saboteur could write the fixers' prompt)."""
+    if any(piece in program for piece in markup):
+        return None
     try:
         return f"{group}:{normalised(program)}"
     except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -94,6 +100,7 @@ class Saboteur:
         self.template = template
         self.tokenizer = tokenizer
         self.sample = sample
+        self.markup = special_strings(tokenizer)
 
     def _pose(self, problem: Problem, text: str, suffix: str) -> Problem | None:
         """``problem`` with the task text ``text``, rendered; None when it would not leave room
@@ -124,7 +131,7 @@ class Saboteur:
         fix_indices, fix_posed, fix_keys = [], [], []
         keys_of = []
         for position, (index, group) in enumerate(zip(indices, saboteurs, strict=True)):
-            keys = [_key(position, program) for program in group.programs]
+            keys = [_key(position, program, self.markup) for program in group.programs]
             keys_of.append(keys)
             chosen: list[str] = []
             for program, key, result in zip(group.programs, keys, group.results, strict=True):
