@@ -42,20 +42,18 @@ _UNSUPPORTED = {errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOLCK, err
 
 def fsync_dir(directory: str | Path) -> None:
     """Make the directory's entries (a rename, a new file) durable."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    except OSError as exc:
-        if exc.errno not in _UNSUPPORTED:
-            raise
-    finally:
-        os.close(fd)
+    _fsync(directory, os.O_RDONLY | os.O_DIRECTORY)
 
 
 def fsync_file(path: str | Path) -> None:
-    """Flush one file's data to disk (whoever wrote it: the page cache is per file); a file
-    system that cannot is tolerated, as by :func:`fsync_dir`."""
-    fd = os.open(path, os.O_RDONLY)
+    """Flush one file's data to disk (whoever wrote it: the page cache is per file)."""
+    _fsync(path, os.O_RDONLY)
+
+
+def _fsync(path: str | Path, flags: int) -> None:
+    """fsync ``path`` opened with ``flags``; a file system that cannot (some network and FUSE
+    file systems refuse) is tolerated: the data then is as durable as it can be there."""
+    fd = os.open(path, flags)
     try:
         os.fsync(fd)
     except OSError as exc:
