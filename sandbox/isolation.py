@@ -4,10 +4,12 @@ A worker enters new user, network and mount namespaces once at start-up (the use
 namespace maps an unprivileged sandbox uid, so ``RLIMIT_NPROC`` really applies, even when
 the pool runs as root), hides every directory but the operating system's, the interpreter's
 and this package's (``hide_host_files``), makes the whole mount tree read-only and mounts a
-private, size-limited tmpfs as the scratch directory. The worker then serves as PID 1 of its own PID
-namespace (``sandbox/worker.py``), so every process an execution starts, ``setsid`` or not,
-can be found and killed from there. Whatever the kernel refuses is reported as a weaker
-level; the pool refuses to run below namespaces unless the configuration allows it.
+private, size-limited tmpfs as the scratch directory. Its zygote, PID 1 of the worker's PID
+namespace (``sandbox/worker.py``, so every process an execution starts, ``setsid`` or not, can
+be found and killed from there), then locks that view for good (:func:`lock_down`: a second
+user and mount namespace, no capabilities; with the seccomp filter of ``sandbox/seccomp.py``).
+Whatever the kernel refuses is reported as a weaker level; the pool refuses to run below the
+full level unless ``sandbox.min_isolation`` accepts it. docs/sandbox.md has the whole model.
 """
 
 from __future__ import annotations
@@ -23,9 +25,8 @@ CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
+MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x2, 0x4, 0x8
 MS_BIND, MS_REC, MS_PRIVATE = 0x1000, 0x4000, 0x40000
-MNT_DETACH = 0x2
 SYS_MOUNT_SETATTR = 442  # the same number on every architecture (asm-generic table)
 AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = -100, 0x8000, 0x1
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER = 1, 4, 38, 36
