@@ -79,9 +79,9 @@ def exchange(first: str | Path, second: str | Path) -> bool:
     )
     if result == 0:
         return True
-    if ctypes.get_errno() in (*_UNSUPPORTED, errno.EINVAL, errno.ENOSYS):
-        return False
     err = ctypes.get_errno()
+    if err in _UNSUPPORTED:  # EINVAL and ENOSYS among them: no RENAME_EXCHANGE here
+        return False
     raise OSError(err, os.strerror(err), str(first))
 
 
