@@ -13,7 +13,7 @@ float per completion out.
 The text scored is ``prompt + completion``, cut from the *left* to ``max_length`` tokens: the
 score is read at the last token, so the end of the completion must survive truncation. With
 ``step_split`` set every prefix ``prompt + steps[:i+1]`` is scored and the step scores are
-aggregated (``common.rewards.steps``).
+aggregated (``algorithm.rewards.steps``).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import logging
 import re
 from pathlib import Path
 
-from common.rewards.config import ScorerOptions
-from common.rewards.steps import aggregate_steps, step_prefixes
+from algorithm.rewards.steps import aggregate_steps, step_prefixes
+from common.config.rewards import ScorerOptions
 
 logger = logging.getLogger(__name__)
 

@@ -59,9 +59,9 @@ class Completion:
     finish_reason: str
     weight_version: int
     temperature: float | None = None  # the request's own sampling temperature, if it had one
-    #: A multi-turn episode (``launch.episodes``): ``token_ids`` are every turn's tokens with the
-    #: feedback between them, and this marks the model's own (1) against the feedback (0), which
-    #: is not trained on. None: a single turn, every token the model's.
+    #: A multi-turn episode (``launch.loop.episodes``): ``token_ids`` are every turn's tokens
+    #: with the feedback between them, and this marks the model's own (1) against the feedback
+    #: (0), which is not trained on. None: a single turn, every token the model's.
     loss_mask: list[int] | None = None
     turns: int = 1
 

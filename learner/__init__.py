@@ -1,7 +1,7 @@
 """The learner role: GRPO loss math, chunked logprobs, and the ``Learner`` that trains the policy.
 
 - ``grpo``: pure functions (KL estimators, TIS weights, the clipped loss); advantages are the
-  driver's (``launch.advantage``).
+  driver's (``algorithm.advantage``).
 - ``logprobs``: completion-token logprobs without materialising full logits.
 - ``batching``: samples to right-padded micro-batches under a token budget.
 - ``policy``: building the policy (dtype / mixed precision, checkpointing, LoRA).
@@ -14,7 +14,7 @@
 Importing this package needs only torch; transformers and peft load when a ``Learner`` is built.
 """
 
-from learner.grpo import grpo_loss, kl_divergence, sequence_kl, tis_weights
+from algorithm.loss import grpo_loss, kl_divergence, sequence_kl, tis_weights
 from learner.learner import Learner
 from learner.logprobs import completion_logprobs
 

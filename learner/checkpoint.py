@@ -73,7 +73,7 @@ def save_training_state(
         torch.save(optimizer.state_dict(), out / OPTIMIZER_FILE)
     if ranks.rank == 0:
         (out / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
-    # On disk before the driver marks the checkpoint complete (``launch/checkpoint.py``):
+    # On disk before the driver marks the checkpoint complete (``launch/loop/checkpoint.py``):
     # rank 0 its files (and, after dcp's collective save, every shard it can reach), every
     # other rank its own shard, which may be on another machine's view of a shared disk.
     fsync_tree(out if ranks.rank == 0 else out / SHARDED_OPTIMIZER_DIR)

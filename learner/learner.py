@@ -27,6 +27,8 @@ import torch
 from torch import Tensor
 from torch.nn.utils import clip_grad_norm_
 
+from algorithm.kl_control import KlControl
+from algorithm.loss import Aggregation, grpo_loss, sequence_kl
 from common.config import LearnerConfig
 from common.transport import DEFAULT_BUCKET_BYTES, make_sender, transport_for
 from common.types import ProcessGroupSpec, TrainSample, WeightUpdate
@@ -41,8 +43,6 @@ from learner.batching import (
 from learner.epochs import MetricMeans, MicroBatchSums, split_mini_batches
 from learner.export import export_metadata, export_state_dict, iter_export
 from learner.flops import forward_flops, model_config_shape, step_flops
-from learner.grpo import Aggregation, grpo_loss, sequence_kl
-from learner.kl_control import KlControl
 from learner.logprobs import can_share_prompts, completion_logprobs
 from learner.policy import (
     autocast,
@@ -214,7 +214,7 @@ class Learner:
 
     @property
     def beta(self) -> float:
-        """The KL coefficient of the next train step (``learner.kl_control`` moves it)."""
+        """The KL coefficient of the next train step (``algorithm.kl_control`` moves it)."""
         return self.kl_control.beta
 
     @property
@@ -301,7 +301,7 @@ class Learner:
         tokens, for ``kl_in = "reward"``.
 
         The driver subtracts ``beta * kl`` from each reward before normalising advantages
-        (``launch.advantage.kl_penalised_rewards``); the batch's per-token KL is what an
+        (``algorithm.advantage.kl_penalised_rewards``); the batch's per-token KL is what an
         adaptive beta steers by after the next train step. Zeros when beta = 0: no reference.
         """
         validate_samples(samples)

@@ -1,11 +1,11 @@
 """Execution reward: a verdict becomes a scalar, or ``None`` when the pool itself broke.
 
-The function lives with the other reward terms in ``common.rewards`` (roles import ``common``,
+The function lives with the other reward terms in ``algorithm.rewards`` (roles import ``common``,
 never the other way round); it is re-exported here, where the sandbox's callers look for it.
 """
 
 from __future__ import annotations
 
-from common.rewards.terms import execution_reward
+from algorithm.rewards.terms import execution_reward
 
 __all__ = ["execution_reward"]

@@ -16,7 +16,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="session")
 def tiny_model_path(tmp_path_factory) -> str:
     """A random tiny Qwen2 (tied embeddings, like Qwen2.5) with its locally trained tokenizer."""
-    from common.tiny_model import build_tiny_model
+    from launch.data.tiny_model import build_tiny_model
 
     return str(build_tiny_model(tmp_path_factory.mktemp("models") / "tiny"))
 

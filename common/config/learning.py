@@ -13,7 +13,7 @@ from common.config.base import Section
 
 class KalmanConfig(Section):
     """The per-problem running baseline (``advantage.baseline = "kalman"``; see
-    ``launch.advantage.kalman``)."""
+    ``algorithm.advantage.kalman``)."""
 
     process_noise: float = Field(
         0.01, ge=0, description="Q: variance a problem's mean reward drifts by per step"
@@ -29,7 +29,7 @@ class KalmanConfig(Section):
 
 
 class AdvantageConfig(Section):
-    """From a step's rewards to each sample's advantage (``launch.advantage``)."""
+    """From a step's rewards to each sample's advantage (``algorithm.advantage``)."""
 
     baseline: Literal["group_mean", "kalman"] = Field(
         "group_mean", description="group_mean: GRPO; kalman: a per-problem running estimate"

@@ -14,6 +14,7 @@ from common.config.learning import (
     RayConfig,
     WeightsConfig,
 )
+from common.config.rewards import RewardConfig
 from common.config.run import (
     DataConfig,
     EpisodeConfig,
@@ -25,7 +26,6 @@ from common.config.run import (
     SelfPlayConfig,
 )
 from common.config.toml_writer import dump_toml
-from common.rewards.config import RewardConfig
 
 
 class Config(Section):

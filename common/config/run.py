@@ -28,7 +28,7 @@ class RunConfig(Section):
     save_rollouts: bool = Field(
         True,
         description="every trained completion, its program, verdicts, rewards and advantage "
-        "in <run>/rollouts/ (launch/rollouts.py reads them)",
+        "in <run>/rollouts/ (launch/loop/rollouts.py reads them)",
     )
     rollouts_file_mib: float = Field(
         64, gt=0, description="a rollout file past this size is gzipped and a new one started"
@@ -168,7 +168,7 @@ class EpisodeConfig(Section):
         1,
         ge=1,
         description="turns per episode: after a failing turn the sandbox's feedback is appended "
-        "and the model tries again (launch/episodes.py); 1: single-shot",
+        "and the model tries again (launch/loop/episodes.py); 1: single-shot",
     )
     reward: Literal["final", "first_success_discounted"] = Field(
         "final",
@@ -197,7 +197,7 @@ class SelfPlayConfig(Section):
     saboteur: bool = Field(
         False,
         description="the policy also plays saboteur: part of each step's prompts ask it to "
-        "break a correct program (launch/saboteur.py), and its valid bugs become repair "
+        "break a correct program (launch/loop/saboteur.py), and its valid bugs become repair "
         "prompts for the same step's fixer groups",
     )
     saboteur_prompts: int = Field(

@@ -17,7 +17,7 @@ and the learner's :meth:`CollectiveSender.transmit` at the same time, and they m
 broadcast. The :class:`WeightUpdate` the learner returns is metadata only (names, dtypes,
 shapes, version); the tensors never enter Ray's object store.
 
-The group is formed once the actors are up (``launch/weight_sync.py``): rank 0 of the learner
+The group is formed once the actors are up (``launch/fleet/weight_sync.py``): rank 0 of the learner
 at group rank 0, engine ``i``'s workers after it (``1 + i * tensor_parallel_size``).
 """
 

@@ -86,8 +86,8 @@ def measure_through_ray(
 
     from actor.rollout_worker import RolloutWorker
     from common.config import Config, LearnerConfig, ModelConfig
-    from launch.actors import actor_options
     from launch.bench.workload import connect_own
+    from launch.fleet.actors import actor_options
     from learner.bench.perturb import PerturbableLearner
 
     connect_own(Config())

@@ -1,7 +1,7 @@
 """Step-time benchmark: ``python -m launch.bench --config FILE [--steps K] [--vs-trl]``.
 
 Runs K training steps of a config through the real system (the same config loading, fleet and
-:class:`launch.driver.Driver` as ``launch.train``), excludes the first ``warmup`` steps, and
+:class:`launch.loop.driver.Driver` as ``launch.train``), excludes the first ``warmup`` steps, and
 prints
 
 - the step-time breakdown (``time/rollout_s``, ``time/reward_s``, ``time/train_s``,
@@ -41,7 +41,6 @@ from pathlib import Path
 from typing import Any
 
 from common.config import Config, ConfigError
-from common.metrics import mean_present
 from launch.bench import timeline
 from launch.bench.workload import (
     build_bench_model,
@@ -49,6 +48,7 @@ from launch.bench.workload import (
     load_bench_config,
     model_parameters,
 )
+from launch.loop.metrics import mean_present
 from learner.flops import learner_peak_flops
 
 logger = logging.getLogger("launch.bench")
@@ -62,9 +62,9 @@ def run_ours(
     import ray
     from transformers import AutoTokenizer
 
-    from common.data import load_problems
-    from launch.driver import Driver
-    from launch.fleet import start_fleet
+    from launch.data.problems import load_problems
+    from launch.fleet.fleet import start_fleet
+    from launch.loop.driver import Driver
     from launch.train import prepare_run_dir
 
     run_dir = prepare_run_dir(config, overwrite=True)
@@ -290,8 +290,8 @@ def main(argv: list[str] | None = None) -> int:
     print(timeline.format_predictions(predictions, config.rollout.batch_size))
 
     if args.vs_trl:
-        from common.data import load_problems
         from launch.bench.trl import run_trl, summarize_trl
+        from launch.data.problems import load_problems
 
         problems = load_problems(config.data)
         trl_dir = config.run_dir / "trl"

@@ -89,7 +89,7 @@ def build_bench_model(root: str | Path, spec: dict[str, Any]) -> Path:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from common.tiny_model import build_tokenizer
+    from launch.data.tiny_model import build_tokenizer
 
     path = Path(root) / "_models" / spec["name"]
     marker = path / "bench_model.json"
@@ -127,13 +127,13 @@ def build_bench_model(root: str | Path, spec: dict[str, Any]) -> Path:
 def connect_own(config: Config) -> None:
     """A Ray cluster of our own unless an address is given.
 
-    ``launch.cluster.connect`` joins any cluster already running on the machine; on a shared
+    ``launch.fleet.cluster.connect`` joins any cluster already running on the machine; on a shared
     machine that would put the benchmark's actors on someone else's cluster (and its load on
     ours), so without ``ray.address`` / ``RAY_ADDRESS`` the benchmark starts a private one.
     """
     import ray
 
-    from launch.cluster import ACTOR_ENV, PROJECT_ROOT, connect
+    from launch.fleet.cluster import ACTOR_ENV, PROJECT_ROOT, connect
 
     if config.ray.address or os.environ.get("RAY_ADDRESS"):
         connect(config.ray)

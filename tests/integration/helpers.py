@@ -49,7 +49,7 @@ def before_steps(actions: dict[int, Callable[[Any], None]]) -> Iterator[None]:
     chose, never raced against a run that may already be further along."""
     import pytest
 
-    from launch.driver import Driver
+    from launch.loop.driver import Driver
 
     step = Driver.step
 
@@ -73,7 +73,7 @@ def private_ray(num_cpus: int = 2) -> Iterator[None]:
     ("auto" could join, and be stopped with, another run's cluster)."""
     import ray
 
-    from launch.cluster import ACTOR_ENV, PROJECT_ROOT
+    from launch.fleet.cluster import ACTOR_ENV, PROJECT_ROOT
 
     started_here = not ray.is_initialized()
     if started_here:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from launch import evaluate
+from launch.tools import evaluate
 
 pytestmark = pytest.mark.integration
 

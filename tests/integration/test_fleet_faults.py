@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from launch.control import request_resize
+from launch.loop.control import request_resize
 from tests.integration.helpers import before_steps, crash_and_wait, read_jsonl, short_config
 
 pytestmark = pytest.mark.integration

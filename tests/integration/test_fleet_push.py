@@ -71,7 +71,7 @@ def _stand_in_fleet():
     """A fleet of one restartable :class:`SlowLoader` on a private cluster: (fleet, actor)."""
     import ray
 
-    from launch.rollout_fleet import RolloutFleet
+    from launch.fleet.rollout_fleet import RolloutFleet
 
     with private_ray():
         actor = _restartable(SlowLoader)
@@ -114,7 +114,7 @@ def test_real_engine_restarted_after_a_push_generates_from_the_pushed_weights(
     import ray
 
     from common.config import LearnerConfig
-    from launch.rollout_fleet import RolloutFleet
+    from launch.fleet.rollout_fleet import RolloutFleet
     from learner.bench.perturb import PerturbableLearner
 
     config = short_config(tmp_path, "stale-engine", tiny_model_path, 1)
@@ -160,7 +160,7 @@ def test_collective_push_from_two_learner_ranks_reaches_both_engines(tiny_model_
     push runs into weights.push_timeout_s."""
     import ray
 
-    from launch.fleet import start_fleet
+    from launch.fleet.fleet import start_fleet
 
     config = short_config(
         tmp_path, "collective", tiny_model_path, 1,

@@ -1,6 +1,6 @@
 """A training step meets the programs of issue 33 and still gets its rewards.
 
-Built as ``launch.train`` builds it: the sandbox pool is a Ray actor (``launch.actors
+Built as ``launch.train`` builds it: the sandbox pool is a Ray actor (``launch.fleet.actors
 .start_sandbox``, behind ``SandboxClient``) and ``GroupCollector`` takes a step's groups through
 it and the reward, the path ``Driver.step`` calls. Only the rollout fleet is scripted: its
 completions are the programs a policy under RL pressure may write (huge ints, deep, huge,
@@ -15,8 +15,8 @@ import pytest
 
 from common.config import Config
 from common.types import Completion, Problem, Verdict
-from launch.actors import start_sandbox
-from launch.groups import GroupCollector
+from launch.fleet.actors import start_sandbox
+from launch.loop.groups import GroupCollector
 from tests.integration.helpers import private_ray
 from tests.unit.sandbox_helpers import GOOD_F
 from tests.unit.test_sandbox_hostile_values import RETURNS, WRITE, WRITES

@@ -37,7 +37,7 @@ def _samples(n: int) -> list[TrainSample]:
 def test_control_group_sets_the_threads_of_the_next_train_step(tiny_model_path):
     import ray
 
-    from launch.actors import learner_actor_class
+    from launch.fleet.actors import learner_actor_class
 
     with private_ray():
         learner = (

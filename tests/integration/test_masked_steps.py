@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from launch.checkpoint import load_driver_state
+from launch.loop.checkpoint import load_driver_state
 from tests.integration.helpers import REPO, read_jsonl, run_module
 
 pytestmark = pytest.mark.integration

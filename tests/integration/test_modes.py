@@ -41,7 +41,7 @@ from pathlib import Path
 
 import pytest
 
-from launch.rollouts import read_rollouts
+from launch.loop.rollouts import read_rollouts
 from learner.schedule import learning_rate
 from tests.integration.helpers import REPO, read_jsonl, run_module
 
@@ -161,7 +161,7 @@ def test_mbpp_with_long_prompts_trains_and_evaluates(tmp_path, tiny_model_path):
     assert [m["train/lr"] for m in metrics] == pytest.approx(lrs, rel=1e-12)
     assert all("advantage/tie_noise_frac" in m for m in metrics)
 
-    from common.rewards.scorer import build_tiny_scorer
+    from launch.fleet.scorer import build_tiny_scorer
 
     out = tmp_path / "eval"
     verifier = build_tiny_scorer(tmp_path / "verifier", num_labels=2)
@@ -215,7 +215,7 @@ def test_lora_merged_kl_in_reward_dynamic_sampling_resumed(tmp_path, tiny_model_
     args = [
         "--learner.kl_in", "reward",
         "--learner.beta", "0.04",
-        "--learner.kl_control", "linear",
+        "--algorithm.kl_control", "linear",
         "--learner.beta_final", "0.02",
         "--advantage.dynamic_sampling", "true",
         "--advantage.max_sampling_rounds", "2",
@@ -272,7 +272,7 @@ options = {{ run_dir = "{run_dir}" }}
         "--run.steps", "3",
         "--weights.bucket_mib", "0.125",
         "--weights.transport", "collective",
-        "--learner.kl_control", "adaptive",
+        "--algorithm.kl_control", "adaptive",
         "--learner.ratio_level", "sequence",
         "--selfplay.saboteur", "true",
         "--selfplay.saboteur_prompts", "1",
@@ -370,7 +370,7 @@ def _check_saboteur(run_dir: Path, metrics: list[dict]) -> None:
 def test_parity_probe_rises_when_a_push_is_skipped(tmp_path, tiny_model_path, monkeypatch):
     """Step 2's update never reaches the engines (they reload step 1's): the probe must see it,
     and step 3's push must close the gap again."""
-    from launch.rollout_fleet import RolloutFleet
+    from launch.fleet.rollout_fleet import RolloutFleet
     from launch.train import train
     from tests.integration.helpers import short_config
 

@@ -1,5 +1,5 @@
-"""The learned scorer as a Ray actor: started by ``launch.actors.start_scorers``, scored through
-its term."""
+"""The learned scorer as a Ray actor: started by ``launch.fleet.actors.start_scorers``, scored
+through its term."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from types import SimpleNamespace
 import pytest
 
 from actor.scorer import RewardScorer
-from common.rewards import RewardConfig, RewardInput, ScorerTerm, build_tiny_scorer
+from algorithm.rewards import RewardConfig, RewardInput
 from common.types import ExecutionResult, Problem, Verdict
+from launch.fleet.scorer import ScorerTerm, build_tiny_scorer
 from tests.integration.helpers import private_ray
 
 pytestmark = pytest.mark.integration
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.integration
 def test_scorer_actor_scores_like_the_local_class(tmp_path):
     import ray
 
-    from launch.actors import start_scorers
+    from launch.fleet.actors import start_scorers
 
     start = time.monotonic()
     build_tiny_scorer(tmp_path / "_models" / "tiny-scorer")  # what builtin:tiny-scorer resolves to

@@ -10,7 +10,7 @@ import tempfile
 import pytest
 
 from common.config import load_config
-from common.metrics import read_metrics
+from launch.loop.metrics import read_metrics
 
 pytestmark = pytest.mark.integration
 

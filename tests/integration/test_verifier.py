@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from common.tasks import synthetic_problem
-from launch.rollouts import RolloutWriter
+from launch.data.tasks import synthetic_problem
+from launch.loop.rollouts import RolloutWriter
 
 pytestmark = pytest.mark.integration
 
@@ -26,8 +26,8 @@ def test_process_verifier_labels_steps_through_the_engine_and_sandbox(
     tiny_model_path, tmp_path, capsys
 ):
     from actor.scorer import RewardScorer
-    from common.rewards.config import ScorerOptions
-    from launch.train_verifier import main
+    from common.config.rewards import ScorerOptions
+    from launch.tools.train_verifier import main
 
     rows = []
     for target in range(6):  # two steps each: the answer, then a line of dead code

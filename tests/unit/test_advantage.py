@@ -6,7 +6,7 @@ import statistics
 
 import torch
 
-from launch.advantage import group_advantages, kl_penalised_rewards, masked_group_advantages
+from algorithm.advantage import group_advantages, kl_penalised_rewards, masked_group_advantages
 
 
 def _reference(rewards: list[float], eps: float) -> list[float]:

@@ -1,5 +1,5 @@
 """The layout's rules, checked on the source: no import cycle in ``launch/``, every actor of a
-run created in ``launch/actors.py``, and roles that never import each other."""
+run created in ``launch/fleet/actors.py``, and roles that never import each other."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def test_every_actor_of_a_run_is_created_in_launch_actors():
                 if call and node.func.attr == "remote" and ast.unparse(node.func.value) == "ray":
                     creators.add(path.relative_to(REPO_ROOT))
     product = {str(path) for path in creators if BENCH not in path.parts}
-    assert product == {"launch/actors.py"}
+    assert product == {"launch/fleet/actors.py"}
 
 
 def test_roles_import_common_never_each_other():

@@ -2,7 +2,7 @@
 checkpoint for resume to find; old checkpoints go only once a newer one is complete.
 
 The kills are deterministic: the save runs in a subprocess whose environment names the stage
-where it calls ``os._exit`` (``launch.checkpoint.CRASH_ENV``), as a SIGKILL there would."""
+where it calls ``os._exit`` (``launch.loop.checkpoint.CRASH_ENV``), as a SIGKILL there would."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from launch.checkpoint import (
+from launch.loop.checkpoint import (
     CRASH_ENV,
     CRASH_STATUS,
     SAVE_STAGES,

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from launch.control import CONTROL_FILE, MAX_BYTES, MAX_ROLLOUT_ACTORS, ControlFile, main
+from launch.loop.control import CONTROL_FILE, MAX_BYTES, MAX_ROLLOUT_ACTORS, ControlFile, main
 
 
 def test_a_request_is_read_once(tmp_path, capsys):

@@ -7,14 +7,14 @@ from collections import Counter
 
 import pytest
 
-from common.curriculum import (
+from common.types import Problem
+from launch.data.curriculum import (
     EasyToHardCurriculum,
     FailureFocusedCurriculum,
     make_curriculum,
     weighted_sample,
 )
-from common.data import PromptSampler
-from common.types import Problem
+from launch.data.problems import PromptSampler
 
 PROBLEMS = [
     Problem(str(i), f"p{i}", ("assert True",), reference_solution="x" * i) for i in range(20)

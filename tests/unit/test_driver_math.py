@@ -6,10 +6,10 @@ import math
 
 import pytest
 
-from common.data import PromptSampler
+from algorithm.advantage import masked_group_advantages, zero_std_fraction
 from common.prompts import build_program, extract_code
-from common.tasks import synthetic_problem
-from launch.advantage import masked_group_advantages, zero_std_fraction
+from launch.data.problems import PromptSampler
+from launch.data.tasks import synthetic_problem
 
 
 def test_advantages_are_normalised_per_group_by_hand():
@@ -70,7 +70,7 @@ def test_grafana_dashboard_queries_metrics_the_driver_exports():
     import json
     from pathlib import Path
 
-    from launch.telemetry import prometheus_name
+    from launch.loop.telemetry import prometheus_name
 
     dashboard = json.loads(
         (Path(__file__).parents[2] / "launch/grafana_dashboard.json").read_text()
@@ -82,7 +82,7 @@ def test_grafana_dashboard_queries_metrics_the_driver_exports():
 
 
 def test_placement_bundles_hold_exactly_the_actor_resources():
-    from launch.actors import bundle
+    from launch.fleet.actors import bundle
 
     assert bundle(1.0, 0.0) == {"CPU": 1.0}
     assert bundle(0.0, 1.0) == {"GPU": 1.0}

@@ -20,7 +20,7 @@ from common.durable import (
     read_jsonl,
     repair_tail,
 )
-from common.metrics import MetricsLog, read_metrics
+from launch.loop.metrics import MetricsLog, read_metrics
 from tests.conftest import REPO_ROOT
 
 ROWS = [{"step": 1, "reward/mean": 0.5}, {"step": 2, "reward/mean": 0.25}]

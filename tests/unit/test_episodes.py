@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from common.config import Config, EpisodeConfig, LearnerConfig
-from common.tasks import hidden_problem
 from common.types import Completion, ExecutionResult, Problem, TrainSample, Verdict
-from launch.episodes import (
+from launch.data.tasks import hidden_problem
+from launch.loop.episodes import (
     Episode,
     EpisodeRunner,
     FeedbackWriter,
@@ -179,7 +179,7 @@ def test_chat_feedback_is_a_user_turn_that_opens_the_next_answer(tiny_tokenizer)
 
 @pytest.fixture(scope="module")
 def tiny_tokenizer():
-    from common.tiny_model import build_tokenizer
+    from launch.data.tiny_model import build_tokenizer
 
     return build_tokenizer()
 

@@ -7,12 +7,12 @@ import math
 import pytest
 import torch
 
-from launch.advantage import (
+from algorithm.advantage import (
     group_advantages,
     kl_penalised_rewards,
     zero_std_fraction,
 )
-from learner.grpo import grpo_loss, kl_divergence, sequence_kl, tis_weights
+from algorithm.loss import grpo_loss, kl_divergence, sequence_kl, tis_weights
 
 # Three groups of G=4: mixed, uniform (0.1 is not exact in binary), one outlier.
 REWARDS = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.1, 0.1, 0.1, 0.1, 0.0, 0.0, 0.0, 2.0])

@@ -73,7 +73,7 @@ def test_precomputed_reference_equals_frozen_copy(tied_model):
 
 
 def test_kl_in_reward(tied_model):
-    from learner.grpo import kl_divergence
+    from algorithm.loss import kl_divergence
 
     samples = _samples()
     learner = PerturbableLearner(tied_model, _config(beta=0.05, kl_in="reward", kl_estimator="k1"))

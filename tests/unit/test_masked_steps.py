@@ -1,5 +1,6 @@
 """Steps with nothing to train on: their reward means are null in every metrics sink, they are
-counted in a row, and ``run.max_masked_steps`` of them stop the run (``launch.masked_steps``)."""
+counted in a row, and ``run.max_masked_steps`` of them stop the run
+(``launch.loop.masked_steps``)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,12 @@ from types import SimpleNamespace
 import pytest
 
 from common.config import Config
-from common.metrics import MetricsLog, read_metrics
 from common.types import Completion, ExecutionResult, Problem, Verdict
-from launch.driver import Driver, StepTimer
-from launch.groups import GroupCollector
-from launch.masked_steps import MaskedStepLimit, is_masked, masked_cause
-from launch.telemetry import DashboardMetrics, Telemetry, gauge_values
+from launch.loop.driver import Driver, StepTimer
+from launch.loop.groups import GroupCollector
+from launch.loop.masked_steps import MaskedStepLimit, is_masked, masked_cause
+from launch.loop.metrics import MetricsLog, read_metrics
+from launch.loop.telemetry import DashboardMetrics, Telemetry, gauge_values
 from tests.unit.test_rewards_collector import FakeRollout
 
 INFRA = ExecutionResult(Verdict.INFRA_ERROR, 0, 1, [], 0.0, "sandbox worker died")
@@ -153,7 +154,7 @@ def test_gauges_go_to_nan_and_tensorboard_gets_no_point(tmp_path):
 
 
 def test_the_reward_curve_leaves_a_gap_for_a_step_without_reward(tmp_path):
-    from launch.plot import plot_rewards
+    from launch.loop.plot import plot_rewards
 
     path = tmp_path / "metrics.jsonl"
     rows = [{"step": 1, "reward/mean": 0.25}, {"step": 2, "reward/mean": None}]

@@ -8,10 +8,10 @@ import math
 import pytest
 import torch
 
+from algorithm.advantage import tie_noise
+from algorithm.kl_control import KlControl
+from algorithm.loss import grpo_loss
 from common.config import ConfigError, LearnerConfig, load_config
-from launch.advantage import tie_noise
-from learner.grpo import grpo_loss
-from learner.kl_control import KlControl
 from learner.learner import Learner
 from learner.schedule import learning_rate
 from tests.unit.test_learner_step import _BASE, _samples, _save_tiny_qwen2

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from launch.pipeline import (
+from launch.loop.pipeline import (
     Batch,
     OnDemandBatches,
     PipelinedBatches,

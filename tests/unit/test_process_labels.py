@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from common.tasks import synthetic_problem
 from common.types import Completion, ExecutionResult, Verdict
-from launch.process_labels import mc_step_labels
+from launch.data.tasks import synthetic_problem
+from launch.tools.process_labels import mc_step_labels
 
 #: What the stub policy writes after any prefix, sample by sample: two of four are "bad".
 CONTINUATIONS = ["    x = 1\n", "bad\n", "    pass\n", "bad"]

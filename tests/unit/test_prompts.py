@@ -139,7 +139,7 @@ def test_mbpp_chat_program_is_the_extracted_code():
 
 
 def test_real_chat_template_of_the_tiny_tokenizer():
-    from common.tiny_model import build_tokenizer
+    from launch.data.tiny_model import build_tokenizer
 
     tokenizer = build_tokenizer()
     (rendered,) = render_problems([MBPP], "auto", tokenizer)

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from launch.mutations import OPERATORS, count_sites, mutate, normalised
+from launch.data.mutations import OPERATORS, count_sites, mutate, normalised
 from tests.unit.test_sandbox_mbpp import DATA
 
 SOURCE = """def f(xs, k):
@@ -58,7 +58,7 @@ def test_sites_are_counted_and_every_one_is_reachable():
 def test_repairs_from_mbpp_are_bugs_the_sandbox_confirms(tmp_path, capsys):
     from common.config import SandboxConfig
     from common.datasets import load_dataset, parse_generic_row
-    from launch.make_repairs import main
+    from launch.tools.make_repairs import main
     from sandbox.pool import SandboxPool
 
     out = tmp_path / "repairs.jsonl"

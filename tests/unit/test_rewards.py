@@ -6,8 +6,8 @@ import textwrap
 
 import pytest
 
-from common.config import KalmanConfig
-from common.rewards import (
+from algorithm.advantage import KalmanBaseline, kalman_advantages
+from algorithm.rewards import (
     ComposedReward,
     RewardConfig,
     RewardInput,
@@ -23,9 +23,9 @@ from common.rewards import (
     step_prefixes,
     term_metrics,
 )
-from common.rewards.config import term_options
+from common.config import KalmanConfig
+from common.config.rewards import term_options
 from common.types import ExecutionResult, Problem, Verdict
-from launch.advantage import KalmanBaseline, kalman_advantages
 
 PROBLEM = Problem("p", "Write add.", ("assert add(1, 2) == 3",))
 PREFIX_PROBLEM = Problem(

@@ -6,10 +6,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from algorithm.rewards import RewardConfig, execution_reward
 from common.config import Config
-from common.rewards import RewardConfig, execution_reward
 from common.types import Completion, ExecutionResult, Problem, Verdict
-from launch.groups import GroupCollector
+from launch.loop.groups import GroupCollector
 
 RESULTS = [
     ExecutionResult(Verdict.PASSED, 4, 4),
@@ -35,7 +35,7 @@ class FakeRollout:
 
 
 class FakeSandbox:
-    """Stands in for ``launch.clients.SandboxClient``."""
+    """Stands in for ``launch.fleet.clients.SandboxClient``."""
 
     def run(self, jobs, stop_at_first_failure):
         return RESULTS * (len(jobs) // 4)

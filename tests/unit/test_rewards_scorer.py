@@ -5,15 +5,14 @@ from __future__ import annotations
 import pytest
 
 from actor.scorer import RewardScorer
-from common.rewards import (
+from algorithm.rewards import (
     RewardConfig,
     RewardInput,
     ScorerOptions,
-    ScorerTerm,
     build_reward,
-    build_tiny_scorer,
 )
 from common.types import ExecutionResult, Problem, Verdict
+from launch.fleet.scorer import ScorerTerm, build_tiny_scorer
 
 PROMPTS = ["# Return 7.\ndef answer():\n    return", "# Return 3.\ndef answer():\n    return"]
 COMPLETIONS = [" 7\n", " x = 1\ny = 2\n\nreturn y"]

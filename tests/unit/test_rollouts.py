@@ -9,8 +9,8 @@ import json
 import pytest
 
 from common.types import Completion, ExecutionResult, Problem, Verdict
-from launch.groups import Group
-from launch.rollouts import RolloutWriter, read_rollouts, rollout_files, step_rows
+from launch.loop.groups import Group
+from launch.loop.rollouts import RolloutWriter, read_rollouts, rollout_files, step_rows
 
 
 def _rows(step: int, n: int = 3, tag: str = "") -> list[dict]:

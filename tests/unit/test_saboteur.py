@@ -8,10 +8,10 @@ from types import SimpleNamespace
 import pytest
 
 from common.config import Config
-from common.tasks import synthetic_problems
 from common.types import Completion, ExecutionResult, Verdict
-from launch.groups import Group
-from launch.saboteur import METRICS, Saboteur, is_valid_bug, saboteur_rewards
+from launch.data.tasks import synthetic_problems
+from launch.loop.groups import Group
+from launch.loop.saboteur import METRICS, Saboteur, is_valid_bug, saboteur_rewards
 
 WRONG = ExecutionResult(Verdict.FAILED, 1, 4, [Verdict.PASSED, Verdict.FAILED])
 CRASH = ExecutionResult(Verdict.RUNTIME_ERROR, 0, 4, [Verdict.RUNTIME_ERROR])
@@ -132,7 +132,7 @@ def test_a_prompt_without_room_for_an_answer_is_not_posed(tiny_tokenizer):
 
 @pytest.fixture(scope="module")
 def tiny_tokenizer():
-    from common.tiny_model import build_tokenizer
+    from launch.data.tiny_model import build_tokenizer
 
     return build_tokenizer()
 
@@ -171,7 +171,7 @@ class JudgeSeven:
 def test_the_collector_poses_saboteur_and_fixer_groups_in_the_step(monkeypatch, tiny_tokenizer):
     import ray
 
-    from launch.groups import GroupCollector
+    from launch.loop.groups import GroupCollector
 
     monkeypatch.setattr(ray, "get", lambda value: value)
     config = Config.model_validate(

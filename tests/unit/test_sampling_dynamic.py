@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from launch.advantage import GroupAccumulator, dynamic_sample, is_informative
+from algorithm.advantage import GroupAccumulator, dynamic_sample, is_informative
 
 
 def test_is_informative():

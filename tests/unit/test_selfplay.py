@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from launch.selfplay import read_rounds, repair_quota, weakness_profile
+from launch.tools.selfplay import read_rounds, repair_quota, weakness_profile
 
 
 def _record(task: str, verdict: str) -> dict:

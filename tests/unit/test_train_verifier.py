@@ -8,8 +8,8 @@ import math
 
 import pytest
 
-from launch.rollouts import RolloutWriter
-from launch.train_verifier import (
+from launch.loop.rollouts import RolloutWriter
+from launch.tools.train_verifier import (
     VerifierError,
     auc,
     calibration,
@@ -85,7 +85,7 @@ def test_examples_are_distinct_programs_without_infra_errors():
 
 def test_a_verifier_trained_on_fixed_records_loads_as_a_scorer(tiny_model_path, tmp_path, capsys):
     from actor.scorer import RewardScorer
-    from common.rewards.config import ScorerOptions
+    from common.config.rewards import ScorerOptions
 
     writer = RolloutWriter(tmp_path / "rollouts")
     writer.write(1, [_row(target, guess) for target in range(10) for guess in range(10)])
@@ -122,7 +122,7 @@ def test_user_mistakes_are_one_line(tiny_model_path, tmp_path, capsys):
 
 
 def test_rerank_takes_each_problems_top_scored_sample():
-    from launch.evaluate import rerank
+    from launch.tools.evaluate import rerank
 
     def record(task: str, passed: bool, verdict: str = "") -> dict:
         return {

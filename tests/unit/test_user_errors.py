@@ -86,7 +86,7 @@ def test_a_missing_problems_file_is_named(tmp_path, capsys, tiny_model_path):
 
 
 def test_evaluate_without_its_model_says_how_to_get_it(tmp_path, capsys, empty_hub_cache):
-    from launch.evaluate import main
+    from launch.tools.evaluate import main
 
     args = ["--model", "Qwen/Qwen2.5-Coder-0.5B", "--problems", str(MBPP), "--n", "2"]
     assert main([*args, "--out", str(tmp_path / "eval")]) == 2
@@ -97,13 +97,16 @@ def test_evaluate_without_its_model_says_how_to_get_it(tmp_path, capsys, empty_h
 @pytest.mark.parametrize(
     ("args", "said"),
     [
-        (["--learner.lora.enabled", "true"], "error: learner.lora: launch.selfplay starts each"),
+        (
+            ["--learner.lora.enabled", "true"],
+            "error: learner.lora: launch.selfplay starts each",
+        ),
         (["--rollout.batch_siz", "8"], "rollout.batch_siz: unknown key"),
         (["--data.source", "/nonexistent/problems.jsonl"], "/nonexistent/problems.jsonl"),
     ],
 )
 def test_selfplay_refuses_what_it_cannot_run(tmp_path, capsys, args, said):
-    from launch.selfplay import main
+    from launch.tools.selfplay import main
 
     demo = str(REPO_ROOT / "configs" / "demo.toml")
     status = main(["--config", demo, "--rounds", "1", "--run.output_dir", str(tmp_path), *args])

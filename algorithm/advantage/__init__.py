@@ -1,0 +1,45 @@
+"""The algorithm's driver side, in one place: from a step's rewards to each sample's advantage.
+
+- ``group``: group-relative advantages (group std, batch std, none), masked for samples without
+  a verdict, the zero-variance rule (``is_informative``, ``zero_std_fraction``) and KL-in-reward
+  shaping, all in float64;
+- ``kalman``: the running per-problem baseline (``advantage.baseline = "kalman"``);
+- ``dynamic``: dynamic sampling (DAPO), which drops the groups the zero-variance rule calls
+  uninformative and samples more prompts;
+- ``noise``: tie noise (``advantage.tie_noise``), a heuristic for groups whose rewards agree.
+
+The learner only consumes advantages (``algorithm.loss`` holds the loss).
+"""
+
+from algorithm.advantage.dynamic import GroupAccumulator, dynamic_sample
+from algorithm.advantage.group import (
+    AdvantageScale,
+    group_advantages,
+    is_informative,
+    kl_penalised_rewards,
+    masked_group_advantages,
+    zero_std_fraction,
+)
+from algorithm.advantage.kalman import (
+    BaselineState,
+    KalmanBaseline,
+    kalman_advantages,
+    kalman_update,
+)
+from algorithm.advantage.noise import tie_noise
+
+__all__ = [
+    "AdvantageScale",
+    "BaselineState",
+    "GroupAccumulator",
+    "KalmanBaseline",
+    "dynamic_sample",
+    "group_advantages",
+    "is_informative",
+    "kalman_advantages",
+    "kalman_update",
+    "kl_penalised_rewards",
+    "masked_group_advantages",
+    "tie_noise",
+    "zero_std_fraction",
+]

@@ -1,0 +1,65 @@
+"""Connecting to Ray: the run's cluster, and the environment every actor of it gets.
+
+Actors are created in :mod:`launch.fleet.actors`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from pathlib import Path
+
+from common.config import RayConfig
+
+logger = logging.getLogger(__name__)
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+ACTOR_ENV = {
+    "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
+    "TOKENIZERS_PARALLELISM": "false",
+    "VLLM_CONFIGURE_LOGGING": "0",
+}
+
+
+def connect(config: RayConfig, requested_cpus: float = 0) -> None:
+    """Join ``ray.address``, else the cluster of ``RAY_ADDRESS`` or of the last ``ray start`` on
+    this machine, else start a local cluster in this process.
+
+    A local cluster offers ``ray.num_cpus`` logical CPUs, by default the machine's cores, or
+    what the run's actors ask for (``requested_cpus``) when that is more: on a small machine the
+    actors then share its cores instead of waiting for CPUs that will never come.
+
+    Deliberately not ``ray.init(address="auto")``: its legacy fallback joins *any* Ray process
+    found on the machine, such as another local run's in-process cluster, and this run would
+    then die when that one finishes.
+    """
+    import ray
+    from ray._private.services import get_ray_address_from_environment
+
+    if ray.is_initialized():
+        return
+    address = config.address or get_ray_address_from_environment(None, None)
+    if address:
+        ray.init(address=address, logging_level=logging.WARNING)
+        logger.info("connected to the Ray cluster at %s", address)
+        return
+    from ray._private.utils import get_num_cpus  # what Ray would offer: cgroup limits included
+
+    cores = get_num_cpus()
+    num_cpus = config.num_cpus or max(cores, math.ceil(requested_cpus))
+    if not config.num_cpus and num_cpus > cores:
+        logger.warning(
+            "the run's actors ask for %g CPUs and this machine has %d: the local Ray cluster "
+            "offers %d, so they share the cores (set ray.num_cpus to choose)",
+            requested_cpus,
+            cores,
+            num_cpus,
+        )
+    ray.init(
+        num_cpus=num_cpus,
+        include_dashboard=False,
+        logging_level=logging.WARNING,
+        runtime_env={"env_vars": {"PYTHONPATH": str(PROJECT_ROOT), **ACTOR_ENV}},
+    )
+    logger.info("started a local Ray cluster")

@@ -1,0 +1,78 @@
+"""A run's actors, started together and shut down together."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from common.config import Config
+from launch.fleet.actors import (
+    Placement,
+    learner_name,
+    start_learner,
+    start_sandbox,
+    start_scorers,
+    wait_until_gone,
+)
+from launch.fleet.clients import LearnerClient, SandboxClient
+from launch.fleet.rollout_fleet import RolloutFleet
+
+
+@dataclass
+class Fleet:
+    """Every actor of a run, behind its client."""
+
+    rollout: RolloutFleet
+    learner: LearnerClient
+    sandbox: SandboxClient
+    placement: Placement | None = None
+    scorers: dict[str, Any] = field(default_factory=dict)  # learned reward terms' actors
+    counters: dict[str, int] = field(default_factory=lambda: {"faults/learner_restarts": 0})
+
+    def restart_learner(self, config: Config, model_path: str, run_id: str, checkpoint: str):
+        """Replace every learner rank by a new one resumed from ``checkpoint`` (after one rank
+        died: the others cannot go on without it) and wait until they are ready."""
+        import ray
+
+        self.learner.kill()
+        wait_until_gone([learner_name(run_id, r) for r in range(config.learner.num_ranks)])
+        self.learner = start_learner(config, model_path, run_id, self.placement, checkpoint)
+        ray.get(self.learner.ready())
+        self.counters["faults/learner_restarts"] += 1
+        if self.rollout.transfer is not None:
+            self.rollout.transfer.learner = self.learner
+            self.rollout.transfer.form(self.rollout.actors)
+
+    def shutdown(self) -> None:
+        import ray
+        from ray.util.placement_group import remove_placement_group
+
+        self.rollout.shutdown()
+        self.sandbox.close()
+        self.learner.kill()
+        for handle in self.scorers.values():
+            ray.kill(handle, no_restart=True)
+        if self.placement is not None:
+            remove_placement_group(self.placement.group)
+
+
+def start_fleet(
+    config: Config, model_path: str, run_id: str, resume_from: str | None = None
+) -> Fleet:
+    """Start the rollout workers, the learner (from checkpoint ``resume_from`` when given) and
+    the sandbox pool; wait until all are ready."""
+    import ray
+
+    placement = Placement.create(config, run_id)
+    sandbox = start_sandbox(config, run_id)
+    learner = start_learner(config, model_path, run_id, placement, resume_from)
+    rollout = RolloutFleet(config, model_path, run_id, placement)
+    rollout.start(config.rollout.num_actors)
+    scorers = start_scorers(config, run_id)
+    ray.get([*learner.ready(), sandbox.ready()])
+    if config.weights.transport == "collective":
+        from launch.fleet.weight_sync import TransferGroup
+
+        rollout.transfer = TransferGroup(config, learner)
+        rollout.transfer.form(rollout.actors)
+    return Fleet(rollout, learner, sandbox, placement=placement, scorers=scorers)

@@ -1,0 +1,289 @@
+"""The rollout fleet: N vLLM actors that can die, restart, grow and shrink during a run.
+
+Guarantees the driver relies on:
+
+- every request of a step gets its completions, or the step fails loudly: a share whose actor
+  died is retried on the restarted actor (Ray ``max_restarts``) or on a live one, never dropped;
+- an actor never serves with stale weights: a restarted or newly added actor first receives the
+  latest weight update (its engine starts from the base model, weight version 0). Every
+  generation call carries the version the fleet last confirmed loaded everywhere, so an actor
+  Ray restarted quietly between two calls refuses it (``StaleWeightsError``) instead of
+  sampling from the base model, and is recovered like a crashed one;
+- every fault is logged and counted (``faults/rollout_restarts``, ``faults/rollout_retries``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from common.config import Config
+from common.types import Completion, RolloutRequest, TrainSample
+from launch.fleet.weight_sync import LearnerTransmitError
+
+if TYPE_CHECKING:
+    from launch.fleet.weight_sync import TransferGroup
+
+logger = logging.getLogger(__name__)
+
+_RETRIES = 3
+
+
+class RolloutFleet:
+    """Owns the rollout actors of a run (see the module docstring)."""
+
+    def __init__(self, config: Config, model_path: str, run_id: str, placement=None) -> None:
+        self.config = config
+        self.placement = placement
+        self.model_path = model_path
+        self.run_id = run_id
+        self.actors: list[Any] = []
+        self.latest_update: Any = None  # ObjectRef of the last WeightUpdate pushed
+        self.version = 0  # the weight version every actor has confirmed loading
+        self.counters = {"faults/rollout_restarts": 0, "faults/rollout_retries": 0}
+        self._next_index = 0
+        # weights.transport = "collective": the group each push goes through, formed again
+        # whenever the actors change (launch/fleet/weight_sync.py); None for the object store.
+        self.transfer: TransferGroup | None = None
+        self._transmits: list[Any] = []
+
+    # -- membership -------------------------------------------------------------------------
+    def _spawn(self) -> Any:
+        from launch.fleet.actors import start_rollout_worker
+
+        index = self._next_index
+        self._next_index += 1
+        return start_rollout_worker(
+            self.config, self.model_path, self.run_id, index, self.placement
+        )
+
+    def start(self, count: int) -> None:
+        """Start ``count`` actors and wait until their engines are up."""
+        self.resize(count)
+
+    def resize(self, count: int) -> None:
+        """Grow or shrink to ``count`` actors; new ones get the latest weights before serving."""
+        import ray
+
+        if count < 1:
+            raise ValueError(f"the rollout fleet needs at least one actor, got {count}")
+        if count == len(self.actors):
+            return
+        if count < len(self.actors):
+            for actor in self.actors[count:]:
+                ray.kill(actor, no_restart=True)
+            self.actors = self.actors[:count]
+            if self.transfer is not None:  # the rest keep their weights: a smaller group
+                self.transfer.form(self.actors)
+        else:
+            new = [self._spawn() for _ in range(count - len(self.actors))]
+            ray.get([actor.ready.remote() for actor in new])
+            if self.latest_update is not None and self.transfer is None:
+                ray.get([actor.update_weights.remote(self.latest_update) for actor in new])
+            self.actors.extend(new)
+            if self.transfer is not None:
+                self.reform()
+        logger.info("rollout fleet resized to %d actor(s)", count)
+
+    def reform(self) -> dict[str, float]:
+        """Form the collective transport's group again from the learner and every actor, then
+        give every actor the learner's current weights through it (after a push, as a load
+        record: the version and the slowest load)."""
+        assert self.transfer is not None
+        self.transfer.form(self.actors)
+        if self.latest_update is None:
+            return {"version": 0.0, "seconds": 0.0}
+        pushed = self.push(self.transfer.learner.export_weights())
+        return {"version": pushed["version"], "seconds": pushed["load_s"]}
+
+    def shutdown(self) -> None:
+        import ray
+
+        for actor in self.actors:
+            ray.kill(actor, no_restart=True)
+        self.actors = []
+
+    # -- work ---------------------------------------------------------------------------------
+    def push(self, update_ref: Any) -> dict[str, float]:
+        """Load a weight update into every actor (one object in the store, read by all).
+
+        Returns the version now served and the slowest engine's own load time
+        (``load_s``: decode, reload, re-pack; without the wait for a generation in progress).
+        The driver never fetches the update itself, only the engines do.
+        """
+        return self.finish_push(self.start_push(update_ref))
+
+    def start_push(self, update_ref: Any) -> dict[int, Any]:
+        """Queue the update's load on every actor; :meth:`finish_push` waits for them.
+
+        The update may still be being produced: Ray runs each load as soon as its object
+        exists, so a push queued while the learner exports costs no round trip after it.
+        """
+        self.latest_update = update_ref
+        actors = enumerate(self.actors)
+        pending = {i: actor.update_weights.remote(update_ref) for i, actor in actors}
+        if self.transfer is not None:  # the learner's side of the same broadcast
+            self._transmits = self.transfer.transmit()
+        return pending
+
+    def finish_push(self, pending: dict[int, Any]) -> dict[str, float]:
+        """Wait for the loads :meth:`start_push` queued; an actor that died meanwhile is
+        restarted and given the update (see :meth:`push` for what is returned).
+
+        With the ``collective`` transport every wait ends by ``weights.push_timeout_s`` (a
+        group member that hangs holds the others): an engine still loading then is killed (Ray
+        restarts it, and it is recovered as a dead one). The learner's broadcast is awaited
+        first: when an engine died, rank 0's broadcast fails and closes the group, which ends
+        the other engines' receives. A broadcast that failed while every engine was fine, or
+        that still runs at the deadline, is a learner failure (:class:`LearnerTransmitError`:
+        the driver restarts the learner). The object-store transport has no group to hang, and
+        a load may wait behind a generation (async runs): its waits have no deadline.
+        """
+        import ray
+
+        limit = self.config.weights.push_timeout_s if self.transfer is not None else None
+        deadline = time.monotonic() + (limit or 0.0)
+        broke = None
+        transmits, self._transmits = self._transmits, []
+        if self.transfer is not None:
+            try:
+                self.transfer.wait(transmits, deadline)
+            except LearnerTransmitError as exc:
+                broke = exc
+        loads: list[dict[str, float]] = []
+        lost, hung = [], []
+        for index, ref in pending.items():
+            try:
+                left = None if limit is None else max(0.0, deadline - time.monotonic())
+                loads.append(ray.get(ref, timeout=left))
+            except ray.exceptions.GetTimeoutError:
+                hung.append(index)
+            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+                lost.append(index)
+            except ray.exceptions.RayTaskError:
+                if self.transfer is None:
+                    raise
+                lost.append(index)  # its broadcast broke (a member died): receives again
+        for index in hung:
+            logger.warning("rollout actor %d did not load the update in time: killing it", index)
+            ray.kill(self.actors[index], no_restart=False)
+            lost.append(index)
+        if broke is not None and (broke.hung or not lost):
+            raise broke  # the learner's side: restarting it re-forms the group and pushes
+        for index in lost:
+            loads.append(self._recover(index))  # it reloads latest_update, this update
+        version = max(load["version"] for load in loads)
+        self.version = int(version)
+        return {"version": version, "load_s": max(load["seconds"] for load in loads)}
+
+    def start_score(self, samples: list[TrainSample]) -> dict[int, Any]:
+        """Queue ``RolloutWorker.score`` of fixed sequences on every actor (the parity probe);
+        each answers ``(weight version, logprobs)`` once its earlier calls are done."""
+        return {i: actor.score.remote(samples) for i, actor in enumerate(self.actors)}
+
+    def generate(self, requests: list[RolloutRequest]) -> list[Completion]:
+        """Every completion of ``requests``, in no particular order (:meth:`generate_stream`
+        collected: the same split across actors and the same recovery)."""
+        return [c for groups in self.generate_stream(requests) for group in groups for c in group]
+
+    def generate_stream(self, requests: list[RolloutRequest]) -> Iterator[list[list[Completion]]]:
+        """Split requests across actors, all generating at once, and yield requests' groups as
+        soon as an engine has finished them (Ray streaming generators; groups an engine finished
+        in the same step arrive in one list), so rewards can start while the rest is generating.
+
+        A share whose actor fails mid-stream is retried, after recovery, for the requests
+        whose groups had not arrived yet; groups already yielded are kept.
+        """
+        import ray
+
+        count = len(self.actors)
+        streams = {}
+        for index in range(count):
+            share = requests[index::count]
+            if share:
+                actor = self.actors[index]
+                call = actor.generate_stream.options(num_returns="streaming")
+                stream = call.remote(share, self.version)
+                streams[stream] = (index, share)
+        received: set[str] = set()
+        while streams:
+            [stream], _ = ray.wait(list(streams), num_returns=1)
+            index, share = streams[stream]
+            try:
+                groups = ray.get(next(stream))
+            except StopIteration:
+                del streams[stream]
+                continue
+            except _recoverable() as exc:
+                del streams[stream]
+                missing = [r for r in share if r.request_id not in received]
+                yield _groups(self._retry_share(index, missing, exc))
+                continue
+            received.update(group[0].request_id for group in groups)
+            yield groups
+
+    def _retry_share(
+        self, index: int, share: list[RolloutRequest], error: Exception
+    ) -> list[Completion]:
+        import ray
+
+        for _ in range(_RETRIES):
+            logger.warning("rollout actor %d failed (%s); recovering", index, type(error).__name__)
+            self.counters["faults/rollout_retries"] += 1
+            index %= len(self.actors)
+            self._recover(index)
+            try:
+                return ray.get(self.actors[index].generate.remote(share, self.version))
+            except _recoverable() as exc:
+                error = exc
+        raise RuntimeError(f"rollout actor {index} failed {_RETRIES + 1} times: {error}") from error
+
+    def _recover(self, index: int) -> dict[str, float]:
+        """Wait for Ray to restart actor ``index`` and give it the current weights; the load's
+        record (``version``, ``seconds``; version 0 and no load before any push)."""
+        import ray
+
+        actor = self.actors[index]
+        deadline = time.monotonic() + 600
+        while True:
+            try:
+                version = ray.get(actor.ready.remote(), timeout=60)
+                break
+            except (
+                ray.exceptions.RayActorError,
+                ray.exceptions.ActorUnavailableError,
+                ray.exceptions.GetTimeoutError,
+            ) as exc:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"rollout actor {index} did not come back") from exc
+                time.sleep(1.0)
+        self.counters["faults/rollout_restarts"] += 1
+        load = {"version": float(version), "seconds": 0.0}
+        if self.transfer is not None:
+            load = self.reform()
+        elif self.latest_update is not None:
+            load = ray.get(actor.update_weights.remote(self.latest_update))
+        logger.warning(
+            "rollout actor %d restarted (engine at version %d), weights reloaded", index, version
+        )
+        return load
+
+
+def _recoverable() -> tuple[type[Exception], ...]:
+    """Errors of a generation call that recovering the actor (restart wait, latest weights)
+    and retrying its share can fix: the actor died, or came back from a restart stale."""
+    import ray
+
+    from actor.rollout_worker import StaleWeightsError
+
+    return (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError, StaleWeightsError)
+
+
+def _groups(completions: list[Completion]) -> list[list[Completion]]:
+    """Completions (request then sample order) split into one list per request."""
+    groups: dict[str, list[Completion]] = {}
+    for completion in completions:
+        groups.setdefault(completion.request_id, []).append(completion)
+    return list(groups.values())

@@ -1,0 +1,530 @@
+"""The training loop: it schedules, the actors compute.
+
+One step, synchronous (every completion is on-policy for the weights the learner starts from):
+
+1. take ``prompts_per_step`` problems from the sampler;
+2. every rollout worker generates G completions for its share of the prompts (vLLM, one seed
+   per completion, tokens and sampler logprobs, tagged with the engine's weight version);
+3. the sandbox pool executes every completion against its problem's tests; the reward is the
+   execution reward (binary or partial credit), ``None`` when the sandbox itself failed;
+4. advantages are normalised within each group over the samples that have a reward; masked
+   samples are left out of the loss, never scored 0;
+5. the learner takes one GRPO step and exports the new weights once; every rollout worker loads
+   the same object from Ray's object store before the next step.
+
+With ``async.max_staleness >= 1`` steps 1-3 of the next step run while the learner does 4-5
+(see ``pipeline.py``): the batch's groups are checked against the learner's weight version,
+stale ones dropped and counted, and the rest trained on with the TIS correction.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from algorithm.advantage import (
+    KalmanBaseline,
+    kl_penalised_rewards,
+    masked_group_advantages,
+    tie_noise,
+    zero_std_fraction,
+)
+from common.config import Config
+from common.durable import append_jsonl
+from common.prompts import encode_prompt
+from common.types import Completion, Problem, TrainSample, Verdict
+from launch.data.curriculum import make_curriculum
+from launch.fleet.fleet import Fleet
+from launch.loop.checkpoint import DriverState, save_checkpoint
+from launch.loop.control import CONTROL_FILE, ControlFile
+from launch.loop.episodes import episode_metrics
+from launch.loop.groups import GroupCollector
+from launch.loop.masked_steps import MaskedStepLimit, MaskedStepsError
+from launch.loop.metrics import MetricsLog
+from launch.loop.parity import ParityProbe
+from launch.loop.pipeline import (
+    Batch,
+    OnDemandBatches,
+    PipelinedBatches,
+    split_stale,
+    staleness_metrics,
+)
+from launch.loop.rollouts import RolloutWriter, step_rows
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class StepTimer:
+    marks: dict[str, float] = field(default_factory=dict)
+    _last: float = field(default_factory=time.perf_counter)
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.marks[f"time/{name}_s"] = now - self._last
+        self._last = now
+
+    def restart(self) -> None:
+        self._last = time.perf_counter()
+
+
+class Driver:
+    """Runs the GRPO loop over a started :class:`Fleet`; resumable from a :class:`DriverState`."""
+
+    def __init__(
+        self,
+        config: Config,
+        fleet: Fleet,
+        problems: list[Problem],
+        tokenizer,
+        run_dir: Path,
+        state: DriverState | None = None,
+    ) -> None:
+        self.config = config
+        self.fleet = fleet
+        self.problems = problems
+        self.tokenizer = tokenizer
+        prompt_ids = [tuple(encode_prompt(tokenizer, p.prompt)) for p in problems]
+        self.collector = GroupCollector(config, fleet, problems, prompt_ids, tokenizer)
+        self.run_dir = run_dir
+        self.start_step = state.step if state else 0
+        self.weight_version = state.weight_version if state else 0
+        data = config.data
+        self.curriculum = make_curriculum(
+            data.curriculum,
+            problems,
+            config.run.seed,
+            ema=data.curriculum_ema,
+            ramp_draws=data.curriculum_ramp_steps,
+        )
+        if state is not None:
+            self.curriculum.load_state_dict(state.curriculum)
+        advantage = config.advantage
+        self.baseline = (
+            KalmanBaseline(advantage.kalman, advantage.scale)
+            if advantage.baseline == "kalman"
+            else None
+        )
+        if state is not None and self.baseline is not None:
+            self.baseline.load_state_dict(state.baseline)
+        self.eval_problems = self._load_eval_problems() if config.eval.every else []
+        self.control = ControlFile(run_dir / CONTROL_FILE)
+        self._stop_signal: int | None = None
+        self.probe = ParityProbe(config.weights.parity_probe)
+        run = config.run
+        self.rollouts = (
+            RolloutWriter(
+                run_dir / "rollouts",
+                run.rollouts_file_mib,
+                run.rollouts_max_mib,
+                resumed_after=self.start_step if state else None,
+            )
+            if run.save_rollouts
+            else None
+        )
+        self._batches: OnDemandBatches | PipelinedBatches = OnDemandBatches(self._collect)
+
+    def run(self) -> None:
+        """Train up to ``run.steps``; checkpoint every N steps, on SIGTERM and at the end."""
+        from launch.fleet.actors import start_metrics
+        from launch.loop.telemetry import Telemetry
+
+        total = self.config.run.steps
+        log = MetricsLog(
+            self.run_dir / "metrics.jsonl", total_steps=total, first_step=self.start_step
+        )
+        telemetry = Telemetry(self.run_dir, start_metrics(self.config.run.name))
+        masked = MaskedStepLimit(self.config.run.max_masked_steps)
+        restore = _install_stop_handler(self._request_stop)
+        try:
+            with contextlib.closing(self.records(self.start_step + 1, total)) as records:
+                for record in records:
+                    step = int(record["step"])
+                    every_eval = self.config.eval.every
+                    if every_eval and (step % every_eval == 0 or step == total):
+                        with self._batches.paused():
+                            record.update(self.evaluate())
+                    log.write(record)
+                    telemetry.record(record)
+                    untrainable = masked.observe(record)
+                    every = self.config.run.checkpoint_every
+                    stopping = self._stop_signal is not None
+                    if (every and step % every == 0) or stopping or untrainable or step == total:
+                        self.save_checkpoint(step)
+                    if untrainable:
+                        raise MaskedStepsError(
+                            f"{untrainable}. Stopped with a checkpoint at step {step} (the "
+                            "policy did not change in those steps): once the cause is fixed, "
+                            f"continue with python -m launch.train --resume {self.run_dir}"
+                        )
+                    if stopping:
+                        signum = self._stop_signal
+                        logger.warning("stopped by signal %d after step %d", signum, step)
+                        break
+        finally:
+            restore()
+            log.close()
+            telemetry.close()
+
+    def records(self, first: int, last: int) -> Iterator[dict[str, float]]:
+        """Run steps ``first..last``, yielding each step's metric record.
+
+        Synchronous, or with a producer collecting batches ahead when
+        ``async.max_staleness >= 1``; closing the generator stops the producer.
+        """
+        depth = self.config.async_.max_staleness
+        if depth:
+            collect = self._collect
+            if self.config.async_.learner_threads_during_rollout:
+                collect = self._collect_beside_learner
+            self._batches = PipelinedBatches(collect, first, last, depth)
+        try:
+            for step in range(first, last + 1):
+                yield self.step(step)
+        finally:
+            self._batches.close()
+            self._batches = OnDemandBatches(self._collect)
+
+    def _request_stop(self, signum: int) -> None:
+        self._stop_signal = signum
+
+    def _apply_control(self) -> None:
+        """Apply a resize asked for through the control file (see ``launch.scale``)."""
+        wanted = self.control.poll()
+        if wanted is not None and wanted != len(self.fleet.rollout.actors):
+            logger.info("control file: resizing the rollout fleet to %d", wanted)
+            self.fleet.rollout.resize(wanted)
+
+    def _collect(self, step: int) -> Batch:
+        """Step ``step``'s scored groups (runs in the producer thread in async mode)."""
+
+        before = self.curriculum.state_dict()
+        groups, sampling_metrics = self.collector.collect(step, self.curriculum.next_indices)
+        return Batch(
+            step,
+            groups,
+            sampling_metrics,
+            dict(self.collector.seconds),
+            dict(self.collector.term_means),
+            before,
+            self.fleet.sandbox.stats(),
+        )
+
+    def _collect_beside_learner(self, step: int) -> Batch:
+        """``_collect`` with the learner narrowed to ``async.learner_threads_during_rollout``
+        torch threads meanwhile: on shared CPU cores the engine and the learner then each have
+        their own, and the learner takes them all back once the batch is in (rather than run
+        on fewer threads for the whole step, or oversubscribe the cores while both compute)."""
+        learner = self.fleet.learner
+        learner.set_compute_threads(self.config.async_.learner_threads_during_rollout)
+        try:
+            return self._collect(step)
+        finally:
+            learner.set_compute_threads(0)
+
+    def step(self, step: int) -> dict[str, float]:
+        """One GRPO step (see the module docstring); returns the step's metric record."""
+        start = time.perf_counter()
+        with self._batches.paused():  # the producer is between batches: safe to resize
+            self._apply_control()
+        batch = self._batches.take(step)
+        waited = time.perf_counter() - start
+        self._log_batch(step, [group.index for group in batch.groups])
+        for group in batch.groups:
+            self._observe(group)
+        self._batches.release()
+        record = self._train_on(step, batch)
+        record["time/batch_wait_s"] = waited
+        record["time/step_s"] = time.perf_counter() - start
+        return record
+
+    def _train_on(self, step: int, batch: Batch) -> dict[str, float]:
+        """Drop stale groups, train on the rest, push the new weights; the step's record."""
+        timer = StepTimer()
+        timer.marks.update({f"time/{k}_s": v for k, v in batch.seconds.items()})
+        learner_version = self.weight_version
+        max_staleness = self.config.async_.max_staleness
+        groups, dropped = split_stale(batch.groups, learner_version, max_staleness)
+        if dropped:
+            logger.warning(
+                "step %d: dropped %d group(s) generated more than %d version(s) before the "
+                "learner's %d",
+                step,
+                len(dropped),
+                max_staleness,
+                learner_version,
+            )
+        completions = [c for group in groups for c in group.completions]
+        rewards = [r for group in groups for r in group.rewards]
+
+        timer.restart()
+        keys = [group.index for group in groups]
+        samples, advantages, kl_metrics = self._train_samples(completions, rewards, keys, step)
+        self.probe.choose(completions)
+        timer.lap("train")  # preparing the samples counts as training
+        train_metrics, sync_marks = self._train_and_sync(samples)
+        sync_marks["time/train_s"] += timer.marks["time/train_s"]
+        timer.marks.update(sync_marks)
+
+        record = self._record(step, completions, rewards, train_metrics, batch.sandbox_stats, timer)
+        if self.rollouts is not None:
+            self.rollouts.write(step, step_rows(step, groups, advantages, self.problems))
+        record.update(staleness_metrics(groups, dropped, learner_version))
+        if self.config.episode.max_turns > 1:  # over the groups trained on, as the records
+            ends = [(c, r) for g in groups for c, r in zip(g.completions, g.results, strict=True)]
+            record.update(episode_metrics(ends, self.config.episode.max_turns))
+        record.update(batch.sampling_metrics)
+        record.update(kl_metrics)
+        record.update(self.curriculum.stats())
+        record.update(batch.term_means)
+        if self.baseline is not None:
+            record.update(self.baseline.stats())
+        return record
+
+    def _train_and_sync(self, samples: list[TrainSample]) -> tuple[dict, dict[str, float]]:
+        """One learner step, then its weights loaded into every engine: (train metrics, timings).
+
+        The learner trains and exports in one call; in synchronous mode every engine's load is
+        queued on the update before that call returns (``RolloutFleet.start_push``), so the
+        push starts as soon as the export is done. ``time/train_s`` is the step without the export;
+        ``time/weight_sync_s`` is the export plus the wait for the engines after the step.
+        In async mode the push queues behind the generation in progress (an engine runs one
+        call at a time): ``time/weight_sync_s`` then counts the engines' own load time and the
+        queueing is ``time/push_wait_s``. Without samples nothing changed, nothing is pushed.
+        """
+        if not samples:
+            marks = dict.fromkeys(
+                ("time/train_s", "time/weight_sync_s", "time/weight_export_s"), 0.0
+            )
+            return self._measure_parity(self._start_probe()), marks
+        runs_ahead = self._batches.runs_ahead
+        start = time.perf_counter()
+        metrics_ref, update = self.fleet.learner.train_and_export(samples)
+        # Async: queue the loads only after training. Queued early, a load could reach an
+        # engine before the producer's generation of the next batch, which would then wait
+        # for this step (no overlap).
+        pending = None if runs_ahead else self.fleet.rollout.start_push(update)
+        probe = None if runs_ahead else self._start_probe()
+        metrics = self.fleet.learner.get(metrics_ref)
+        trained = time.perf_counter()
+        if pending is None:
+            pending = self.fleet.rollout.start_push(update)
+            probe = self._start_probe()
+        pushed = self.fleet.rollout.finish_push(pending)
+        push_s = time.perf_counter() - trained
+        self.weight_version = int(pushed["version"])
+        metrics.update(self._measure_parity(probe))
+        export_s = metrics.pop("time/weight_export_s")
+        marks = {"time/train_s": trained - start - export_s, "time/weight_export_s": export_s}
+        if not runs_ahead:
+            return metrics, {**marks, "time/weight_sync_s": export_s + push_s}
+        load_s = min(push_s, pushed["load_s"])
+        marks.update({"time/weight_sync_s": export_s + load_s, "time/push_wait_s": push_s - load_s})
+        return metrics, marks
+
+    def _start_probe(self):
+        return self.probe.start(self.fleet.learner, self.fleet.rollout)
+
+    def _measure_parity(self, pending) -> dict[str, float]:
+        """The parity probe's metrics and the time its answers took after the push."""
+        start = time.perf_counter()
+        metrics = self.probe.finish(pending, self.weight_version)
+        if metrics:
+            metrics["time/parity_probe_s"] = time.perf_counter() - start
+        return metrics
+
+    def _observe(self, group) -> None:
+        """Feed the curriculum the group's pass rate (sandbox failures say nothing); a
+        self-play group posed a prompt of its own, which says nothing about its problem."""
+        if group.role != "solver":
+            return
+        judged = [r for r in group.results if r.verdict is not Verdict.INFRA_ERROR]
+        if judged:
+            self.curriculum.observe(group.index, sum(r.passed for r in judged) / len(judged))
+
+    def _train_samples(
+        self,
+        completions: list[Completion],
+        rewards: list[float | None],
+        keys: list[int],
+        step: int,
+    ) -> tuple[list[TrainSample], list[float | None], dict[str, float]]:
+        """Advantages for every rewarded completion (KL folded into the reward if configured):
+        the samples to train on, each completion's advantage (None: not trained on), metrics."""
+        learner_cfg, advantage = self.config.learner, self.config.advantage
+        metrics: dict[str, float] = {}
+        shaped = list(rewards)
+        if learner_cfg.beta > 0 and learner_cfg.kl_in == "reward":
+            shaped, metrics = self._kl_penalised(completions, rewards)
+        size = self.config.rollout.group_size
+        if advantage.tie_noise > 0:
+            seed = f"{self.config.run.seed}/{step}"
+            shaped, touched = tie_noise(
+                shaped, size, advantage.tie_noise, advantage.tie_noise_below, seed, raw=rewards
+            )
+            metrics["advantage/tie_noise_frac"] = touched / max(len(shaped) // size, 1)
+        if self.baseline is not None:
+            advantages = self.baseline.advantages(shaped, size, keys, step)
+        else:
+            advantages = masked_group_advantages(shaped, size, advantage.eps, advantage.scale)
+        scaled = [
+            adv * advantage.reward_scale if adv is not None and c.num_trained_tokens else None
+            for c, adv in zip(completions, advantages, strict=True)
+        ]
+        samples = [
+            TrainSample(
+                prompt_token_ids=c.prompt_token_ids,
+                completion_token_ids=c.token_ids,
+                sampler_logprobs=c.sampler_logprobs,
+                advantage=adv,
+                weight_version=c.weight_version,
+                group_index=i // size,
+                temperature=c.temperature,
+                loss_mask=c.loss_mask,
+            )
+            for i, (c, adv) in enumerate(zip(completions, scaled, strict=True))
+            if adv is not None
+        ]
+        return samples, scaled, metrics
+
+    def _kl_penalised(
+        self, completions: list[Completion], rewards: list[float | None]
+    ) -> tuple[list[float | None], dict[str, float]]:
+        """r - beta * KL(sequence), with the KL from the learner's policy and reference and the
+        learner's current beta (``algorithm.kl_control`` may move it)."""
+        import torch
+
+        kept = [
+            i for i, r in enumerate(rewards) if r is not None and completions[i].num_trained_tokens
+        ]
+        probes = [
+            TrainSample(
+                c.prompt_token_ids,
+                c.token_ids,
+                c.sampler_logprobs,
+                0.0,
+                c.weight_version,
+                temperature=c.temperature,
+                loss_mask=c.loss_mask,
+            )
+            for c in (completions[i] for i in kept)
+        ]
+        beta, kl = self.fleet.learner.sequence_kl(probes) if probes else (0.0, [])
+        penalised = kl_penalised_rewards(
+            torch.tensor([rewards[i] for i in kept], dtype=torch.float64),
+            torch.tensor(kl, dtype=torch.float64),
+            beta,
+        )
+        shaped = list(rewards)
+        for i, value in zip(kept, penalised.tolist(), strict=True):
+            shaped[i] = value
+        return shaped, {"train/seq_kl_mean": sum(kl) / max(len(kl), 1)}
+
+    def _load_eval_problems(self) -> list[Problem]:
+        from launch.data.problems import load_rendered
+
+        data, ev = self.config.data, self.config.eval
+        return load_rendered(
+            ev.source or data.source,
+            ev.split,
+            data.format,
+            data.prompt_template,
+            self.tokenizer,
+            ev.max_problems,
+        )
+
+    def evaluate(self) -> dict[str, float]:
+        """pass@k on the held-out problems with the current weights (``eval/pass@k``)."""
+        from launch.tools.evaluate import evaluate
+
+        start = time.perf_counter()
+        metrics = evaluate(
+            self.eval_problems,
+            self.tokenizer,
+            self.fleet.rollout.generate,
+            self.fleet.sandbox.execute,
+            n=self.config.eval.n,
+            ks=self.config.eval.k,
+            seed=self.config.run.seed,
+        )
+        metrics["time/eval_s"] = time.perf_counter() - start
+        return metrics
+
+    def _log_batch(self, step: int, indices: list[int]) -> None:
+        """Which problems each step trained on (what resume must reproduce)."""
+        ids = [self.problems[i].problem_id for i in indices]
+        append_jsonl(self.run_dir / "batches.jsonl", [{"step": step, "problem_ids": ids}])
+
+    def _record(
+        self, step, completions, rewards, train_metrics, sandbox_stats, timer: StepTimer
+    ) -> dict[str, float | None]:
+        """The step's metrics. A reward statistic over no reward is ``None`` (null in
+        ``metrics.jsonl``): a step whose every sample was masked did not score 0."""
+        import statistics
+
+        scored = [r for r in rewards if r is not None]
+        lengths = [c.num_trained_tokens for c in completions]
+        generated_s = timer.marks["time/rollout_s"] + timer.marks.get("time/episode_s", 0.0)
+        record: dict[str, float | None] = {
+            "step": step,
+            "weight_version": self.weight_version,
+            "reward/mean": statistics.fmean(scored) if scored else None,
+            "reward/std": statistics.pstdev(scored) if scored else None,
+            "reward/masked_frac": 1 - len(scored) / max(len(rewards), 1),
+            "train/zero_std_frac": zero_std_fraction(rewards, self.config.rollout.group_size),
+            "rollout/response_len_mean": statistics.fmean(lengths) if lengths else 0.0,
+            "rollout/tokens_per_s": sum(lengths) / max(generated_s, 1e-9),
+        }
+        record.update(train_metrics)
+        record.update(sandbox_stats)
+        record.update(self.fleet.rollout.counters)
+        record.update(self.fleet.counters)
+        record["rollout/num_actors"] = len(self.fleet.rollout.actors)
+        record.update(timer.marks)
+        return record
+
+    def save_checkpoint(self, step: int) -> None:
+        """Learner and driver state after ``step``; in async mode the curriculum as it was
+        before the batches collected ahead drew their prompts (they are redone on resume)."""
+        with self._batches.paused():
+            curriculum = self._batches.resume_state(step) or self.curriculum.state_dict()
+        state = DriverState(
+            step=step,
+            weight_version=self.weight_version,
+            seed=self.config.run.seed,
+            curriculum=curriculum,
+            baseline=self.baseline.state_dict() if self.baseline is not None else {},
+        )
+        path = save_checkpoint(self.run_dir, self.fleet.learner, state)
+        logger.info("step %d: checkpoint saved to %s", step, path)
+
+
+def _install_stop_handler(callback) -> Callable[[], None]:
+    """SIGTERM/SIGINT finish the current step, checkpoint, and stop; returns the undo function.
+
+    Signal handlers can only be installed from the main thread; elsewhere (a test running the
+    driver in a thread) this is a no-op.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+    def handler(signum, _frame):
+        if signum == signal.SIGINT and previous[signal.SIGINT] is not None:
+            logger.warning("interrupt: finishing the current step, then checkpointing")
+        callback(signum)
+
+    for sig in previous:
+        signal.signal(sig, handler)
+
+    def restore() -> None:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+    return restore

@@ -1,0 +1,284 @@
+"""Collecting a step's groups: rollout, execution, rewards, and dynamic sampling around them.
+
+A *group* is one problem with its G completions, their sandbox results and rewards. With
+``advantage.dynamic_sampling`` a group whose rewards are all equal (no learning signal, zero
+advantage) is dropped and more prompts are sampled, up to ``advantage.max_sampling_rounds``
+rounds, until the step has ``prompts_per_step`` informative groups (DAPO's dynamic sampling).
+With ``advantage.low_variance_temperature`` a later round first samples the previous round's
+tied prompts again at that temperature (a heuristic: a hotter sampler may break the tie), each
+prompt at most once per step so prompts that always tie cannot crowd new ones out, then new
+prompts for the rest (``advantage/resampled_groups`` counts the former).
+
+Rewards are the weighted sum of the configured terms (``algorithm.rewards``; by default the
+execution reward alone, as before). Each group keeps every term's values, so the step's
+``reward/<term>/mean`` is computed over the groups actually trained on (``term_means``). Two
+rewards are not that sum: a multi-turn episode's with ``first_success_discounted``
+(``launch.loop.episodes``; its terms are the last turn's, undiscounted), and a saboteur group's
+(``launch.loop.saboteur``; it has no terms), so with either the term means need not add up to
+``reward/mean``.
+
+``reward/scored_completions`` counts the completions of every round that got a reward, dropped
+groups included: zero means the step had nothing to train on (``launch.loop.masked_steps``), while
+a step whose groups dynamic sampling all dropped as tied did score them.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+
+from algorithm.rewards import RewardInput, build_reward, term_metrics
+from common.config import Config
+from common.prompts import build_program, encode_prompt
+from common.types import Completion, ExecutionJob, ExecutionResult, Problem, RolloutRequest
+from launch.fleet.scorer import ScorerTerm
+from launch.loop.episodes import Episode, EpisodeRunner, discounted
+from launch.loop.masked_steps import SCORED
+
+
+@dataclass
+class Group:
+    index: int  # the problem's index in the training set
+    completions: list[Completion]
+    results: list[ExecutionResult]
+    rewards: list[float | None]
+    terms: dict[str, list[float | None]] = field(default_factory=dict)  # each term's values
+    programs: list[str] = field(default_factory=list)  # what the sandbox ran, per completion
+    #: ``solver`` (the training problem itself), or a self-play role (``launch.loop.saboteur``):
+    #: ``saboteur`` or ``fixer``, which pose a prompt of their own built from that problem.
+    role: str = "solver"
+    posed: Problem | None = None  # the problem posed, when it is not the training problem
+
+
+class GroupCollector:
+    """Turns prompt indices into scored groups using the fleet's rollout and sandbox actors.
+
+    With ``episode.max_turns > 1`` each completion is an episode (``launch.loop.episodes``): the
+    later turns run once every group's first turn is judged, all episodes together.
+    """
+
+    def __init__(
+        self, config: Config, fleet, problems: list[Problem], prompt_ids: list, tokenizer=None
+    ) -> None:
+        self.config = config
+        self.fleet = fleet
+        self.problems = problems
+        self.prompt_ids = prompt_ids
+        self.seconds = {"rollout": 0.0, "reward": 0.0}
+        self.term_means: dict[str, float | None] = {}
+        self.tokenizer = tokenizer
+        self.episodes = None
+        if config.episode.max_turns > 1:
+            if tokenizer is None:
+                raise ValueError("multi-turn episodes need the tokenizer to write feedback")
+            self.episodes = EpisodeRunner(config, tokenizer, fleet.rollout.generate, self._execute)
+        self.saboteur = None
+        if config.selfplay.saboteur:
+            from launch.data.problems import load_raw, rendered_template
+            from launch.loop.saboteur import Saboteur
+
+            data = config.data
+            raw = load_raw(data.source, data.split, data.format, data.max_problems)
+            template = rendered_template(data, tokenizer)
+            self.saboteur = Saboteur(config, raw, template, tokenizer, self.sample)
+        scorers = getattr(fleet, "scorers", None) or {}
+        self.reward = build_reward(
+            config.reward,
+            config.rollout.max_new_tokens,
+            {name: ScorerTerm(handle) for name, handle in scorers.items()},
+        )
+
+    def collect(self, step: int, next_indices) -> tuple[list[Group], dict[str, float]]:
+        """The step's groups; ``next_indices(count)`` draws prompts (the curriculum's sampler)."""
+        from algorithm.advantage import dynamic_sample, is_informative
+
+        self.seconds = {"rollout": 0.0, "reward": 0.0}
+        if self.episodes is not None:
+            self.seconds["episode"] = 0.0
+        rollout = self.config.rollout
+        wanted = rollout.prompts_per_step
+        if self.saboteur is not None:
+            wanted -= self.config.selfplay.saboteur_prompts
+
+        advantage = self.config.advantage
+        hot = advantage.low_variance_temperature
+        previous: list[Group] = []
+        resampled = 0
+        hot_already: set[int] = set()  # prompts resampled hot this step
+        sampled: list[Group] = []  # every group of every round, kept by dynamic sampling or not
+
+        def sample_round(round_index: int, count: int) -> list[Group]:
+            nonlocal previous, resampled
+            tag = f"{step}.{round_index}" if round_index else str(step)
+            tied = [g.index for g in previous if not is_informative(g.rewards)] if hot else []
+            again = [i for i in tied if i not in hot_already][:count] if round_index else []
+            hot_already.update(again)
+            groups = self.sample(f"{tag}.hot", again, temperature=hot) if again else []
+            if count > len(again):
+                groups += self.sample(tag, next_indices(count - len(again)))
+            previous, resampled = groups, resampled + len(again)
+            sampled.extend(groups)
+            return groups
+
+        if not advantage.dynamic_sampling:
+            groups, metrics = sample_round(0, wanted), {}
+        else:
+            groups, metrics = dynamic_sample(
+                sample_round, lambda group: group.rewards, wanted, advantage.max_sampling_rounds
+            )
+            if hot:
+                metrics["advantage/resampled_groups"] = float(resampled)
+        if self.saboteur is not None:
+            drawn = next_indices(self.config.selfplay.saboteur_prompts)
+            played, selfplay_metrics = self.saboteur.collect(step, drawn)
+            groups, metrics = groups + played, {**metrics, **selfplay_metrics}
+            sampled.extend(played)
+        metrics[SCORED] = float(sum(r is not None for g in sampled for r in g.rewards))
+        self.term_means = term_metrics(
+            {name: [v for g in groups for v in g.terms.get(name, [])] for name in self._names()}
+        )
+        return groups, metrics
+
+    def _judge(self, jobs: list[ExecutionJob]):
+        """A ref of the sandbox's results for ``jobs``, stopping at the first failing test
+        unless the reward needs every test's verdict."""
+        stop_early = self.config.reward.stops_at_first_failure()
+        return self.fleet.sandbox.run(jobs, stop_at_first_failure=stop_early)
+
+    def _execute(self, jobs: list[ExecutionJob]) -> list[ExecutionResult]:
+        import ray
+
+        return ray.get(self._judge(jobs))
+
+    def _names(self) -> list[str]:
+        return [term.name for term in self.reward.terms]
+
+    def sample(
+        self,
+        tag: str,
+        indices: list[int],
+        temperature: float | None = None,
+        posed: list[Problem] | None = None,
+    ) -> list[Group]:
+        """G completions for each prompt (at ``temperature``, default ``rollout.temperature``),
+        executed and rewarded. ``posed``: the problems to pose instead of the training problems
+        at ``indices`` (a prompt of their own, rendered, and their tests).
+
+        Groups go to the sandbox as soon as their engine has finished them (one sandbox call per
+        arrival), so execution overlaps the generation of the other groups;
+        ``seconds["reward"]`` is only the part after the last group arrived (what the step
+        waits for).
+        """
+        import ray
+
+        start = time.perf_counter()
+        size = self.config.rollout.group_size
+        problems = posed or [self.problems[i] for i in indices]
+        prompt_ids = (
+            [tuple(encode_prompt(self.tokenizer, p.prompt)) for p in posed]
+            if posed
+            else [self.prompt_ids[i] for i in indices]
+        )
+        requests = self._requests(tag, prompt_ids, temperature)
+        position = {request.request_id: k for k, request in enumerate(requests)}
+        completions: list[list[Completion]] = [[] for _ in requests]
+        programs: list[list[str]] = [[] for _ in requests]
+        arrivals = []  # (request positions, ObjectRef of their sandbox results)
+        for groups in self.fleet.rollout.generate_stream(requests):
+            jobs, arrived = [], []
+            for group in groups:
+                k = position[group[0].request_id]
+                problem = problems[k]
+                completions[k] = group
+                programs[k] = [build_program(problem, c.text) for c in group]
+                jobs += [
+                    ExecutionJob(code, problem.tests, problem.setup_code) for code in programs[k]
+                ]
+                arrived.append(k)
+            arrivals.append((arrived, self._judge(jobs)))
+        self.seconds["rollout"] += time.perf_counter() - start
+        missing = [r.request_id for r, done in zip(requests, completions, strict=True) if not done]
+        if missing:
+            raise RuntimeError(f"the rollout fleet returned no completions for {missing}")
+
+        start = time.perf_counter()
+        results: list[list[ExecutionResult]] = [[] for _ in requests]
+        for (arrived, _), executed in zip(arrivals, ray.get([ref for _, ref in arrivals])):
+            offset = 0
+            for k in arrived:
+                results[k] = executed[offset : offset + len(completions[k])]
+                offset += len(completions[k])
+        last = [list(group) for group in completions]  # each sample's last turn
+        if self.episodes is not None:
+            self.seconds["reward"] += time.perf_counter() - start
+            start = time.perf_counter()
+            self._run_episodes(tag, problems, completions, programs, results, last)
+            self.seconds["episode"] += time.perf_counter() - start
+            start = time.perf_counter()
+        batch = [
+            RewardInput(problems[k], turn.text, code, result, len(turn.token_ids))
+            for k in range(len(requests))
+            for turn, code, result in zip(last[k], programs[k], results[k], strict=True)
+        ]
+        scored = self.reward(batch)
+        rewards = scored.rewards
+        if self.episodes is not None:
+            ends = [
+                (c.turns, r.passed)
+                for group, rs in zip(completions, results)
+                for c, r in zip(group, rs)
+            ]
+            rewards = [
+                discounted(reward, turns, solved, self.config.episode)
+                for reward, (turns, solved) in zip(rewards, ends, strict=True)
+            ]
+        self.seconds["reward"] += time.perf_counter() - start
+
+        def part(values: list, k: int) -> list:
+            return values[k * size : (k + 1) * size]
+
+        return [
+            Group(
+                index,
+                completions[k],
+                results[k],
+                part(rewards, k),
+                {name: part(values, k) for name, values in scored.by_term.items()},
+                programs[k],
+                posed=posed[k] if posed else None,
+            )
+            for k, index in enumerate(indices)
+        ]
+
+    def _run_episodes(self, tag, problems, completions, programs, results, last) -> None:
+        """Turns 2..T of every sample (``launch.loop.episodes``), in place: each sample's
+        transcript, last program and verdict, and ``last`` its last turn."""
+        size = self.config.rollout.group_size
+        episodes = [
+            Episode(problems[k], c, c, programs[k][j], results[k][j])
+            for k, group in enumerate(completions)
+            for j, c in enumerate(group)
+        ]
+        for n, episode in enumerate(self.episodes.run(tag, episodes)):
+            k, j = divmod(n, size)
+            completions[k][j] = episode.transcript
+            last[k][j] = episode.last_turn
+            programs[k][j] = episode.program
+            results[k][j] = episode.result
+
+    def _requests(
+        self, tag: str, prompt_ids: list, temperature: float | None = None
+    ) -> list[RolloutRequest]:
+        """One request per prompt with G seeds, derived from (run seed, step tag)."""
+        rng = random.Random(f"{self.config.run.seed}/rollout/{tag}")
+        size = self.config.rollout.group_size
+        return [
+            RolloutRequest(
+                request_id=f"{tag}/{k}",
+                prompt_token_ids=ids,
+                seeds=tuple(rng.getrandbits(31) for _ in range(size)),
+                temperature=temperature,
+            )
+            for k, ids in enumerate(prompt_ids)
+        ]

@@ -1,0 +1,414 @@
+"""Evaluate a model on a problem set: sample n completions per problem, execute, report pass@k.
+
+    python -m launch.evaluate --model PATH --problems FILE_OR_NAME [--split test] [--n 10]
+        [--k 1,10] [--temperature T] [--max-new-tokens N] [--limit N] [--out DIR]
+
+Generation reuses :class:`actor.rollout_worker.RolloutWorker` in-process (no Ray) and scoring
+the :class:`sandbox.pool.SandboxPool`, so an evaluation sees exactly the prompts, sampling and
+judging that training does. pass@k is the unbiased estimator of Chen et al. 2021
+(:mod:`launch.loop.passk`). The run writes ``samples.jsonl`` (one row per completion, with its
+verdict) and ``summary.json`` into ``--out``; progress goes to stderr, the scores to stdout.
+
+The training driver calls :func:`evaluate` with callables instead of objects, so the same code
+serves an in-process worker (``worker.generate``) and the training fleet (the rollout fleet's
+fault-tolerant ``generate`` and ``SandboxClient.execute`` over the sandbox actor).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from common.prompts import build_program, encode_prompt
+from common.types import Completion, ExecutionJob, ExecutionResult, Problem, RolloutRequest, Verdict
+from launch.loop.passk import mean_pass_at_k, parse_ks
+
+GenerateFn = Callable[[list[RolloutRequest]], list[Completion]]
+ExecuteFn = Callable[[list[ExecutionJob]], list[ExecutionResult]]
+ProgressFn = Callable[[str], None]
+PROBLEMS_PER_BATCH = 32  # bounds memory; every batch is one generate and one execute call
+
+
+class EvalError(ValueError):
+    """An evaluation that cannot run as asked (e.g. prompts longer than the model's context)."""
+
+
+def sample_and_score(
+    problems: Sequence[Problem],
+    tokenizer,
+    generate: GenerateFn,
+    execute: ExecuteFn,
+    n: int = 1,
+    seed: int = 0,
+    progress: ProgressFn | None = None,
+) -> list[dict]:
+    """One record per completion: ``n`` samples per problem, each executed against its tests.
+
+    Seeds are a function of (seed, problem id, sample index), so an evaluation is reproducible
+    and independent of batching and of how many workers share the requests.
+    """
+    records: list[dict] = []
+    for start in range(0, len(problems), PROBLEMS_PER_BATCH):
+        batch = problems[start : start + PROBLEMS_PER_BATCH]
+        requests = [
+            RolloutRequest(
+                request_id=f"eval/{start + i}",
+                prompt_token_ids=tuple(encode_prompt(tokenizer, p.prompt)),
+                seeds=_seeds(seed, p.problem_id, n),
+            )
+            for i, p in enumerate(batch)
+        ]
+        by_key = {(c.request_id, c.sample_index): c for c in generate(requests)}
+        completions = [by_key[(r.request_id, s)] for r in requests for s in range(n)]
+        owners = [p for p in batch for _ in range(n)]
+        programs = [build_program(p, c.text) for p, c in zip(owners, completions, strict=True)]
+        jobs = [
+            ExecutionJob(code, p.tests, p.setup_code)
+            for p, code in zip(owners, programs, strict=True)
+        ]
+        results = execute(jobs)
+        for index, (problem, completion, program, result) in enumerate(
+            zip(owners, completions, programs, results, strict=True)
+        ):
+            records.append(_record(problem, index % n, completion, program, result))
+        if progress is not None:
+            done = start + len(batch)
+            passed = sum(r["passed"] for r in records)
+            progress(f"{done}/{len(problems)} problems, {passed}/{len(records)} samples passed")
+    return records
+
+
+def _seeds(seed: int, problem_id: str, n: int) -> tuple[int, ...]:
+    rng = random.Random(f"{seed}/eval/{problem_id}")
+    return tuple(rng.getrandbits(31) for _ in range(n))
+
+
+def _record(
+    problem: Problem, sample_index: int, completion: Completion, program: str, result
+) -> dict:
+    return {
+        "task_id": problem.problem_id,
+        "sample_index": sample_index,
+        "completion": completion.text,
+        "program": program,
+        "passed": result.passed,
+        "verdict": result.verdict.value,
+        "tests_passed": result.tests_passed,
+        "tests_total": result.tests_total,
+        "finish_reason": completion.finish_reason,
+        "num_tokens": len(completion.token_ids),
+        "detail": result.detail,
+    }
+
+
+def summarize(records: Sequence[dict], ks: Sequence[int]) -> dict[str, float]:
+    """``eval/pass@k`` for every k, from per-sample records; infra errors are not samples.
+
+    A sample the sandbox could not judge (``infra_error``) says nothing about the model, so it
+    is dropped from its problem's n rather than counted as a failure.
+    """
+    counts: dict[str, list[int]] = {}
+    for record in records:
+        n_c = counts.setdefault(record["task_id"], [0, 0])
+        if record["verdict"] != Verdict.INFRA_ERROR.value:
+            n_c[0] += 1
+            n_c[1] += bool(record["passed"])
+    metrics = {
+        f"eval/pass@{k}": value
+        for k, value in mean_pass_at_k([tuple(v) for v in counts.values()], ks).items()
+    }
+    infra = sum(r["verdict"] == Verdict.INFRA_ERROR.value for r in records)
+    metrics["eval/num_problems"] = float(len(counts))
+    metrics["eval/infra_error_frac"] = infra / max(len(records), 1)
+    return metrics
+
+
+def evaluate(
+    problems: Sequence[Problem],
+    tokenizer,
+    generate: GenerateFn,
+    execute: ExecuteFn,
+    n: int = 1,
+    ks: Sequence[int] = (1,),
+    seed: int = 0,
+) -> dict[str, float]:
+    """pass@k of the current policy on held-out ``problems`` (prompts already rendered).
+
+    ``generate`` takes rollout requests and returns their completions (any order: they are
+    matched by request id and sample index); ``execute`` judges execution jobs in order. Returns
+    ``{"eval/pass@1": ..., "eval/pass@<k>": ..., ...}`` ready for the metrics log.
+    """
+    if max(ks) > n:
+        raise EvalError(f"pass@{max(ks)} needs at least {max(ks)} samples per problem; n is {n}")
+    records = sample_and_score(problems, tokenizer, generate, execute, n, seed)
+    return summarize(records, ks)
+
+
+# ---- command line ----------------------------------------------------------------------------
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def default_max_model_len(model_path: str) -> int:
+    """The model's context (config.json), capped at 4096 to keep the KV cache small."""
+    config = Path(model_path) / "config.json"
+    if config.is_file():
+        limit = json.loads(config.read_text()).get("max_position_embeddings")
+        if isinstance(limit, int) and limit > 0:
+            return min(limit, 4096)
+    return 4096
+
+
+def _check_lengths(problems: Sequence[Problem], tokenizer, max_new_tokens: int, max_len: int):
+    for problem in problems:
+        length = len(encode_prompt(tokenizer, problem.prompt))
+        if length + max_new_tokens > max_len:
+            raise EvalError(
+                f"problem {problem.problem_id}: prompt ({length} tokens) + --max-new-tokens "
+                f"({max_new_tokens}) exceeds the context ({max_len}); raise --max-model-len "
+                "or lower --max-new-tokens"
+            )
+
+
+def rollout_config(args: argparse.Namespace):
+    """Sampling settings of an evaluation, as the rollout worker reads them."""
+    from common.config import RolloutConfig
+
+    group = max(args.n, 2)  # RolloutConfig validates training batches; evaluation has no groups
+    return RolloutConfig(
+        batch_size=group,
+        group_size=group,
+        max_new_tokens=args.max_new_tokens,
+        kv_cache_gib=args.kv_cache_gib,
+        stop=args.stop or [],
+    ).model_copy(update={"temperature": args.temperature})  # 0 (greedy) is fine for evaluation
+
+
+def build_worker(args: argparse.Namespace, max_len: int):
+    """An in-process rollout worker (one vLLM engine) for the evaluation's model."""
+    from actor.rollout_worker import RolloutWorker
+    from common.config import ModelConfig
+
+    model = ModelConfig(path=args.model, dtype=args.dtype, max_model_len=max_len)
+    return RolloutWorker(args.model, rollout_config(args), model, seed=args.seed)
+
+
+def rerank(records: Sequence[dict], scores: Sequence[float]) -> float:
+    """pass@1 of the sample the verifier ranks first in each problem (the earliest sample on a
+    tie); samples without a verdict are never chosen. NaN when no problem has one."""
+    best: dict[str, tuple[float, bool]] = {}
+    for record, score in zip(records, scores, strict=True):
+        if record["verdict"] == Verdict.INFRA_ERROR.value:
+            continue
+        key = record["task_id"]
+        if key not in best or score > best[key][0]:
+            best[key] = (score, bool(record["passed"]))
+    return sum(passed for _, passed in best.values()) / len(best) if best else math.nan
+
+
+def verifier_scores(
+    verifier: str, problems: Sequence[Problem], records: Sequence[dict], max_length: int = 0
+) -> list[float]:
+    """The verifier's score of every record's prompt + completion, as the ``scorer`` reward
+    term computes it (a classifier's P(label 1)), on at most ``max_length`` tokens (0: the
+    length it was trained on, from its ``verifier.json``, else 512)."""
+    from actor.scorer import RewardScorer
+    from common.config.rewards import ScorerOptions
+
+    if not max_length:
+        summary = Path(verifier) / "verifier.json"
+        trained = json.loads(summary.read_text()).get("max_length") if summary.is_file() else 0
+        max_length = trained or 512
+    scorer = RewardScorer(verifier, ScorerOptions(path=verifier, max_length=max_length))
+    prompts = {p.problem_id: p.prompt for p in problems}
+    return scorer.score(
+        [prompts[r["task_id"]] for r in records], [r["completion"] for r in records]
+    )
+
+
+def run_evaluation(args: argparse.Namespace, worker=None) -> dict:
+    """The command: load, render, generate, score, write; returns the summary.
+
+    ``worker`` reuses a started rollout worker of the same model (its sampling settings are
+    replaced by the evaluation's), which saves an engine start when evaluating several sets.
+    """
+    from common.config import SandboxConfig
+    from launch.data.model_source import locate_model
+    from launch.data.problems import load_rendered
+    from sandbox.pool import SandboxPool
+
+    started = time.perf_counter()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    args.model = locate_model(args.model, "--model")
+    if args.rerank:  # before the generation, not after it
+        args.rerank = locate_model(args.rerank, "--rerank")
+    worker_tokenizer = load_tokenizer(args.model)
+    problems = load_rendered(
+        args.problems, args.split, args.format, args.template, worker_tokenizer, args.limit
+    )
+    if not problems:
+        raise EvalError(f"{args.problems}: no problems in split {args.split!r}")
+    max_len = args.max_model_len or default_max_model_len(args.model)
+    _check_lengths(problems, worker_tokenizer, args.max_new_tokens, max_len)
+    _stderr(f"evaluating {args.model} on {len(problems)} problems x {args.n} samples")
+    sandbox_config = SandboxConfig(
+        num_workers=args.workers,
+        timeout_s=args.timeout_s,
+        test_timeout_s=args.timeout_s,
+        min_isolation=args.min_isolation,
+    )
+    if worker is None:
+        worker = build_worker(args, max_len)
+    else:
+        worker.config = rollout_config(args)
+    with SandboxPool(sandbox_config) as pool:
+        records = sample_and_score(
+            problems,
+            worker_tokenizer,
+            worker.generate,
+            lambda jobs: pool.run(jobs, stop_at_first_failure=True),
+            n=args.n,
+            seed=args.seed,
+            progress=_stderr,
+        )
+    summary = _summary(args, records, len(problems), time.perf_counter() - started)
+    if args.rerank:
+        scores = verifier_scores(args.rerank, problems, records, args.rerank_max_length)
+        for record, score in zip(records, scores, strict=True):
+            record["verifier_score"] = score
+        summary["rerank"] = args.rerank
+        summary["reranked_pass@1"] = _finite(rerank(records, scores))
+    _write(Path(args.out), records, summary)
+    return summary
+
+
+def load_tokenizer(model_path: str):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_path)
+
+
+def _summary(args: argparse.Namespace, records: list[dict], num_problems: int, seconds: float):
+    metrics = summarize(records, args.k)
+    return {
+        "model": args.model,
+        "problems": args.problems,
+        "split": args.split,
+        "template": args.template,
+        "num_problems": num_problems,
+        "n": args.n,
+        "k": args.k,
+        "temperature": args.temperature,
+        "max_new_tokens": args.max_new_tokens,
+        "seed": args.seed,
+        **{f"pass@{k}": _finite(metrics[f"eval/pass@{k}"]) for k in args.k},
+        "verdicts": dict(Counter(r["verdict"] for r in records)),
+        "infra_error_frac": metrics["eval/infra_error_frac"],
+        "seconds": round(seconds, 2),
+    }
+
+
+def _finite(value: float) -> float | None:
+    return None if math.isnan(value) else value
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4f}"
+
+
+def _write(out: Path, records: list[dict], summary: dict) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    lines = "".join(json.dumps(r) + "\n" for r in records)
+    (out / "samples.jsonl").write_text(lines, encoding="utf-8")
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    from common.config.run import ISOLATION_LEVELS, MIN_ISOLATION_HELP
+
+    parser = argparse.ArgumentParser(prog="python -m launch.evaluate", description=__doc__)
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    add = parser.add_argument
+    add("--model", required=True, help="HF model directory (or hub name when online)")
+    add("--problems", required=True, help="problems file (MBPP, HumanEval, generic) or HF name")
+    add("--split", default=None, help="e.g. test, train, validation, prompt; default: all rows")
+    add("--format", default="auto", choices=["auto", "mbpp", "humaneval", "generic"])
+    add("--template", default="auto", choices=["auto", "chat", "plain"], help="prompt template")
+    add("--n", type=int, default=10, help="samples per problem")
+    add(
+        "--k",
+        type=parse_ks,
+        default=None,
+        help="comma-separated k values, e.g. 1,10; default: those of 1,10 that --n allows, "
+        "and --n itself with --rerank (pass@n is the most a reranker can reach)",
+    )
+    add("--temperature", type=float, default=0.8, help="0 for greedy decoding")
+    add("--max-new-tokens", type=int, default=512)
+    add("--stop", action="append", help="stop string (repeatable)")
+    add("--limit", type=int, default=0, help="evaluate only the first N problems of the split")
+    add("--out", default="runs/eval", help="directory for samples.jsonl and summary.json")
+    add("--seed", type=int, default=0)
+    add("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    add("--max-model-len", type=int, default=0, help="context length; 0: the model's, <= 4096")
+    add("--kv-cache-gib", type=float, default=2.0)
+    add("--workers", type=int, default=2, help="sandbox workers")
+    add("--timeout-s", type=float, default=10.0, help="wall-clock limit per completion")
+    add(
+        "--min-isolation",
+        choices=ISOLATION_LEVELS,
+        default=ISOLATION_LEVELS[0],
+        help=MIN_ISOLATION_HELP,
+    )
+    add(
+        "--rerank",
+        help="a verifier (launch.train_verifier): also report the pass@1 of the "
+        "sample it ranks first per problem",
+    )
+    add(
+        "--rerank-max-length",
+        type=int,
+        default=0,
+        help="verifier tokens, cut from the left; 0: what it was trained on (else 512)",
+    )
+    args = parser.parse_args(argv)
+    if args.n < 1 or args.max_new_tokens < 1 or args.limit < 0 or args.temperature < 0:
+        parser.error("--n and --max-new-tokens must be >= 1, --limit and --temperature >= 0")
+    if args.k is None:
+        args.k = sorted({k for k in (1, 10) if k <= args.n} | ({args.n} if args.rerank else set()))
+    if max(args.k) > args.n:
+        parser.error(f"--k {max(args.k)} needs at least that many samples: raise --n")
+    return args
+
+
+def main(argv: list[str] | None = None, worker=None) -> int:
+    from common.config import ConfigError
+    from common.datasets import DatasetError
+    from common.prompts import PromptError
+    from sandbox.pool import SandboxIsolationError
+
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        summary = run_evaluation(args, worker)
+    except (ConfigError, DatasetError, PromptError, EvalError, SandboxIsolationError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    scores = "  ".join(f"pass@{k} {_fmt(summary[f'pass@{k}'])}" for k in args.k)
+    if args.rerank:
+        scores += f"  reranked pass@1 {_fmt(summary['reranked_pass@1'])}"
+    print(f"{summary['num_problems']} problems x {args.n} samples: {scores}")
+    print(f"wrote {Path(args.out) / 'samples.jsonl'} and {Path(args.out) / 'summary.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,525 @@
+"""Train an outcome verifier on a run's own rollout records: ``python -m launch.train_verifier``.
+
+    python -m launch.train_verifier --rollouts runs/demo/rollouts --model runs/demo/checkpoint \
+        --out runs/demo/verifier
+
+Every record (``launch.loop.rollouts``) is a program the policy wrote with the sandbox's verdict on
+it: labels no one had to annotate, from a judge that cannot be fooled. The verifier is a
+sequence classifier (``AutoModelForSequenceClassification`` with two labels on the base model:
+a fresh score head on its last token's hidden state) trained on ``prompt + completion`` to
+predict the fraction of tests passed (``--target fraction``, the default: soft labels) or the
+verdict alone (``--target pass``). It is saved in Hugging Face format with the tokenizer, so
+the ``scorer`` reward term and ``launch.evaluate --rerank`` load it unchanged (``head =
+"classifier"``: its score is P(label 1), with fraction labels the expected share of tests
+passed). Why the fraction by default: a policy's passes are rare and cluster on a few problems,
+while its partial credit says, for every program, how close it came; on the demo's rollouts the
+verdict alone leaves the verifier unable to rank held-out problems' programs (see
+docs/benchmarks.md, "Verifier on the demo's rollouts").
+
+Why split by problem: programs for one problem look alike, so a random split would grade the
+verifier on problems it trained on. The held-out problems (``--held-out``, a fraction of the
+distinct problem ids, chosen by ``--seed``) appear in no training example; accuracy, AUC and a
+calibration table are computed on their distinct programs (each program once, however often the
+policy wrote it) and printed, and saved with the split in ``verifier.json``; positives are the
+programs that pass, whatever ``--target``. The AUC is also printed among the programs that run
+(no syntax error, crash or timeout): telling a pass from code that does not parse is the easy
+part, and that second number says how well the verifier checks the answer itself.
+
+``--kind process`` trains a process verifier instead: for ``--mc-programs`` programs from the
+records, every step prefix (``--step-split``, lines by default) is labelled by the fraction of
+``--mc-samples`` continuations of it, sampled from the policy (``--policy``, by default the
+base model) through a vLLM engine and executed by the sandbox against the problem's tests
+(``--problems``), that pass (``launch.tools.process_labels``). The verifier learns ``prompt +
+prefix`` -> that fraction; the ``scorer`` term then scores every prefix of a completion and
+takes the minimum (``step_split``, ``step_aggregate = "min"``). The printed accuracy is per
+step, on the held-out problems' prefixes (a step counts as good when half its continuations
+pass).
+
+Texts are tokenised as the scorer does (cut from the left to ``--max-length`` tokens, padded on
+the left), so what it learns is what it is later asked. Full fine-tuning by default; with
+``--lora-rank`` a LoRA adapter (plus the score head) is trained and merged before saving.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import random
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger("launch.train_verifier")
+
+#: Calibration bins of the printed table: [0, 0.2), [0.2, 0.4), ... [0.8, 1.0].
+BINS = 5
+
+
+class VerifierError(ValueError):
+    """A user mistake: a missing file, no records, too few problems to split."""
+
+
+# ---- the examples --------------------------------------------------------------------------
+
+
+def examples_from(rows: Sequence[dict[str, Any]], target: str) -> list[dict[str, Any]]:
+    """One example per distinct (problem, prompt + completion), label from its fraction of tests
+    passed (or its verdict); rows without a verdict (infra errors) are left out, and so are
+    multi-turn transcripts and self-play roles: a verifier scores one answer to the task.
+
+    The fraction counts the tests not run as not passed: those after a crash or timeout (as the
+    partial execution reward does), and with a binary reward (``mode = "binary"``) those after
+    the first failing test, where it is a lower bound of the program's own fraction.
+    ``runs``: the program's first failing test (if any) failed on a wrong answer, not on a
+    syntax error, crash, timeout or limit."""
+    seen: dict[tuple[str, str], dict[str, Any]] = {}
+    for row in rows:
+        if row.get("verdict") in (None, "infra_error"):
+            continue
+        if row.get("turns", 1) > 1 or row.get("role", "solver") != "solver":
+            continue
+        text = row["prompt"] + row["completion"]
+        passed = row["verdict"] == "passed"
+        total = row.get("tests_total") or 0
+        fraction = row["tests_passed"] / total if total else float(passed)
+        key = (row["problem_id"], text)
+        if key not in seen:
+            label = float(passed) if target == "pass" else fraction
+            runs = row["verdict"] in ("passed", "failed")
+            seen[key] = {"problem_id": row["problem_id"], "text": text, "label": label,
+                         "passed": passed, "runs": runs, "count": 0}  # fmt: skip
+        seen[key]["count"] += 1
+    return list(seen.values())
+
+
+def split_by_problem(
+    problem_ids: Sequence[str], held_out: float, seed: int
+) -> tuple[list[str], list[str]]:
+    """Training and held-out problem ids, disjoint; at least one of each."""
+    problems = sorted(set(problem_ids))
+    if len(problems) < 2:
+        raise VerifierError(
+            f"the records hold {len(problems)} problem(s); a split by problem needs at least 2"
+        )
+    random.Random(seed).shuffle(problems)
+    count = min(max(1, round(held_out * len(problems))), len(problems) - 1)
+    return sorted(problems[count:]), sorted(problems[:count])
+
+
+# ---- the metrics ---------------------------------------------------------------------------
+
+
+def auc(scores: Sequence[float], positive: Sequence[bool]) -> float:
+    """Area under the ROC curve: the probability that a random passing program scores above a
+    random failing one, ties counting half (Mann-Whitney). NaN without both kinds."""
+    pos = [s for s, p in zip(scores, positive, strict=True) if p]
+    neg = [s for s, p in zip(scores, positive, strict=True) if not p]
+    if not pos or not neg:
+        return math.nan
+    order = sorted(range(len(scores)), key=lambda i: scores[i])
+    ranks = [0.0] * len(scores)
+    i = 0
+    while i < len(order):  # average ranks over ties
+        j = i
+        while j + 1 < len(order) and scores[order[j + 1]] == scores[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    pos_ranks = sum(r for r, p in zip(ranks, positive, strict=True) if p)
+    return (pos_ranks - len(pos) * (len(pos) + 1) / 2) / (len(pos) * len(neg))
+
+
+def calibration(scores: Sequence[float], positive: Sequence[bool]) -> list[dict[str, float]]:
+    """Per bin of predicted probability: count, mean prediction and observed pass rate."""
+    table = []
+    for b in range(BINS):
+        low, high = b / BINS, (b + 1) / BINS
+        members = [
+            (s, p)
+            for s, p in zip(scores, positive, strict=True)
+            if low <= s < high or (b == BINS - 1 and s == 1.0)
+        ]
+        if members:
+            table.append({
+                "low": low,
+                "high": high,
+                "count": len(members),
+                "predicted": sum(s for s, _ in members) / len(members),
+                "observed": sum(p for _, p in members) / len(members),
+            })  # fmt: skip
+    return table
+
+
+def evaluate_scores(
+    scores: Sequence[float], positive: Sequence[bool], runs: Sequence[bool] | None = None
+) -> dict[str, Any]:
+    """Accuracy (score >= 0.5 against the verdict), AUC and calibration; with ``runs`` (per
+    example: its failure, if any, was a wrong answer rather than a syntax error, crash or
+    timeout) also the AUC among the programs that run. Most of a young policy's failures do
+    not parse or crash, and telling those from a pass is the easy part: ``auc_running`` is the
+    part that needs the verifier to check the answer."""
+    correct = sum((s >= 0.5) == p for s, p in zip(scores, positive, strict=True))
+    metrics = {
+        "examples": len(scores),
+        "pass_rate": sum(positive) / max(len(positive), 1),
+        "accuracy": correct / max(len(scores), 1),
+        "auc": auc(scores, positive),
+        "calibration": calibration(scores, positive),
+    }
+    if runs is not None:
+        running = [i for i, (_, r) in enumerate(zip(scores, runs, strict=True)) if r]
+        metrics["running"] = len(running)
+        metrics["auc_running"] = auc([scores[i] for i in running], [positive[i] for i in running])
+    return metrics
+
+
+def class_weights(positive: Sequence[bool]) -> list[float]:
+    """Per example: n / (2 n_class), so both classes weigh half of the total (1 when only one
+    class is present)."""
+    n, n_pos = len(positive), sum(positive)
+    if n_pos in (0, n):
+        return [1.0] * n
+    return [n / (2 * n_pos) if p else n / (2 * (n - n_pos)) for p in positive]
+
+
+# ---- the model -----------------------------------------------------------------------------
+
+
+class Verifier:
+    """The classifier, its tokenizer and its training loop."""
+
+    def __init__(self, model_path: str, max_length: int, lora_rank: int = 0, seed: int = 0):
+        import torch
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        torch.manual_seed(seed)
+        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        self.tokenizer.truncation_side = "left"  # as the scorer: the end must survive
+        self.tokenizer.padding_side = "left"
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.max_length = max_length
+        model = AutoModelForSequenceClassification.from_pretrained(
+            model_path, num_labels=2, dtype=torch.float32
+        )
+        model.config.pad_token_id = self.tokenizer.pad_token_id
+        if lora_rank:
+            from peft import LoraConfig, TaskType, get_peft_model
+
+            lora = LoraConfig(
+                task_type=TaskType.SEQ_CLS,
+                r=lora_rank,
+                lora_alpha=2 * lora_rank,
+                target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
+            )
+            model = get_peft_model(model, lora)
+        self.model = model
+
+    def _batch(self, texts: Sequence[str]):
+        return self.tokenizer(
+            list(texts),
+            padding=True,
+            truncation=True,
+            max_length=self.max_length,
+            return_tensors="pt",
+        )
+
+    def train(
+        self,
+        examples: Sequence[dict[str, Any]],
+        epochs: int,
+        lr: float,
+        batch_size: int,
+        seed: int,
+    ) -> list[float]:
+        """Epochs of AdamW on soft two-class cross-entropy, each example weighted so that the
+        examples labelled at least 0.5 and those below weigh the same in all (a policy's
+        distinct programs are mostly failures: unweighted, predicting "fails" everywhere is
+        nearly optimal; with fraction labels the upper class also holds near misses, and
+        weighting by the verdict instead measured the same); the mean loss of each epoch."""
+        import torch
+
+        weights = class_weights([e["label"] >= 0.5 for e in examples])
+        trainable = [p for p in self.model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(trainable, lr=lr)
+        rng = random.Random(seed)
+        order = list(range(len(examples)))
+        losses = []
+        self.model.train()
+        for epoch in range(epochs):
+            rng.shuffle(order)
+            total, start = 0.0, time.perf_counter()
+            for first in range(0, len(order), batch_size):
+                chosen = [examples[i] for i in order[first : first + batch_size]]
+                inputs = self._batch([e["text"] for e in chosen])
+                batch = order[first : first + batch_size]
+                labels = torch.tensor([e["label"] for e in chosen], dtype=torch.float32)
+                weight = torch.tensor([weights[i] for i in batch], dtype=torch.float32)
+                logits = self.model(**inputs).logits.float()  # (B, 2)
+                target = torch.stack([1 - labels, labels], dim=1)
+                per_example = -(target * torch.log_softmax(logits, dim=-1)).sum(dim=1)
+                loss = (per_example * weight).sum() / weight.sum()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(trainable, 1.0)
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                total += loss.item() * len(chosen)
+            losses.append(total / max(len(order), 1))
+            print(
+                f"epoch {epoch + 1}/{epochs}: loss {losses[-1]:.4f} "
+                f"({time.perf_counter() - start:.1f}s, {len(order)} examples)",
+                flush=True,
+            )
+        return losses
+
+    def scores(self, texts: Sequence[str], batch_size: int = 64) -> list[float]:
+        """P(label 1) for each text: what the ``scorer`` term computes."""
+        import torch
+
+        self.model.eval()
+        out: list[float] = []
+        with torch.no_grad():
+            for first in range(0, len(texts), batch_size):
+                logits = self.model(**self._batch(texts[first : first + batch_size])).logits
+                out += torch.softmax(logits.float(), dim=-1)[:, 1].tolist()
+        return out
+
+    def save(self, out: Path) -> None:
+        model = self.model
+        if hasattr(model, "merge_and_unload"):  # LoRA: a plain HF model for the scorer
+            model = model.merge_and_unload()
+        model.save_pretrained(out)
+        self.tokenizer.save_pretrained(out)
+
+
+# ---- the command ---------------------------------------------------------------------------
+
+
+def format_report(metrics: dict[str, Any], unit: str = "distinct programs") -> str:
+    lines = [
+        f"held-out problems: {metrics['examples']} {unit}, pass rate {metrics['pass_rate']:.3f}",
+        f"accuracy {metrics['accuracy']:.3f}  AUC {metrics['auc']:.3f}",
+    ]
+    if "auc_running" in metrics:
+        lines.append(
+            f"AUC among the {metrics['running']} programs that run (no syntax error, crash or "
+            f"timeout): {metrics['auc_running']:.3f}"
+        )
+    lines.append("calibration (predicted score -> observed pass rate):")
+    for row in metrics["calibration"]:
+        lines.append(
+            f"  [{row['low']:.1f}, {row['high']:.1f}): {row['count']:>6} programs, "
+            f"predicted {row['predicted']:.3f}, observed {row['observed']:.3f}"
+        )
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m launch.train_verifier",
+        description="Train an outcome verifier on a run's rollout records.",
+    )
+    parser.add_argument(
+        "--rollouts", nargs="+", required=True, help="a run's rollouts/ directory, or files"
+    )
+    parser.add_argument("--model", required=True, help="base model (an HF directory)")
+    parser.add_argument("--out", required=True, help="where the verifier is saved")
+    parser.add_argument(
+        "--kind",
+        choices=["outcome", "process"],
+        default="outcome",
+        help="outcome: one score per program; process: one per step prefix (Monte Carlo labels)",
+    )
+    parser.add_argument(
+        "--target",
+        choices=["fraction", "pass"],
+        default="fraction",
+        help="label: the fraction of tests passed (partial credit), or pass/fail",
+    )
+    parser.add_argument("--held-out", type=float, default=0.2, help="fraction of the problems")
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--lr", type=float, default=1e-4)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--max-length", type=int, default=256, help="tokens, cut from the left")
+    parser.add_argument("--lora-rank", type=int, default=0, help="0: full fine-tuning")
+    parser.add_argument("--max-examples", type=int, default=0, help="0: all distinct programs")
+    parser.add_argument("--seed", type=int, default=0)
+    process = parser.add_argument_group("process verifier (--kind process)")
+    process.add_argument("--problems", help="the records' problems: a file, HF name or synthetic")
+    process.add_argument("--split", default=None, help="its split, as in launch.evaluate")
+    process.add_argument(
+        "--format", default="auto", choices=["auto", "mbpp", "humaneval", "generic"]
+    )
+    process.add_argument("--policy", help="model that continues the prefixes (default: --model)")
+    process.add_argument("--mc-programs", type=int, default=64, help="programs to label")
+    process.add_argument("--mc-samples", type=int, default=4, help="continuations per prefix")
+    process.add_argument("--step-split", default="line", help="line, blank_line or a regex")
+    process.add_argument("--temperature", type=float, default=1.0)
+    process.add_argument("--max-new-tokens", type=int, default=256)
+    process.add_argument("--stop", action="append", help="stop string (repeatable)")
+    process.add_argument("--max-model-len", type=int, default=0, help="0: the model's, <= 4096")
+    process.add_argument("--kv-cache-gib", type=float, default=1.0)
+    dtypes = ["bfloat16", "float16", "float32"]
+    process.add_argument("--dtype", default="bfloat16", choices=dtypes)
+    process.add_argument("--workers", type=int, default=2, help="sandbox workers")
+    args = parser.parse_args(argv)
+    if args.kind == "process" and not args.problems:
+        parser.error("--kind process needs --problems: the continuations run against its tests")
+    return args
+
+
+def _read(paths: list[str]) -> list[dict[str, Any]]:
+    from launch.loop.rollouts import read_rollouts
+
+    for path in paths:
+        if not Path(path).exists():
+            raise VerifierError(f"--rollouts: {path} does not exist")
+    try:
+        rows = list(read_rollouts(paths))
+    except (OSError, ValueError, KeyError) as exc:
+        raise VerifierError(f"--rollouts: {exc}") from None
+    if not rows:
+        raise VerifierError(f"--rollouts: no records in {' '.join(paths)}")
+    return rows
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from launch.data.model_source import locate_model
+
+    if not 0 < args.held_out < 1:
+        raise VerifierError(f"--held-out must be between 0 and 1, got {args.held_out}")
+    model_path = locate_model(args.model, "--model")
+    rows = _read(args.rollouts)
+    if args.kind == "process":
+        examples = process_examples(args, rows, model_path)
+    else:
+        examples = examples_from(rows, args.target)
+    train_ids, held_ids = split_by_problem([e["problem_id"] for e in examples], args.held_out,
+                                           args.seed)  # fmt: skip
+    held = set(held_ids)
+    training = [e for e in examples if e["problem_id"] not in held]
+    evaluation = [e for e in examples if e["problem_id"] in held]
+    if args.max_examples:
+        random.Random(args.seed).shuffle(training)
+        training = training[: args.max_examples]
+    unit = "step prefixes" if args.kind == "process" else "distinct programs"
+    print(
+        f"{len(rows)} records, {len(examples)} {unit}; training on "
+        f"{len(training)} from {len(train_ids)} problems, holding out {len(evaluation)} from "
+        f"{len(held_ids)} ({', '.join(held_ids[:5])}{', ...' if len(held_ids) > 5 else ''})",
+        flush=True,
+    )
+    verifier = Verifier(model_path, args.max_length, args.lora_rank, args.seed)
+    losses = verifier.train(training, args.epochs, args.lr, args.batch_size, args.seed)
+    scores = verifier.scores([e["text"] for e in evaluation])
+    runs = [e["runs"] for e in evaluation] if args.kind == "outcome" else None
+    metrics = evaluate_scores(scores, [e["passed"] for e in evaluation], runs)
+    print(format_report(metrics, unit), flush=True)
+    out = Path(args.out)
+    verifier.save(out)
+    summary = {
+        "kind": args.kind,
+        "step_split": args.step_split if args.kind == "process" else None,
+        "target": args.target if args.kind == "outcome" else None,
+        "base_model": args.model,
+        "train_problems": train_ids,
+        "held_out_problems": held_ids,
+        "train_examples": len(training),
+        "max_length": args.max_length,
+        "losses": losses,
+        "held_out": metrics,
+    }
+    text = json.dumps(_finite(summary), indent=2, allow_nan=False)
+    (out / "verifier.json").write_text(text + "\n")
+    steps = f', step_split = "{args.step_split}"' if args.kind == "process" else ""
+    options = f'path = "{out}", max_length = {args.max_length}{steps}'
+    print(f"saved to {out} (scorer term: options = {{ {options} }})")
+    return summary
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN (an AUC without both classes, say) as None: strict JSON."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_finite(item) for item in value]
+    return value
+
+
+def process_examples(
+    args: argparse.Namespace, rows: Sequence[dict[str, Any]], model_path: str
+) -> list[dict[str, Any]]:
+    """Monte Carlo step labels (``launch.tools.process_labels``) for ``--mc-programs`` of the
+    records' programs, through an in-process vLLM engine and a sandbox pool."""
+    from common.config import SandboxConfig
+    from common.prompts import encode_prompt
+    from launch.data.model_source import locate_model
+    from launch.data.problems import load_rendered
+    from launch.tools.evaluate import build_worker, default_max_model_len, load_tokenizer
+    from launch.tools.process_labels import mc_step_labels
+    from sandbox.pool import SandboxPool
+
+    policy = locate_model(args.policy or model_path, "--policy")
+    tokenizer = load_tokenizer(policy)
+    problems = {
+        p.problem_id: p
+        for p in load_rendered(args.problems, args.split, args.format, "auto", tokenizer)
+    }
+    distinct = {}
+    for row in rows:
+        if row["problem_id"] in problems and row.get("verdict") not in (None, "infra_error"):
+            distinct.setdefault((row["problem_id"], row["completion"]), row)
+    if not distinct:
+        raise VerifierError(f"--problems: none of the records' problems is in {args.problems}")
+    chosen = sorted(distinct)
+    random.Random(args.seed).shuffle(chosen)
+    programs = [(problems[pid], completion) for pid, completion in chosen[: args.mc_programs]]
+    settings = argparse.Namespace(
+        model=policy, dtype=args.dtype, n=args.mc_samples, temperature=args.temperature,
+        max_new_tokens=args.max_new_tokens, kv_cache_gib=args.kv_cache_gib, stop=args.stop,
+        seed=args.seed,
+    )  # fmt: skip
+    worker = build_worker(settings, args.max_model_len or default_max_model_len(policy))
+    print(f"labelling the steps of {len(programs)} programs, {args.mc_samples} continuations "
+          "per prefix", flush=True)  # fmt: skip
+    sandbox = SandboxConfig(num_workers=args.workers)
+    with SandboxPool(sandbox) as pool:
+        labels = mc_step_labels(
+            programs,
+            worker.generate,
+            lambda jobs: pool.run(jobs, stop_at_first_failure=True),
+            lambda text: encode_prompt(tokenizer, text),
+            args.mc_samples,
+            args.step_split,
+            args.seed,
+        )
+    return [
+        {"problem_id": label.problem_id, "text": label.text, "label": label.label,
+         "passed": label.label >= 0.5, "step": label.step, "count": 1}
+        for label in labels
+    ]  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    from common.config import ConfigError
+    from common.datasets import DatasetError
+
+    logging.basicConfig(level=logging.WARNING)
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        run(args)
+    except (VerifierError, ConfigError, DatasetError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
