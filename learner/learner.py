@@ -214,7 +214,7 @@ class Learner:
 
     @property
     def beta(self) -> float:
-        """The KL coefficient of the next train step (``algorithm.kl_control`` moves it)."""
+        """The KL coefficient of the next train step (``learner.kl_control`` moves it)."""
         return self.kl_control.beta
 
     @property

@@ -397,7 +397,7 @@ class Driver:
         self, completions: list[Completion], rewards: list[float | None]
     ) -> tuple[list[float | None], dict[str, float]]:
         """r - beta * KL(sequence), with the KL from the learner's policy and reference and the
-        learner's current beta (``algorithm.kl_control`` may move it)."""
+        learner's current beta (``learner.kl_control`` may move it)."""
         import torch
 
         kept = [

@@ -215,7 +215,7 @@ def test_lora_merged_kl_in_reward_dynamic_sampling_resumed(tmp_path, tiny_model_
     args = [
         "--learner.kl_in", "reward",
         "--learner.beta", "0.04",
-        "--algorithm.kl_control", "linear",
+        "--learner.kl_control", "linear",
         "--learner.beta_final", "0.02",
         "--advantage.dynamic_sampling", "true",
         "--advantage.max_sampling_rounds", "2",
@@ -272,7 +272,7 @@ options = {{ run_dir = "{run_dir}" }}
         "--run.steps", "3",
         "--weights.bucket_mib", "0.125",
         "--weights.transport", "collective",
-        "--algorithm.kl_control", "adaptive",
+        "--learner.kl_control", "adaptive",
         "--learner.ratio_level", "sequence",
         "--selfplay.saboteur", "true",
         "--selfplay.saboteur_prompts", "1",

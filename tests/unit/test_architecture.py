@@ -1,16 +1,34 @@
-"""The layout's rules, checked on the source: no import cycle in ``launch/``, every actor of a
-run created in ``launch/fleet/actors.py``, and roles that never import each other."""
+"""The layout's rules, checked on the source (docs: README "How it fits together").
+
+- The roles (``actor/``, ``learner/``, ``sandbox/``) never import each other or ``launch/``.
+- ``common/`` is the floor: it imports no other package of the project, and neither vLLM nor Ray.
+- ``algorithm/`` is pure: it imports ``common/`` only (and neither vLLM nor Ray).
+- In ``launch/``, the loop, the fleet and the data import no tool (``launch/tools/``).
+- No import cycle between files, counting imports inside functions (they hide cycles).
+- Every actor of a run is created in ``launch/fleet/actors.py``.
+- Product files stay under 500 lines and functions under 60, unless a comment says why.
+"""
 
 from __future__ import annotations
 
 import ast
+from functools import cache
 from pathlib import Path
+
+import pytest
 
 from tests.conftest import REPO_ROOT
 
+ROLES = ("actor", "learner", "sandbox")
+PACKAGES = ("actor", "algorithm", "common", "launch", "learner", "sandbox")
 #: Benchmark tools (``<role>/bench/``) build their own actors on private clusters; they are not
 #: part of a run.
 BENCH = "bench"
+MAX_FILE_LINES = 500
+MAX_FUNCTION_LINES = 60
+#: A longer file or function says why in a comment starting with this, on the line above its
+#: ``def`` (or its first decorator), or in a file's first five lines.
+LONG_MARK = "# long:"
 
 
 def _module(path: Path) -> str:
@@ -18,55 +36,136 @@ def _module(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def _sources(*packages: str) -> list[Path]:
+    return sorted(p for package in packages for p in (REPO_ROOT / package).rglob("*.py"))
+
+
+@cache
+def _modules() -> frozenset[str]:
+    return frozenset(_module(p) for p in _sources(*PACKAGES))
+
+
 def _imports(path: Path) -> set[str]:
-    """Every module ``path`` imports, at module level or inside functions."""
+    """Every module ``path`` imports, at module level or inside functions. ``from a import b``
+    names ``a.b`` when that is a module of the project, ``a`` otherwise."""
     names = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            names.add(node.module)
+            for alias in node.names:
+                submodule = f"{node.module}.{alias.name}"
+                names.add(submodule if submodule in _modules() else node.module)
         elif isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
     return names
 
 
-def _sources(package: str) -> list[Path]:
-    return sorted((REPO_ROOT / package).rglob("*.py"))
+def _offenders(packages: tuple[str, ...], forbidden: tuple[str, ...]) -> list[str]:
+    """``path imports module`` for every import of a top-level name in ``forbidden``."""
+    wrong = []
+    for path in _sources(*packages):
+        for module in sorted(_imports(path)):
+            if module.split(".")[0] in forbidden:
+                wrong.append(f"{path.relative_to(REPO_ROOT)} imports {module}")
+    return wrong
 
 
-def test_launch_has_no_import_cycle():
+def test_roles_import_common_and_algorithm_never_each_other():
+    for role in ROLES:
+        others = tuple(r for r in ROLES if r != role) + ("launch",)
+        assert not _offenders((role,), others)
+
+
+def test_common_is_the_floor():
+    assert not _offenders(("common",), ("actor", "algorithm", "launch", "learner", "sandbox"))
+    assert not _offenders(("common",), ("ray", "vllm"))
+
+
+def test_algorithm_imports_no_role():
+    assert not _offenders(("algorithm",), ("actor", "launch", "learner", "sandbox", "ray", "vllm"))
+
+
+def test_the_loop_imports_no_tool():
+    below_tools = [
+        path
+        for path in _sources("launch")
+        if "tools" not in path.parts and BENCH not in path.parts and path.parent.name != "launch"
+    ]
+    below_tools.append(REPO_ROOT / "launch" / "train.py")
+    wrong = [
+        f"{path.relative_to(REPO_ROOT)} imports {module}"
+        for path in below_tools
+        for module in sorted(_imports(path))
+        if module.startswith("launch.tools")
+    ]
+    assert not wrong
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle in ``graph``, or None (iterative three-colour depth-first search)."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    for root in sorted(graph):
+        if state.get(root):
+            continue
+        path, stack = [root], [iter(sorted(graph[root]))]
+        state[root] = 1
+        while stack:
+            nxt = next(stack[-1], None)
+            if nxt is None:
+                state[path.pop()] = 2
+                stack.pop()
+            elif state.get(nxt) == 1:
+                return [*path[path.index(nxt) :], nxt]
+            elif not state.get(nxt):
+                state[nxt] = 1
+                path.append(nxt)
+                stack.append(iter(sorted(graph.get(nxt, ()))))
+    return None
+
+
+def test_no_import_cycle_between_files():
+    modules = _modules()
     graph = {
-        _module(p): {m for m in _imports(p) if m.startswith("launch")} for p in _sources("launch")
+        _module(p): {m for m in _imports(p) if m in modules and m != _module(p)}
+        for p in _sources(*PACKAGES)
     }
-    cycles = []
-
-    def visit(module: str, path: list[str]) -> None:
-        for dependency in graph.get(module, ()):
-            if dependency in path:
-                cycles.append([*path[path.index(dependency) :], dependency])
-            else:
-                visit(dependency, [*path, dependency])
-
-    for module in graph:
-        visit(module, [module])
-    assert not cycles, cycles[0]
+    assert _cycle(graph) is None, " -> ".join(_cycle(graph) or [])
 
 
-def test_every_actor_of_a_run_is_created_in_launch_actors():
+def test_the_cycle_check_finds_a_cycle():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_every_actor_of_a_run_is_created_in_launch_fleet_actors():
     creators = set()
-    for package in ("actor", "common", "launch", "learner", "sandbox"):
-        for path in _sources(package):
-            for node in ast.walk(ast.parse(path.read_text())):
-                call = isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                if call and node.func.attr == "remote" and ast.unparse(node.func.value) == "ray":
-                    creators.add(path.relative_to(REPO_ROOT))
+    for path in _sources(*PACKAGES):
+        for node in ast.walk(ast.parse(path.read_text())):
+            call = isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            if call and node.func.attr == "remote" and ast.unparse(node.func.value) == "ray":
+                creators.add(path.relative_to(REPO_ROOT))
     product = {str(path) for path in creators if BENCH not in path.parts}
     assert product == {"launch/fleet/actors.py"}
 
 
-def test_roles_import_common_never_each_other():
-    roles = ("actor", "learner", "sandbox")
-    for role in (*roles, "common"):
-        others = [r for r in roles if r != role] + ["launch"]
-        for path in _sources(role):
-            wrong = {m for m in _imports(path) if m.split(".")[0] in others}
-            assert not wrong, f"{path.relative_to(REPO_ROOT)} imports {sorted(wrong)}"
+def _explained(lines: list[str], line: int) -> bool:
+    """Whether the line above 1-based ``line`` is a comment carrying :data:`LONG_MARK`."""
+    return line >= 2 and lines[line - 2].strip().startswith(LONG_MARK)
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_files_and_functions_stay_small(package):
+    long = []
+    for path in _sources(package):
+        text = path.read_text()
+        lines = text.splitlines()
+        name = path.relative_to(REPO_ROOT)
+        if len(lines) > MAX_FILE_LINES and not any(LONG_MARK in x for x in lines[:5]):
+            long.append(f"{name}: {len(lines)} lines")
+        for node in ast.walk(ast.parse(text)):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            size = node.end_lineno - node.lineno + 1
+            if size > MAX_FUNCTION_LINES and not _explained(lines, first):
+                long.append(f"{name}:{node.lineno} {node.name}: {size} lines")
+    assert not long, long
