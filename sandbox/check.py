@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 from common.config import SandboxConfig
-from sandbox.pool import SandboxIsolationError, SandboxPool
 from sandbox.problems import CheckProblem, ProblemFileError, load_problems, read_rows
+from sandbox.trusted.pool import SandboxIsolationError, SandboxPool
 
 BATCH = 64
 

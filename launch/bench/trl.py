@@ -5,8 +5,8 @@ task's programs, ``prompts_per_step`` per step, G completions each), same comple
 (``max_completion_length`` = ``rollout.max_new_tokens``; with ``fixed_length`` EOS is blocked
 with ``min_new_tokens``), same sampling temperature and top-p, and the same reward: TRL calls a
 reward function that executes every completion against the problem's tests in this project's
-sandbox pool (``sandbox.pool.SandboxPool`` + ``sandbox.reward.execution_reward``), so rewards
-come from code execution through TRL's own pipeline.
+sandbox pool (``sandbox.trusted.pool.SandboxPool`` + ``sandbox.reward.execution_reward``), so
+rewards come from code execution through TRL's own pipeline.
 
 One optimiser step consumes ``batch_size`` completions: TRL generates the whole batch at once
 (``generation_batch_size = batch_size``) and accumulates gradients over ``grad_accum``
@@ -83,8 +83,8 @@ def run_trl(
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
     from common.prompts import build_program
-    from sandbox.pool import SandboxPool
     from sandbox.reward import execution_reward
+    from sandbox.trusted.pool import SandboxPool
 
     GRPOConfig, GRPOTrainer = import_trl()
     torch.set_num_threads(threads)

@@ -213,7 +213,7 @@ def start_sandbox(config: Config, run_id: str) -> SandboxClient:
     """The sandbox pool actor, a stateless service (not yet waited for)."""
     import ray
 
-    from sandbox.pool import SandboxPool
+    from sandbox.trusted.pool import SandboxPool
 
     sandbox_cls = ray.remote(**SERVICE_RESTARTS)(SandboxPool).options(
         **actor_options(f"sandbox-{run_id}", config.sandbox.num_cpus)

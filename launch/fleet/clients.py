@@ -136,7 +136,7 @@ class LearnerClient:
 
 
 class SandboxClient:
-    """The sandbox pool actor (``sandbox.pool.SandboxPool``)."""
+    """The sandbox pool actor (``sandbox.trusted.pool.SandboxPool``)."""
 
     def __init__(self, handle: Any) -> None:
         self.handle = handle

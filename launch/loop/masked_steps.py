@@ -23,7 +23,7 @@ logger = logging.getLogger(__name__)
 
 #: Completions of the step, every sampling round, that got a reward (``launch.loop.groups``).
 SCORED = "reward/scored_completions"
-#: Fraction of the sandbox's executions in the step that were infra errors (``sandbox.pool``).
+#: Fraction of the step's sandbox executions that were infra errors (``sandbox.trusted.pool``).
 INFRA = "sandbox/verdict/infra_error"
 
 

@@ -4,7 +4,7 @@
         [--k 1,10] [--temperature T] [--max-new-tokens N] [--limit N] [--out DIR]
 
 Generation reuses :class:`actor.rollout_worker.RolloutWorker` in-process (no Ray) and scoring
-the :class:`sandbox.pool.SandboxPool`, so an evaluation sees exactly the prompts, sampling and
+the :class:`sandbox.trusted.pool.SandboxPool`, so an evaluation sees exactly the prompts, sampling and
 judging that training does. pass@k is the unbiased estimator of Chen et al. 2021
 (:mod:`launch.loop.passk`). The run writes ``samples.jsonl`` (one row per completion, with its
 verdict) and ``summary.json`` into ``--out``; progress goes to stderr, the scores to stdout.
@@ -245,7 +245,7 @@ def run_evaluation(args: argparse.Namespace, worker=None) -> dict:
     from common.config import SandboxConfig
     from launch.data.model_source import locate_model
     from launch.data.problems import load_rendered
-    from sandbox.pool import SandboxPool
+    from sandbox.trusted.pool import SandboxPool
 
     started = time.perf_counter()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -394,7 +394,7 @@ def main(argv: list[str] | None = None, worker=None) -> int:
     from common.config import ConfigError
     from common.datasets import DatasetError
     from common.prompts import PromptError
-    from sandbox.pool import SandboxIsolationError
+    from sandbox.trusted.pool import SandboxIsolationError
 
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:

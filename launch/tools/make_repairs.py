@@ -211,7 +211,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     from common.config import SandboxConfig
     from common.datasets import DatasetError, load_dataset
-    from sandbox.pool import SandboxIsolationError, SandboxPool
+    from sandbox.trusted.pool import SandboxIsolationError, SandboxPool
 
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:

@@ -207,7 +207,7 @@ class SelfPlay:
         problems plus repair tasks for the weak ones."""
         from launch.data.problems import load_raw
         from launch.tools.make_repairs import make_repairs
-        from sandbox.pool import SandboxPool
+        from sandbox.trusted.pool import SandboxPool
 
         data = self.config.data
         problems = load_raw(data.source, data.split, data.format, data.max_problems)
@@ -344,7 +344,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 def main(argv: list[str] | None = None) -> int:
     from common.datasets import DatasetError
     from common.prompts import PromptError
-    from sandbox.pool import SandboxIsolationError
+    from sandbox.trusted.pool import SandboxIsolationError
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     args, overrides = parse_args(sys.argv[1:] if argv is None else argv)

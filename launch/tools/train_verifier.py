@@ -464,7 +464,7 @@ def process_examples(
     from launch.data.problems import load_rendered
     from launch.tools.evaluate import build_worker, default_max_model_len, load_tokenizer
     from launch.tools.process_labels import mc_step_labels
-    from sandbox.pool import SandboxPool
+    from sandbox.trusted.pool import SandboxPool
 
     policy = locate_model(args.policy or model_path, "--policy")
     tokenizer = load_tokenizer(policy)

@@ -54,9 +54,9 @@ from typing import NamedTuple
 
 from common.config import SandboxConfig
 from common.types import ExecutionJob, ExecutionResult
-from sandbox.isolation import descendants
-from sandbox.pool import SandboxPool
+from sandbox.isolated.reaping import descendants
 from sandbox.problems import load_problems
+from sandbox.trusted.pool import SandboxPool
 
 EMPTY_PROGRAMS = 200  # enough CPU (~0.4 s) for the clock-tick counters to be well above zero
 EMPTY_JOB = ExecutionJob(code="pass", tests=())  # the pool's fixed cost per execution, alone

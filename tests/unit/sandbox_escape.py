@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from common.config import SandboxConfig
 from common.types import ExecutionJob
-from sandbox.pool import SandboxPool
+from sandbox.trusted.pool import SandboxPool
 
 # What every attack program starts with: raw system calls through ctypes, and the verdict
 # "refused" when the call failed, else what got through.

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from common.config import SandboxConfig
 from common.types import ExecutionJob, ExecutionResult
-from sandbox import native
-from sandbox.pool import SandboxPool
+from sandbox.trusted import native_build
+from sandbox.trusted.pool import SandboxPool
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # for scripts run in a fresh interpreter
 CONFIG = SandboxConfig(num_workers=2, timeout_s=3.0, test_timeout_s=1.0, memory_mb=256, cache=False)
@@ -20,7 +20,7 @@ def shared_pool(zygote_loop: str):
     """A pool with ``CONFIG`` and the zygote loop asked for: the hostile-program tests run under
     both loops, since either may serve (C where the extension was built, else Python)."""
     pool = SandboxPool(CONFIG.model_copy(update={"zygote_loop": zygote_loop}))
-    compiled = zygote_loop == "auto" and native.build()[0] is not None
+    compiled = zygote_loop == "auto" and native_build.build()[0] is not None
     assert pool.zygote_loop.startswith("zygote loop in C" if compiled else "zygote loop in Python")
     return pool
 

@@ -136,7 +136,7 @@ def test_feedback_hides_the_other_tests_unless_asked():
 
 
 def test_the_sandbox_reports_what_a_failing_program_computed():
-    from sandbox.pool import SandboxPool
+    from sandbox.trusted.pool import SandboxPool
     from tests.unit.sandbox_helpers import CONFIG, run
 
     pool = SandboxPool(CONFIG)

@@ -20,10 +20,10 @@ import struct
 import pytest
 
 from common.types import ExecutionResult, Verdict
-from sandbox import testplan
-from sandbox.child import frame
-from sandbox.frames import MESSAGE_CAP, Frames, decode_message, encode
-from sandbox.judging import Judgement
+from sandbox.isolated.child import frame
+from sandbox.trusted import testplan
+from sandbox.trusted.judging import Judgement
+from sandbox.wire.frames import MESSAGE_CAP, Frames, decode_message, encode
 
 SEED = 33
 ROUNDS = 1500

@@ -59,7 +59,7 @@ def test_repairs_from_mbpp_are_bugs_the_sandbox_confirms(tmp_path, capsys):
     from common.config import SandboxConfig
     from common.datasets import load_dataset, parse_generic_row
     from launch.tools.make_repairs import main
-    from sandbox.pool import SandboxPool
+    from sandbox.trusted.pool import SandboxPool
 
     out = tmp_path / "repairs.jsonl"
     argv = ["--problems", str(DATA / "mbpp.jsonl"), "--out", str(out), "--limit", "30",

@@ -12,8 +12,8 @@ import pytest
 
 from common.config import SandboxConfig
 from sandbox import check
-from sandbox.pool import SandboxPool
 from sandbox.problems import load_problems
+from sandbox.trusted.pool import SandboxPool
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,5 +1,5 @@
-"""Pinned hot pages (sandbox/pinning.py): the kernel behaviour they rely on, the calibration
-that finds them, and the pool with them on, off and refused."""
+"""Pinned hot pages (sandbox/isolated/pinning.py): the kernel behaviour they rely on, the
+calibration that finds them, and the pool with them on, off and refused."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ import textwrap
 from common.config import SandboxConfig
 from common.types import ExecutionJob
 from sandbox.bench.throughput import role_costs
-from sandbox.pool import SandboxPool
+from sandbox.trusted.pool import SandboxPool
 from tests.unit.sandbox_helpers import CONFIG, F_TESTS, GOOD_F, REPO_ROOT, run
 
 # Run in a fresh interpreter: a pin marks the whole process (every later fork of it checks
 # for pinned pages), and a stopped or killed child must not be pytest's.
 PRELUDE = """
 import json, mmap, os, signal
-from sandbox import pinning
+from sandbox.isolated import pinning
 PAGE = pinning.PAGE
 area = mmap.mmap(-1, 8 * PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
 area.write(b"x" * 8 * PAGE)  # every page present

@@ -16,9 +16,9 @@ import pytest
 
 from common.config import SandboxConfig
 from common.types import ExecutionJob, Verdict
-from sandbox import isolation
-from sandbox.child import SERVER_COMPILE_MAX
-from sandbox.pool import SandboxPool
+from sandbox.isolated.child import SERVER_COMPILE_MAX
+from sandbox.trusted.pool import SandboxPool
+from sandbox.wire.levels import LEVEL_FULL
 from tests.unit.sandbox_helpers import CONFIG, F_TESTS, GOOD_F, run, shared_pool
 
 
@@ -29,10 +29,10 @@ def pool(request):
 
 
 def test_isolation_is_probed_and_reported(pool):
-    assert pool.isolation == isolation.LEVEL_FULL
+    assert pool.isolation == LEVEL_FULL
     assert pool.stats()["sandbox/isolation_level"] == 2.0
     line = pool.describe()  # what launch.train logs
-    assert line.startswith(f"2 workers, isolation {isolation.LEVEL_FULL}; ")
+    assert line.startswith(f"2 workers, isolation {LEVEL_FULL}; ")
     assert pool.pinning in line and line.endswith(pool.zygote_loop)
 
 
@@ -511,11 +511,11 @@ def test_verdict_fractions_count_cached_results():
 
 def test_directory_of_a_killed_pool_is_removed_by_the_next_pool():
 
-    from sandbox.pool import remove_abandoned_dirs
+    from sandbox.trusted.pool import remove_abandoned_dirs
 
     script = (
         "import time\nfrom common.config import SandboxConfig\n"
-        "from sandbox.pool import SandboxPool\n"
+        "from sandbox.trusted.pool import SandboxPool\n"
         "pool = SandboxPool(SandboxConfig(num_workers=1))\nprint(pool._dir, flush=True)\n"
         "time.sleep(120)\n"
     )

@@ -16,7 +16,7 @@ import pytest
 
 from common.config import SandboxConfig
 from common.types import ExecutionJob, Verdict
-from sandbox.pool import SandboxPool
+from sandbox.trusted.pool import SandboxPool
 from tests.unit.sandbox_helpers import F_TESTS, GOOD_F, REPO_ROOT, run, shared_pool
 
 
@@ -106,14 +106,14 @@ def test_without_namespaces_setsid_grandchildren_are_still_killed():
 _KILL_CHAIN = """
 import os, sys
 sys.path.insert(0, {root!r})
-from sandbox import isolation
-isolation.prctl(isolation.PR_SET_CHILD_SUBREAPER, 1)  # as the zygote without namespaces
+from sandbox.isolated import reaping, syscalls
+syscalls.prctl(syscalls.PR_SET_CHILD_SUBREAPER, 1)  # as the zygote without namespaces
 if {scan!r}:  # a kernel without /proc/<pid>/task/<tid>/children
     def open_without_children_file(path, *args, **kwargs):
         if str(path).endswith("/children"):
             raise FileNotFoundError(path)
         return open(path, *args, **kwargs)
-    isolation.open = open_without_children_file
+    reaping.open = open_without_children_file
 r, w = os.pipe()
 if os.fork() == 0:
     os.setsid()
@@ -125,7 +125,7 @@ if os.fork() == 0:
     os.execv("/bin/sleep", [{marker!r}, "301"])
 os.close(w)
 assert os.read(r, 1) == b""  # both sleepers exec'd (close-on-exec)
-print(isolation.kill_descendants(os.getpid()))
+print(reaping.kill_descendants(os.getpid()))
 """
 
 

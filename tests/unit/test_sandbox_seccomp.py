@@ -1,4 +1,4 @@
-"""The seccomp filter's system-call tables and program (sandbox/seccomp.py).
+"""The seccomp filter's system-call tables and program (sandbox/isolated/seccomp.py).
 
 What the filter refuses inside a real pool is tested with real programs in
 test_sandbox_escape.py; here, that its numbers are the kernel's and that it assembles.
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import seccomp
+from sandbox.isolated import seccomp
 from tests.unit.sandbox_helpers import REPO_ROOT
 
 HEADERS = {
@@ -59,8 +59,8 @@ def test_a_filtered_process_keeps_working_and_cannot_make_namespaces():
     script = textwrap.dedent(
         """
         import ctypes, os, threading
-        from sandbox import isolation, seccomp
-        isolation.prctl(isolation.PR_SET_NO_NEW_PRIVS, 1)
+        from sandbox.isolated import seccomp, syscalls
+        syscalls.prctl(syscalls.PR_SET_NO_NEW_PRIVS, 1)
         seccomp.install()
         threading.Thread(target=lambda: None).start()
         pid = os.fork()

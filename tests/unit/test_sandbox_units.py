@@ -10,12 +10,13 @@ from collections import Counter, OrderedDict, defaultdict, namedtuple
 import pytest
 
 from common.types import ExecutionJob, ExecutionResult, Verdict
-from sandbox import child, testplan
-from sandbox.cache import ResultCache, job_key
-from sandbox.canonical import Unserialisable, canonicalise, rebuild
-from sandbox.frames import MESSAGE_CAP, Frames, decode_message, encode
+from sandbox.isolated import child
 from sandbox.problems import humaneval_tests
 from sandbox.reward import execution_reward
+from sandbox.trusted import testplan
+from sandbox.trusted.result_cache import ResultCache, job_key
+from sandbox.wire.canonical import Unserialisable, canonicalise, rebuild
+from sandbox.wire.frames import MESSAGE_CAP, Frames, decode_message, encode
 
 
 def roundtrip(value):

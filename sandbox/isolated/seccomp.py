@@ -1,7 +1,7 @@
 """A seccomp filter for sandboxed programs: refuse the system calls that reshape the sandbox.
 
 Installed by each worker's zygote after it has locked its view of the file system
-(``isolation.lock_down``), so every execution's process inherits it and cannot remove it.
+(``namespaces.lock_down``), so every execution's process inherits it and cannot remove it.
 It is a deny list over an otherwise open set: programs need the ordinary calls of an
 interpreter (files, memory, threads, signals, time), and the layers below this one (the
 namespaces, locked read-only mounts, no capabilities, rlimits) already bound what those can
@@ -35,7 +35,7 @@ import errno
 import os
 import struct
 
-from sandbox import isolation
+from sandbox.isolated.syscalls import check, libc
 
 # Names refused with EPERM (clone is refused only with namespace flags; clone3 gets ENOSYS).
 DENIED = (  # noqa: SIM905 (a list of 53 quoted names is harder to read)
@@ -169,7 +169,7 @@ def install() -> None:
     code = assemble(arch, numbers, x32_bit=machine == "x86_64")
     buffer = ctypes.create_string_buffer(code, len(code))
     fprog = _SockFprog(len(code) // 8, ctypes.cast(buffer, ctypes.c_void_p))
-    result = isolation.libc.prctl(
+    result = libc.prctl(
         PR_SET_SECCOMP, ctypes.c_ulong(SECCOMP_MODE_FILTER), ctypes.byref(fprog), 0, 0
     )
-    isolation.check(result, "seccomp filter")
+    check(result, "seccomp filter")

@@ -6,7 +6,7 @@ are re-parented to it). It is forked from the worker's server once, after every 
 imported and warmed up, and then does as little as possible, because every page a process
 writes after a fork is a copy-on-write fault, and each costs CPU: the server, which never
 forks, does the JSON, the polling and the talking to the pool. Before it serves, it pins the
-pages an execution writes anyway (``sandbox/pinning.py``), which each fork then copies at
+pages an execution writes anyway (``sandbox/isolated/pinning.py``), which each fork then copies at
 once: the child then takes about a third as many faults per execution, the zygote about a
 quarter (docs/benchmarks.md, sandbox section).
 
@@ -15,7 +15,7 @@ Protocol on a SOCK_SEQPACKET socketpair with the server:
 - First, unasked: ``P``, then ``1`` if the zygote mounted its PID namespace's ``/proc`` (else
   ``0``), ``c`` if it runs the compiled loop (else ``p``), ``L`` if it locked itself down
   (else ``-``; see :func:`_lock_down`), the number of hot pages it pinned (4 bytes,
-  little-endian), and then, as UTF-8 text, why none were pinned (see ``sandbox/pinning.py``),
+  little-endian), and then, as UTF-8 text, why none were pinned (see ``pinning.py``),
   a NUL, and why it could not lock itself down ("" for each that went well).
 - ``R`` + three descriptors (job pipe read end, value pipe and output pipe write ends):
   fork a child, which reads its job (code, setup code, test parts, rlimits) from the job
@@ -29,12 +29,13 @@ enough Python to write dozens more pages per execution (docs/benchmarks.md, sand
 That direction only: the trusted server encodes it. What the child sends back is JSON, because
 ``marshal`` is not safe to decode from an adversary.
 
-The loop itself runs in C (``sandbox/_zygote.c``, built by ``sandbox/native.py``) where it
-could be built and the zygote is its namespace's init: the Python loop below allocates as it
-goes, and after each fork every page it writes is a copy-on-write fault, in every execution.
-The C loop writes only its stack (less zygote CPU per execution, docs/benchmarks.md). It
-returns to Python only in a new child. Without a namespace, or where it could not be built
-(``sandbox.zygote_loop = "python"`` asks for this too), the Python loop does the same.
+The loop itself runs in C (``sandbox/isolated/_zygote.c``, built by the front:
+``sandbox/trusted/native_build.py``) where it could be built and the zygote is its namespace's
+init: the Python loop below allocates as it goes, and after each fork every page it writes is
+a copy-on-write fault, in every execution. The C loop writes only its stack (less zygote CPU
+per execution, docs/benchmarks.md). It returns to Python only in a new child. Without a
+namespace, or where it could not be built (``sandbox.zygote_loop = "python"`` asks for this
+too), the Python loop does the same.
 """
 
 from __future__ import annotations
@@ -49,7 +50,13 @@ import types
 from resource import setrlimit
 from typing import NamedTuple
 
-from sandbox import child, isolation, pinning, seccomp
+from sandbox.isolated import child, limits, namespaces, pinning, reaping, seccomp
+from sandbox.isolated.syscalls import (
+    PR_SET_CHILD_SUBREAPER,
+    PR_SET_DUMPABLE,
+    PR_SET_PDEATHSIG,
+    prctl,
+)
 
 STATUS = struct.Struct("<iii")
 PINNED = struct.Struct("<I")
@@ -78,16 +85,16 @@ def serve(
     and read-only view), it mounts the namespace's ``/proc``; then, given a ``calibration``
     job (see :func:`_pin_hot_pages`), it pins its hot pages; then, where ``full``, it locks
     itself down (:func:`_lock_down`) before any program runs. It tells the server how each
-    went, and whether it runs the C loop: given one (``loop``, ``sandbox/_zygote.c``) and as
+    went, and whether it runs the C loop: given one (``loop``, ``_zygote.c``) and as
     its namespace's init.
     """
     code = 0
     try:
-        isolation.prctl(isolation.PR_SET_PDEATHSIG, signal.SIGKILL)
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         in_namespace = os.getpid() == 1
-        if not in_namespace:  # orphans come to us: isolation.kill_descendants reaches them
-            isolation.prctl(isolation.PR_SET_CHILD_SUBREAPER, 1)
-        mounted = in_namespace and full and isolation.mount_own_proc()
+        if not in_namespace:  # orphans come to us: reaping.kill_descendants reaches them
+            prctl(PR_SET_CHILD_SUBREAPER, 1)
+        mounted = in_namespace and full and namespaces.mount_own_proc()
         setup = _ChildSetup(scratch, uid, os.open(os.devnull, os.O_RDONLY), not in_namespace)
         pinned, note = _pin_hot_pages(calibration, setup) if calibration else (0, "off")
         lock_note = _lock_down(uid) if full else "the worker has no read-only view"
@@ -126,8 +133,8 @@ def serve(
 
 
 def _lock_down(uid: int) -> str:
-    """Lock the view, drop every capability (``isolation.lock_down``), refuse the system calls
-    that could reshape the sandbox (``sandbox/seccomp.py``) and become non-dumpable (no
+    """Lock the view, drop every capability (``namespaces.lock_down``), refuse the system
+    calls that could reshape the sandbox (``seccomp.py``) and become non-dumpable (no
     process of ours may read or trace this one); every child inherits all of it. Returns why
     a step failed ("" when all held): the worker then reports a weaker isolation level.
 
@@ -135,13 +142,13 @@ def _lock_down(uid: int) -> str:
     dumpable. The death signal is set again: a change of uid clears it.
     """
     try:
-        isolation.lock_down(uid)
+        namespaces.lock_down(uid)
         seccomp.install()
-        isolation.prctl(isolation.PR_SET_DUMPABLE, 0)
+        prctl(PR_SET_DUMPABLE, 0)
         why = ""
     except OSError as exc:
         why = f"could not lock the sandbox down: {exc}"
-    isolation.prctl(isolation.PR_SET_PDEATHSIG, signal.SIGKILL)
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     return why
 
 
@@ -205,14 +212,14 @@ def _sweep(main: int, grace: bool, in_namespace: bool) -> tuple[int | None, bool
             pid, status = os.waitpid(main, os.WNOHANG)
             if pid:
                 if in_namespace:
-                    isolation.kill_namespace(main)
+                    reaping.kill_namespace(main)
                 else:
-                    isolation.kill_descendants(os.getpid())
+                    reaping.kill_descendants(os.getpid())
                 return status, False
             time.sleep(0.001)
     if in_namespace:
-        return isolation.kill_namespace(main), True
-    return isolation.kill_tree(main, os.getpid()), True
+        return reaping.kill_namespace(main), True
+    return reaping.kill_tree(main, os.getpid()), True
 
 
 def _child(fds: list[int], setup: _ChildSetup) -> None:
@@ -236,7 +243,7 @@ def _child(fds: list[int], setup: _ChildSetup) -> None:
         os.chdir(setup.scratch)
         for which, value in job["limits"]:
             setrlimit(which, (value, value))
-        isolation.drop_privileges(setup.uid, setup.death_signal)
+        limits.drop_privileges(setup.uid, setup.death_signal)
     except BaseException:
         os._exit(98)
     child.run(job["code"], job["setup_code"], job["parts"])

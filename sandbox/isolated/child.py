@@ -25,7 +25,7 @@ import types
 import warnings
 from typing import Any
 
-from sandbox.canonical import Unserialisable, canonicalise
+from sandbox.wire.canonical import Unserialisable, canonicalise
 
 VALUE_FD = 3
 _write = os.write

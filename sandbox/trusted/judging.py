@@ -17,8 +17,8 @@ import reprlib
 import signal
 
 from common.types import ExecutionResult, Verdict
-from sandbox import testplan
-from sandbox.canonical import rebuild
+from sandbox.trusted import testplan
+from sandbox.wire.canonical import rebuild
 
 # Ints shown in full up to here; past it, only their size. str() of an int over 4,300 digits
 # raises (Python's guard against quadratic conversion) and the child sends ints as hex, with

@@ -1,4 +1,5 @@
-/* The zygote's loop in C: sandbox/zygote.py has the protocol and the Python loop it replaces.
+/* The zygote's loop in C: sandbox/isolated/zygote.py has the protocol and the Python loop it
+ * replaces.
  *
  * Why C: after every fork all of the zygote's pages are shared with the child, so every page
  * the zygote writes afterwards is a copy-on-write fault. The Python loop allocates and frees
@@ -9,8 +10,8 @@
  * throughout (the process has one thread) and returns to Python only in a new child, with the
  * child's three descriptors, or at the end.
  *
- * Built on first use by sandbox/native.py with the host's C compiler: where none is found the
- * zygote runs the Python loop, which does the same, only dearer.
+ * Built on first use by sandbox/trusted/native_build.py with the host's C compiler: where none
+ * is found the zygote runs the Python loop, which does the same, only dearer.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -66,7 +67,7 @@ static void close_all(const int *fds, int nfds) {
     for (int i = 0; i < nfds; i++) close(fds[i]);
 }
 
-/* isolation.kill_namespace: SIGKILL everything else in the namespace and reap it all, again
+/* reaping.kill_namespace: SIGKILL everything else in the namespace and reap it all, again
  * until the kill finds no one (a fork may complete while the first one is delivered). Sets
  * *status to main's wait status if it is reaped here; returns whether it was. */
 static int kill_namespace(pid_t main_pid, int *status) {
@@ -166,7 +167,7 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "_zygote",
-    .m_doc = "The zygote's loop in C (see sandbox/zygote.py).",
+    .m_doc = "The zygote's loop in C (see sandbox/isolated/zygote.py).",
     .m_size = -1,
     .m_methods = methods,
 };

@@ -33,7 +33,7 @@ import struct
 import time
 from collections.abc import Callable
 
-from sandbox import isolation
+from sandbox.isolated.syscalls import syscall
 
 SYS_IO_URING_SETUP = 425  # the same numbers on every architecture (asm-generic table)
 SYS_IO_URING_REGISTER = 427
@@ -142,10 +142,10 @@ def _register(pages: list[int]) -> int:
         else:
             runs.append([page, PAGE])
     params = ctypes.create_string_buffer(IO_URING_PARAMS_BYTES)
-    ring = isolation.syscall(SYS_IO_URING_SETUP, 1, params, what="io_uring_setup")
+    ring = syscall(SYS_IO_URING_SETUP, 1, params, what="io_uring_setup")
     iovecs = (_Iovec * len(runs))(*[_Iovec(start, size) for start, size in runs])
     try:
-        isolation.syscall(
+        syscall(
             SYS_IO_URING_REGISTER,
             ring,
             IORING_REGISTER_BUFFERS,

@@ -5,7 +5,7 @@ Started by the pool as ``python -I`` with an empty environment and one end of a 
 and mount namespaces (a user namespace can only be entered by a single-threaded process),
 unshares a PID namespace, pre-imports what programs commonly use, warms the child's code
 paths up, freezes the garbage collector's view of all that, and forks the *zygote*
-(``sandbox/zygote.py``): PID 1 of the namespace, the only process that forks per execution.
+(``sandbox/isolated/zygote.py``): PID 1 of the namespace, the only process that forks per execution.
 
 Two processes, because a fork write-protects every page of the process that forks, which then
 pays a copy-on-write fault, and the CPU it costs, for each page it writes afterwards: many per
@@ -44,8 +44,11 @@ import time
 import types
 from collections import deque
 
-from sandbox import child, isolation, zygote
-from sandbox.frames import FILE_CAP, MESSAGE_CAP, READ_BYTES, Frames, decode_message, encode
+from sandbox.isolated import child, limits, namespaces, zygote
+from sandbox.isolated.scratch import clean_scratch
+from sandbox.isolated.syscalls import CLONE_NEWPID, PR_SET_NO_NEW_PRIVS, prctl, unshare
+from sandbox.wire.frames import FILE_CAP, MESSAGE_CAP, READ_BYTES, Frames, decode_message, encode
+from sandbox.wire.levels import LEVEL_FULL, LEVEL_NAMESPACES, LEVEL_RLIMITS
 
 # What programs import often enough that importing it in every child would cost more than
 # carrying it in every fork. A preloaded module is not free: each of its pages and mappings is
@@ -76,8 +79,8 @@ POLL_IN = select.POLLIN | select.POLLHUP | select.POLLERR
 WARM_UP_ROUNDS = 20
 WARM_UP_CODE = "import re\ndef f(x):\n    return [x + 1, 'a', (1, 2.5), {1: None}]\n"
 WARM_UP_PARTS = [{"kind": "value", "exprs": [f"f({i})"]} for i in range(3)]
-# The zygote's calibration (sandbox/pinning.py): the warm-up job, then a stop, so the zygote
-# can read which pages the child wrote.
+# The zygote's calibration (sandbox/isolated/pinning.py): the warm-up job, then a stop, so the
+# zygote can read which pages the child wrote.
 STOP_PART = {"kind": "exec", "src": "import os, signal\nos.kill(os.getpid(), signal.SIGSTOP)"}
 
 
@@ -161,10 +164,10 @@ class Worker:
         ``memory_mb``; its size is re-read every 64 executions, not every time.
         """
         if self.executions % 64 == 0:
-            self.base_size = isolation.virtual_size(self.args.zygote_proc)
+            self.base_size = limits.virtual_size(self.args.zygote_proc)
         self.executions += 1
         memory = self.base_size + self.args.memory_mb * 1024 * 1024
-        return isolation.rlimits(memory, math.ceil(job["timeout_s"]) + 1, FILE_CAP)
+        return limits.rlimits(memory, math.ceil(job["timeout_s"]) + 1, FILE_CAP)
 
     def _watch(
         self, job: dict, val_r: int, out_r: int, writer: _Writer, start: float, records: list
@@ -322,7 +325,7 @@ def _warm_up() -> None:
         for index, part in enumerate(job["parts"]):
             record = child._run_test(index, part, namespace, child.CLEAN_BUILTINS)
             Frames().feed(child.frame(record))
-        isolation.prctl(isolation.PR_SET_NO_NEW_PRIVS, 1)
+        prctl(PR_SET_NO_NEW_PRIVS, 1)
 
 
 def _start_zygote(args: types.SimpleNamespace, uid: int, level: str) -> socket.socket:
@@ -330,10 +333,10 @@ def _start_zygote(args: types.SimpleNamespace, uid: int, level: str) -> socket.s
     socket. It gets neither the pool's socket nor our end of the control pair.
 
     Sets ``args.own_proc`` (the zygote mounted the namespace's ``/proc``, see
-    ``isolation.mount_own_proc``), ``args.zygote_proc``, where we read the zygote's
+    ``namespaces.mount_own_proc``), ``args.zygote_proc``, where we read the zygote's
     ``/proc`` entry: that mount, shared with us, shows it as PID 1, ``args.pinned`` and
-    ``args.pin_note``: how many hot pages it pinned, or why none (``sandbox/pinning.py``), and
-    ``args.compiled_loop``: whether it runs its loop in C (``sandbox/_zygote.c``), and
+    ``args.pin_note``: how many hot pages it pinned, or why none (``sandbox/isolated/pinning.py``),
+    and ``args.compiled_loop``: whether it runs its loop in C (``sandbox/isolated/_zygote.c``), and
     ``args.locked`` / ``args.lock_note``: whether it locked itself down (``zygote._lock_down``),
     or why not.
     """
@@ -343,7 +346,7 @@ def _start_zygote(args: types.SimpleNamespace, uid: int, level: str) -> socket.s
     if pid == 0:
         os.close(args.fd)
         ours.close()
-        full = level == isolation.LEVEL_FULL
+        full = level == LEVEL_FULL
         zygote.serve(theirs, args.scratch, uid, full, calibration, args.loop)
     theirs.close()
     reply = ours.recv(4096)
@@ -360,12 +363,12 @@ def _start_zygote(args: types.SimpleNamespace, uid: int, level: str) -> socket.s
 
 
 def load_loop(path: str | None) -> tuple[types.ModuleType | None, str]:
-    """The zygote's C loop, from the library the pool built (``sandbox/native.py``), or None
-    and why not (the zygote then runs the Python loop). Loaded before the zygote is forked,
-    which inherits it."""
+    """The zygote's C loop, from the library the pool built
+    (``sandbox/trusted/native_build.py``), or None and why not (the zygote then runs the Python
+    loop). Loaded before the zygote is forked, which inherits it."""
     if path is None:
         return None, ""
-    loader = importlib.machinery.ExtensionFileLoader("sandbox._zygote", path)
+    loader = importlib.machinery.ExtensionFileLoader("sandbox.isolated._zygote", path)
     try:
         spec = importlib.machinery.ModuleSpec(loader.name, loader, origin=path)
         module = loader.create_module(spec)
@@ -382,12 +385,12 @@ def _pid_namespace(level: str) -> str:
     execution's processes through ``/proc``), reported as the rlimits-only level: the
     conservative claim.
     """
-    if level == isolation.LEVEL_RLIMITS:
+    if level == LEVEL_RLIMITS:
         return level
     try:
-        isolation.unshare(isolation.CLONE_NEWPID)
+        unshare(CLONE_NEWPID)
     except OSError:
-        return isolation.LEVEL_RLIMITS
+        return LEVEL_RLIMITS
     return level
 
 
@@ -399,11 +402,11 @@ def _prepare() -> None:
     sys.argv = ["<candidate>"]  # what programs see; set here, not in every child
     os.umask(0o077)
     # harmless here, inherited by the zygote and every child (it can never be unset)
-    isolation.prctl(isolation.PR_SET_NO_NEW_PRIVS, 1)
-    isolation.single_malloc_arena()
+    prctl(PR_SET_NO_NEW_PRIVS, 1)
+    limits.single_malloc_arena()
     _warm_up()
     gc.collect()
-    isolation.release_free_memory()
+    limits.release_free_memory()
     gc.freeze()  # a child's collections never scan (and so never copy) inherited objects
 
 
@@ -421,15 +424,15 @@ def main(argv: list[str]) -> None:
         os.sched_setaffinity(0, {args.cpu})
     args.loop, args.loop_note = load_loop(args.loop_library)  # before the namespaces
     if args.isolation == "auto":
-        level, uid = isolation.setup_worker(args.index, args.scratch)
+        level, uid = namespaces.setup_worker(args.index, args.scratch)
     else:
-        level, uid = isolation.setup_unisolated(args.scratch)
+        level, uid = namespaces.setup_unisolated(args.scratch)
     level = _pid_namespace(level)
     _prepare()
     ctl = _start_zygote(args, uid, level)
-    if level == isolation.LEVEL_FULL and not args.locked:
-        level = isolation.LEVEL_NAMESPACES  # a view the children could undo is no view
-    args.clean_scratch = lambda: isolation.clean_scratch(args.scratch)
+    if level == LEVEL_FULL and not args.locked:
+        level = LEVEL_NAMESPACES  # a view the children could undo is no view
+    args.clean_scratch = lambda: clean_scratch(args.scratch)
     chan = Channel(args.fd)
     chan.send(
         {

@@ -25,10 +25,11 @@ from collections import Counter, deque
 
 from common.config import SandboxConfig
 from common.types import ExecutionJob, ExecutionResult, Verdict
-from sandbox import isolation, native, testplan
-from sandbox.cache import ResultCache, job_key
-from sandbox.judging import Judgement
-from sandbox.workers import WorkerHandle, worker_cpus
+from sandbox.trusted import native_build, testplan
+from sandbox.trusted.handles import WorkerHandle, worker_cpus
+from sandbox.trusted.judging import Judgement
+from sandbox.trusted.result_cache import ResultCache, job_key
+from sandbox.wire.levels import LEVEL_NAMED, LEVEL_NUMBER, LEVEL_RLIMITS
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,7 @@ class SandboxPool:
         self._workers: list[WorkerHandle] = []
         loop_library, self._loop_note = None, "sandbox.zygote_loop = 'python'"
         if config.zygote_loop == "auto":  # built once per node and source version, then cached
-            loop_library, self._loop_note = native.build()
+            loop_library, self._loop_note = native_build.build()
         try:
             cpus = worker_cpus(config.cpu_affinity, config.num_workers)
             for index, cpu in enumerate(cpus):
@@ -89,16 +90,16 @@ class SandboxPool:
             self.close()
             raise
         levels = [w.isolation for w in self._workers]
-        self.isolation: str = min(levels, key=lambda level: isolation.LEVEL_NUMBER[level])
+        self.isolation: str = min(levels, key=lambda level: LEVEL_NUMBER[level])
         log.info("sandbox: %s", self.describe())
-        if not self.own_proc and self.isolation != isolation.LEVEL_RLIMITS:
+        if not self.own_proc and self.isolation != LEVEL_RLIMITS:
             log.warning(
                 "sandbox: the kernel refused a /proc of the workers' PID namespaces (a container "
                 "runtime that masks parts of /proc?): programs can list the host's processes "
                 "and their command lines"
             )
-        accepted = isolation.LEVEL_NUMBER[isolation.LEVEL_NAMED[config.min_isolation]]
-        if isolation.LEVEL_NUMBER[self.isolation] < accepted:
+        accepted = LEVEL_NUMBER[LEVEL_NAMED[config.min_isolation]]
+        if LEVEL_NUMBER[self.isolation] < accepted:
             why = "; ".join(sorted({w.lock_note for w in self._workers if w.lock_note}))
             self.close()
             raise SandboxIsolationError(
@@ -124,13 +125,13 @@ class SandboxPool:
     @property
     def own_proc(self) -> bool:
         """Whether programs see only their PID namespace in ``/proc`` (every worker mounted
-        its own; see ``isolation.mount_own_proc``), not the host's processes."""
+        its own; see ``sandbox/isolated/namespaces.py``), not the host's processes."""
         return all(worker.own_proc for worker in self._workers)
 
     @property
     def pinned_pages(self) -> list[int]:
         """Hot pages each worker's zygote pinned, which its forks copy at once
-        (``sandbox/pinning.py``); 0 where it pinned none."""
+        (``sandbox/isolated/pinning.py``); 0 where it pinned none."""
         return [worker.pinned for worker in self._workers]
 
     @property
@@ -147,7 +148,7 @@ class SandboxPool:
 
     @property
     def zygote_loop(self) -> str:
-        """One line on the loop the zygotes run: in C (``sandbox/_zygote.c``) or in Python,
+        """One line on the loop the zygotes run: in C (``sandbox/isolated/_zygote.c``) or in Python,
         and why."""
         compiled = sum(worker.compiled_loop for worker in self._workers)
         if compiled == len(self._workers):
@@ -305,7 +306,7 @@ class SandboxPool:
         out["sandbox/cache_hits"] = float(self._cache_hits)
         out["sandbox/worker_restarts"] = float(self._restarts)
         out["sandbox/pool_restarts"] = float(self._pool_restarts)
-        out["sandbox/isolation_level"] = isolation.LEVEL_NUMBER[self.isolation]
+        out["sandbox/isolation_level"] = LEVEL_NUMBER[self.isolation]
         out["sandbox/pinned_frac"] = sum(map(bool, self.pinned_pages)) / len(self._workers)
         self._executions.clear()
         self._durations.clear()

@@ -1,4 +1,5 @@
-"""The zygote's loop in C (``sandbox/_zygote.c``), built on first use with the host's compiler.
+"""The zygote's loop in C (``sandbox/isolated/_zygote.c``), built on first use with the host's
+C compiler, by the trusted front.
 
 Built here, at run time, rather than by ``pip install``: under ``ray job submit --working-dir``
 (the cluster recipe of the README) every process imports the uploaded copy of this project,
@@ -10,9 +11,9 @@ helpers.
 
 The pool's front builds it (it has the user's environment, ``PATH`` and all; the workers start
 with an empty one) and passes the path to its workers, which load it before forking their
-zygote (``worker.load_loop``: this module, which imports ``subprocess`` and ``tempfile``,
-stays out of the workers). Where there is no compiler or no ``Python.h``, the build fails,
-the pool says why, and the zygotes run the same loop in Python.
+zygote (``load_loop`` in ``sandbox/isolated/server.py``: this module, which imports
+``subprocess`` and ``tempfile``, stays out of the workers). Where there is no compiler or no
+``Python.h``, the build fails, the pool says why, and the zygotes run the same loop in Python.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
-SOURCE = Path(__file__).with_name("_zygote.c")
+SOURCE = Path(__file__).resolve().parent.parent / "isolated" / "_zygote.c"
 BUILD_TIMEOUT_S = 120.0
 
 

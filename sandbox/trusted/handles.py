@@ -5,7 +5,7 @@ when it finishes one, so it never sits idle while the pool judges the last resul
 it more work. Messages from the worker carry the job id; only the oldest job in flight runs.
 
 The pool talks to each worker over a Unix socketpair (no path a child could connect to)
-with length-prefixed marshal frames (``sandbox/frames.py``). The pool's end is non-blocking
+with length-prefixed marshal frames (``sandbox/wire/frames.py``). The pool's end is non-blocking
 with an outbox, so the pool never blocks on a worker that is itself busy writing a large
 result.
 """
@@ -25,12 +25,13 @@ import time
 from collections import deque
 from pathlib import Path
 
-from sandbox.frames import MESSAGE_CAP, READ_BYTES, Frames, decode_message, encode
+from sandbox.wire.frames import MESSAGE_CAP, READ_BYTES, Frames, decode_message, encode
 
-ROOT = str(Path(__file__).resolve().parent.parent)
+ROOT = str(Path(__file__).resolve().parents[2])  # the directory that holds sandbox/
 # -I ignores PYTHONPATH and the working directory, so the package path is given explicitly.
 BOOT = (
-    f"import sys; sys.path.insert(0, {ROOT!r}); from sandbox.worker import main; main(sys.argv[1:])"
+    f"import sys; sys.path.insert(0, {ROOT!r}); "
+    "from sandbox.isolated.server import main; main(sys.argv[1:])"
 )
 READY_TIMEOUT_S = 60.0
 DEPTH = 2  # jobs in flight per worker
@@ -80,16 +81,16 @@ class WorkerHandle:
         loop_library: str | None = None,
     ) -> None:
         self.index, self.root, self.cpu, self.pin = index, root, cpu, pin
-        self.loop_library = loop_library  # the zygote's C loop (sandbox/native.py), or None
+        self.loop_library = loop_library  # the zygote's C loop (native_build.py), or None
         self.memory_mb, self.mode = memory_mb, mode
         self.in_flight: deque[tuple[int, object]] = deque()  # (job id, task)
         self.backstop_s = 0.0
         self.deadline = 0.0
         self.isolation = ""
         self.own_proc = False  # programs see their PID namespace's /proc, not the host's
-        self.pinned = 0  # hot pages its zygote pinned (sandbox/pinning.py)
+        self.pinned = 0  # hot pages its zygote pinned (sandbox/isolated/pinning.py)
         self.pin_note = ""  # why none were, if none were
-        self.compiled_loop = False  # its zygote runs the C loop (sandbox/_zygote.c)
+        self.compiled_loop = False  # its zygote runs the C loop (sandbox/isolated/_zygote.c)
         self.loop_note = ""  # why it could not load that loop, if it could not
         self.lock_note = ""  # why its zygote could not lock itself down, if it could not
         self._start()
@@ -111,7 +112,7 @@ class WorkerHandle:
             "memory_mb": self.memory_mb,
             "isolation": self.mode,
             "cpu": self.cpu,  # pin to this CPU (the zygote and every child inherit it)
-            "pin": self.pin,  # pin the zygote's hot pages (sandbox/pinning.py)
+            "pin": self.pin,  # pin the zygote's hot pages (sandbox/isolated/pinning.py)
             "loop_library": self.loop_library,  # the zygote's C loop, or None: Python
         }
         try:

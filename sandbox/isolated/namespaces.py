@@ -1,0 +1,254 @@
+"""Kernel isolation for sandbox workers and the children they fork: the namespaces and the view.
+
+A worker enters new user, network and mount namespaces once at start-up (the user
+namespace maps an unprivileged sandbox uid, so ``RLIMIT_NPROC`` really applies, even when
+the pool runs as root), hides every directory but the operating system's, the interpreter's
+and the ``sandbox`` package's (``hide_host_files``), makes the whole mount tree read-only and
+mounts a private, size-limited tmpfs as the scratch directory (``scratch.py``). Its zygote, PID
+1 of the worker's PID namespace (``sandbox/isolated/server.py``, so every process an execution
+starts, ``setsid`` or not, can be found and killed from there: ``reaping.py``), then locks that
+view for good (:func:`lock_down`: a second user and mount namespace, no capabilities; with the
+seccomp filter of ``sandbox/isolated/seccomp.py``). Whatever the kernel refuses is reported as
+a weaker level (``sandbox/wire/levels.py``); the pool refuses to run below the full level
+unless ``sandbox.min_isolation`` accepts it. docs/sandbox.md has the whole model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import sys
+
+from sandbox.isolated.scratch import mount_scratch
+from sandbox.isolated.syscalls import (
+    AT_RECURSIVE,
+    CLONE_NEWNET,
+    CLONE_NEWNS,
+    CLONE_NEWUSER,
+    MS_BIND,
+    MS_NODEV,
+    MS_NOEXEC,
+    MS_NOSUID,
+    MS_PRIVATE,
+    MS_REC,
+    PR_SET_CHILD_SUBREAPER,
+    PR_SET_DUMPABLE,
+    check,
+    libc,
+    mount,
+    prctl,
+    read_only,
+    unshare,
+)
+from sandbox.wire.levels import LEVEL_FULL, LEVEL_NAMESPACES, LEVEL_RLIMITS
+
+SANDBOX_ID = 1000  # uid/gid of untrusted code inside the user namespace
+HOST_ID_BASE = 1_500_000  # host uid of worker i's sandbox user: base + i (owns nothing)
+NOBODY = 65534
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))  # sandbox/
+
+
+def _write_id_maps(pid: int, ids: tuple[int, int], host_sandbox_id: int, privileged: bool) -> None:
+    """Map ns root to ``ids`` (our uid and gid outside, read before unsharing: inside they
+    read as the overflow id until the map exists) and, when we may, the sandbox id to an
+    unused host id."""
+    uid, gid = ids
+    if privileged:
+        uid_map = f"0 {uid} 1\n{SANDBOX_ID} {host_sandbox_id} 1\n"
+        gid_map = f"0 {gid} 1\n{SANDBOX_ID} {host_sandbox_id} 1\n"
+    else:
+        uid_map, gid_map = f"0 {uid} 1\n", f"0 {gid} 1\n"
+        with open(f"/proc/{pid}/setgroups", "w") as f:
+            f.write("deny")
+    with open(f"/proc/{pid}/uid_map", "w") as f:
+        f.write(uid_map)
+    with open(f"/proc/{pid}/gid_map", "w") as f:
+        f.write(gid_map)
+
+
+def _enter_user_namespace(host_sandbox_id: int) -> bool:
+    """Unshare user+mount+net. Returns whether a separate sandbox uid is mapped.
+
+    A multi-line id map must be written from the parent namespace with CAP_SETUID there, so
+    a privileged pool forks a helper that stays outside and writes the map for us.
+    """
+    ids = os.geteuid(), os.getegid()
+    privileged = ids[0] == 0
+    if not privileged:
+        unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET)
+        _write_id_maps(os.getpid(), ids, host_sandbox_id, False)
+        return False
+    ready_r, ready_w = os.pipe()
+    helper = os.fork()
+    if helper == 0:
+        code = 1
+        try:
+            os.close(ready_w)
+            if os.read(ready_r, 1) == b"g":
+                _write_id_maps(os.getppid(), ids, host_sandbox_id, True)
+                code = 0
+        finally:
+            os._exit(code)
+    os.close(ready_r)
+    try:
+        unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET)
+    finally:
+        os.write(ready_w, b"g" if _in_new_userns() else b"x")
+        os.close(ready_w)
+        _, status = os.waitpid(helper, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise OSError("could not write the user namespace id maps")
+    return True
+
+
+def _in_new_userns() -> bool:
+    with open("/proc/self/uid_map") as f:
+        return f.read().split() != ["0", "0", "4294967295"]
+
+
+def setup_worker(index: int, scratch: str) -> tuple[str, int]:
+    """Enter the strongest isolation available; returns (level, uid for the children)."""
+    try:
+        separate_uid = _enter_user_namespace(HOST_ID_BASE + index)
+    except OSError:
+        return setup_unisolated(scratch)
+    sandbox_uid = SANDBOX_ID if separate_uid else 0
+    level = LEVEL_NAMESPACES
+    try:
+        mount(None, "/", None, MS_REC | MS_PRIVATE, None)
+        hide_host_files(scratch)
+        read_only("/", AT_RECURSIVE)
+        # /proc stays writable here: the zygote writes its id maps through it, where it cannot
+        # mount one of its own (a runtime masking parts of /proc), and makes it read-only then.
+        read_only("/proc", clear=True)
+        mount_scratch(scratch, sandbox_uid)
+        level = LEVEL_FULL
+    except OSError:
+        os.chown(scratch, sandbox_uid, sandbox_uid)
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
+    return level, sandbox_uid
+
+
+def setup_unisolated(scratch: str) -> tuple[str, int]:
+    """rlimits only: run children as ``nobody`` when we are root, so RLIMIT_NPROC counts."""
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
+    uid = NOBODY if os.geteuid() == 0 else os.geteuid()
+    os.chown(scratch, uid, uid)
+    return LEVEL_RLIMITS, uid
+
+
+# Top-level directories children keep seeing: the operating system an interpreter needs.
+# Every other one (/home, /root, /work, /opt, /srv, /mnt, /var, /tmp, ...) is covered with an
+# empty tmpfs: datasets with their reference answers, checkouts, credentials and other jobs'
+# files stay out of sight, not merely read-only.
+SYSTEM_DIRS = frozenset(
+    {"bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "dev", "proc", "sys"}
+)
+# Inside them, covered all the same: what other processes of the host share through files.
+SHARED_MEMORY_DIRS = ("/dev/shm", "/dev/mqueue")
+
+
+def visible_paths() -> set[str]:
+    """What children need beyond ``SYSTEM_DIRS``: the interpreter's prefixes (stdlib, the
+    virtualenv's packages) and the ``sandbox`` package (its modules are trusted, not secret)."""
+    paths = {os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, sys.exec_prefix)}
+    paths.add(os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))))
+    paths.add(PACKAGE_DIR)
+    return paths
+
+
+def hide_host_files(scratch: str) -> None:
+    """Cover every non-system top-level directory with an empty tmpfs, then bind the paths
+    of :func:`visible_paths` back at their original places and create the scratch mount point.
+
+    Handles on the kept paths are opened before anything is covered (afterwards they could
+    not be reached), and bound back through ``/proc/self/fd``.
+    """
+    keep = sorted(visible_paths())
+    handles = {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in keep}
+    for name in sorted(os.listdir("/")):
+        top = os.path.join("/", name)
+        if name in SYSTEM_DIRS or os.path.islink(top) or not os.path.isdir(top):
+            continue
+        mount("tmpfs", top, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
+    for shared in SHARED_MEMORY_DIRS:  # other processes' shared memory (Ray's object store)
+        if os.path.isdir(shared) and not os.path.islink(shared):
+            mount("tmpfs", shared, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
+    for path, fd in handles.items():
+        top = "/" + path.strip("/").split("/")[0]
+        if os.path.basename(top) not in SYSTEM_DIRS:
+            os.makedirs(path, mode=0o755, exist_ok=True)
+            mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC, None)
+        os.close(fd)
+    os.makedirs(scratch, mode=0o700, exist_ok=True)
+
+
+def mount_own_proc() -> bool:
+    """Mount a procfs of the caller's PID namespace on ``/proc``; False if refused. It is
+    writable until :func:`lock_down` has written the zygote's id maps through it, and
+    read-only after (kept so by the dropped capabilities and the seccomp filter).
+
+    Called by the zygote, the namespace's init, in the worker's mount namespace. The host's
+    ``/proc`` would show programs every process of the machine with its command line (where
+    a job's secrets may be); this one shows the namespace: the zygote and the execution. The
+    kernel refuses while parts of the host's ``/proc`` are covered, as container runtimes
+    do; the host's then stays, and the pool says so when it starts.
+    """
+    try:
+        mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+    except OSError:
+        return False
+    return True
+
+
+def lock_down(outer_uid: int) -> int:
+    """Lock the worker's view for good, in the zygote before it serves; returns the uid the
+    children run as (the zygote's own).
+
+    The read-only bind mounts and hiding tmpfs mounts were made in the worker's user
+    namespace, where a process with CAP_SYS_ADMIN could still clear their read-only flag or
+    unmount them: an unprivileged pool's children are uid 0 there. So the zygote becomes
+    ``outer_uid`` (the mapped sandbox id, or the worker's own id where only that is mapped),
+    then enters a second user namespace and a mount namespace of its own: the kernel locks
+    every mount copied into a less privileged namespace (no unmounting what one covers, no
+    clearing a read-only flag), whatever capabilities that namespace grants. It maps only
+    :data:`SANDBOX_ID` there, to ``outer_uid``, and then drops every capability, the bounding
+    set included; the seccomp filter (``sandbox/isolated/seccomp.py``) and non-dumpability
+    follow in the zygote. Raises OSError where the kernel refuses a step.
+    """
+    if os.geteuid() != outer_uid:
+        os.setgroups([])
+        os.setresgid(outer_uid, outer_uid, outer_uid)
+        os.setresuid(outer_uid, outer_uid, outer_uid)
+        prctl(PR_SET_DUMPABLE, 1)  # the uid change cleared it: /proc/self would be root's
+    unshare(CLONE_NEWUSER | CLONE_NEWNS)
+    with open("/proc/self/setgroups", "w") as f:
+        f.write("deny")  # a single-line gid map written from inside requires it
+    with open("/proc/self/uid_map", "w") as f:
+        f.write(f"{SANDBOX_ID} {outer_uid} 1\n")
+    with open("/proc/self/gid_map", "w") as f:
+        f.write(f"{SANDBOX_ID} {outer_uid} 1\n")
+    # Writable until now, for the maps; read-only from here on. Not kernel-locked (it was
+    # writable when copied into this namespace): no capability and the seccomp filter keep it.
+    read_only("/proc")
+    drop_capabilities()
+    return SANDBOX_ID
+
+
+PR_CAPBSET_DROP, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
+_CAPABILITY_VERSION_3 = 0x20080522
+
+
+def drop_capabilities() -> None:
+    """Empty the bounding, ambient, effective, permitted and inheritable sets (for good:
+    without them, and with no-new-privileges, no later call or ``execve`` brings one back)."""
+    last = 63
+    with contextlib.suppress(OSError, ValueError), open("/proc/sys/kernel/cap_last_cap") as f:
+        last = int(f.read())
+    for cap in range(last + 1):
+        prctl(PR_CAPBSET_DROP, cap)
+    check(libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clear ambient")
+    header = (ctypes.c_uint32 * 2)(_CAPABILITY_VERSION_3, 0)
+    data = (ctypes.c_uint32 * 6)()  # two {effective, permitted, inheritable}, all empty
+    check(libc.capset(ctypes.byref(header), ctypes.byref(data)), "capset")
