@@ -76,10 +76,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--problems", required=True, help="MBPP or HumanEval rows (JSONL or JSON array)"
     )
-    parser.add_argument("--samples", help="JSONL rows with task_id and completion")
+    parser.add_argument(
+        "--samples", help="JSONL rows with task_id and completion (needed unless --canonical)"
+    )
     parser.add_argument("--out", required=True, help="where to write the results (JSONL)")
-    parser.add_argument("--timeout-s", type=float, default=10.0, help="wall-clock limit per sample")
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--timeout-s",
+        type=float,
+        default=10.0,
+        help="wall-clock limit per sample, and per test (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--workers", type=int, default=2, help="pool workers (default: %(default)s)"
+    )
     parser.add_argument("--canonical", action="store_true", help="check the reference solutions")
     args = parser.parse_args(argv)
     if args.workers < 1 or args.timeout_s <= 0:

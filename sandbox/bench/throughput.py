@@ -50,19 +50,20 @@ import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import NamedTuple
 
 from common.config import SandboxConfig
 from common.types import ExecutionJob, ExecutionResult
 from sandbox.isolated.reaping import descendants
-from sandbox.problems import load_problems
-from sandbox.trusted.pool import SandboxPool
+from sandbox.problems import CheckProblem, ProblemFileError, load_problems
+from sandbox.trusted.pool import SandboxIsolationError, SandboxPool
 
 EMPTY_PROGRAMS = 200  # enough CPU (~0.4 s) for the clock-tick counters to be well above zero
 EMPTY_JOB = ExecutionJob(code="pass", tests=())  # the pool's fixed cost per execution, alone
-DEFAULT_PROBLEMS = os.path.join(
-    os.path.dirname(__file__), "..", "..", "shared", "data", "mbpp.jsonl"
-)
+# The MBPP file the docs use: ``shared/data/mbpp.jsonl`` beside the checkout (the directory that
+# holds it), found from this file so the bench runs from any working directory.
+DEFAULT_PROBLEMS = str(Path(__file__).resolve().parents[3] / "shared" / "data" / "mbpp.jsonl")
 
 
 def _subprocess_once(job: ExecutionJob, directory: str) -> float:
@@ -246,22 +247,68 @@ def _compare(
     return results, _Round(pool_rate / naive_rate, cpu_ratio, ceiling)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """All samples once, then ``--rounds`` alternating rounds without the long ones."""
-    parser = argparse.ArgumentParser(prog="python -m sandbox.bench")
-    parser.add_argument("--problems", default=DEFAULT_PROBLEMS)
-    parser.add_argument("--limit", type=int, default=300)
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--long-ms", type=float, default=1000.0)
-    parser.add_argument("--rounds", type=int, default=3)
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m sandbox.bench",
+        description="Throughput of the sandbox pool against one fresh python process per "
+        "sample, on the same MBPP reference solutions.",
+    )
+    parser.add_argument(
+        "--problems",
+        default=DEFAULT_PROBLEMS,
+        help="MBPP rows (JSONL); default: shared/data/mbpp.jsonl beside the checkout, here "
+        "%(default)s",
+    )
+    parser.add_argument(
+        "--limit", type=int, default=300, help="the first N problems (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=2,
+        help="pool workers, and subprocesses at a time (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--long-ms",
+        type=float,
+        default=1000.0,
+        help="rounds leave out samples that ran longer alone (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="alternating rounds (default: %(default)s)"
+    )
     parser.add_argument(
         "--no-pin", action="store_true", help="sandbox.pin_hot_pages = false (for comparison)"
     )
     parser.add_argument(
-        "--cpu-affinity", choices=("auto", "none"), default="auto", help="sandbox.cpu_affinity"
+        "--cpu-affinity",
+        choices=("auto", "none"),
+        default="auto",
+        help="sandbox.cpu_affinity (default: %(default)s)",
     )
-    args = parser.parse_args(argv)
-    problems = list(load_problems(args.problems).values())[: args.limit]
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """All samples once, then ``--rounds`` alternating rounds without the long ones.
+
+    A problems file that is missing or malformed, or a kernel that allows the pool too little
+    isolation, ends with a one-line error and exit status 2.
+    """
+    args = _parser().parse_args(argv)
+    if not os.path.isfile(args.problems):
+        print(f"error: no problems file at {args.problems}; give --problems FILE", file=sys.stderr)
+        return 2
+    try:
+        problems = list(load_problems(args.problems).values())[: args.limit]
+        _bench(args, problems)
+    except (ProblemFileError, SandboxIsolationError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _bench(args: argparse.Namespace, problems: list[CheckProblem]) -> None:
     jobs = [p.reference_job() for p in problems]
     config = SandboxConfig(
         num_workers=args.workers,
@@ -295,4 +342,3 @@ def main(argv: list[str] | None = None) -> int:
         print("pool CPU by role, per execution (one more run of each):")
         print(f"  samples: {_by_role(pool, short)}")
         print(f"  empty:   {_by_role(pool, [EMPTY_JOB] * EMPTY_PROGRAMS)}")
-    return 0

@@ -177,6 +177,31 @@ def test_bench_prints_both_rates_and_cpu_per_execution(capsys):
         assert roles["child"][0] > 0 and roles["child"][1] > 0
 
 
+def test_bench_reads_mbpp_beside_the_checkout_by_default(capsys):
+    """docs/sandbox.md shows ``--problems ../shared/data/mbpp.jsonl`` as optional: the default is
+    that file, found from the checkout whatever the working directory, and ``--help`` says so."""
+    from sandbox.bench import throughput as bench
+
+    assert Path(bench.DEFAULT_PROBLEMS) == DATA / "mbpp.jsonl"
+    with pytest.raises(SystemExit):
+        bench.main(["--help"])
+    assert bench.DEFAULT_PROBLEMS in " ".join(capsys.readouterr().out.split())
+
+
+def test_bench_without_its_problems_file_exits_2_with_one_line(tmp_path, monkeypatch, capsys):
+    from sandbox.bench import throughput as bench
+
+    missing = str(tmp_path / "mbpp.jsonl")
+    monkeypatch.setattr(bench, "DEFAULT_PROBLEMS", missing)
+    assert bench.main([]) == 2
+    assert bench.main(["--problems", str(tmp_path / "other.jsonl")]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert (
+        len(lines) == 2
+        and lines[0] == f"error: no problems file at {missing}; give --problems FILE"
+    )
+
+
 def test_startup_imports_names_a_pth_hook_and_not_what_it_imports(tmp_path):
     from sandbox.bench.throughput import importtime_log, startup_imports
 
