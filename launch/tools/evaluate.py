@@ -4,8 +4,8 @@
         [--k 1,10] [--temperature T] [--max-new-tokens N] [--limit N] [--out DIR]
 
 Generation reuses :class:`actor.rollout_worker.RolloutWorker` in-process (no Ray) and scoring
-the :class:`sandbox.trusted.pool.SandboxPool`, so an evaluation sees exactly the prompts, sampling and
-judging that training does. pass@k is the unbiased estimator of Chen et al. 2021
+the :class:`sandbox.trusted.pool.SandboxPool`, so an evaluation sees exactly the prompts,
+sampling and judging that training does. pass@k is the unbiased estimator of Chen et al. 2021
 (:mod:`launch.loop.passk`). The run writes ``samples.jsonl`` (one row per completion, with its
 verdict) and ``summary.json`` into ``--out``; progress goes to stderr, the scores to stdout.
 
