@@ -28,7 +28,7 @@ demo: setup
 	$(PY) -m launch.train --config $(CONFIG) --overwrite
 
 test: setup
-	$(PY) -m pytest -q -rs
+	$(PY) -m pytest -q -rs --durations=25
 
 test-unit: setup
 	$(PY) -m pytest -q -m "not integration"
