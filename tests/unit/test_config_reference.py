@@ -1,0 +1,41 @@
+"""docs/configuration.md is generated from the config schema and must match it."""
+
+from pathlib import Path
+
+from common.config import reference
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_committed_reference_is_current():
+    committed = (ROOT / "docs" / "configuration.md").read_text()
+    assert committed == reference.render(), (
+        "docs/configuration.md is stale: the config schema or common/config/reference.py "
+        f"changed. Regenerate it from the project root with `{reference.REGENERATE}`"
+    )
+
+
+def test_every_note_names_a_field():
+    unknown = set(reference.NOTES) - reference.field_paths()
+    assert not unknown, f"notes for keys the schema does not have: {sorted(unknown)}"
+
+
+def test_every_section_link_names_a_table():
+    tables = {section for section, _ in reference.sections()}
+    assert set(reference.SECTION_LINKS) <= tables
+
+
+def test_every_field_has_a_meaning():
+    blank = [
+        f"{section}.{key}"
+        for section, model in reference.sections()
+        for key, info in reference.leaf_fields(model)
+        if not (info.description or f"{section}.{key}" in reference.NOTES)
+    ]
+    assert not blank, f"fields with neither a description nor a note: {blank}"
+
+
+def test_nested_and_term_tables_are_documented():
+    tables = {section for section, _ in reference.sections()}
+    assert {"learner.lora", "advantage.kalman", "reward.terms.<name>"} <= tables
+    assert "reward.terms.scorer.options" in tables
