@@ -99,6 +99,7 @@ NOTES = {
     "eval.k": "the k of pass@k (each at most `n`)",
     "rollout.num_actors": "vLLM engines (Ray actors); independent of `sandbox.num_workers`, and "
     "resizable while a run goes on (`python -m launch.scale`)",
+    "rollout.batch_size": "a multiple of `group_size`",
     "rollout.group_size": "(at least 2: a group of one has no baseline)",
     "rollout.max_new_tokens": "completion length cap",
     "rollout.temperature": "sampling temperature (the learner divides its logits by the same)",
@@ -137,6 +138,7 @@ NOTES = {
     "([benchmarks.md](benchmarks.md#sandbox-pool-vs-one-interpreter-per-execution)); on a "
     "node shared with processes pinned to the same CPUs, give a list of free CPUs or `none`",
     "reward.terms.<name>.weight": "the term's weight in the sum",
+    "reward.terms.<name>.kind": "one of `execution`, `format`, `length`, `scorer`",
     "reward.terms.scorer.options.dtype": "dtype the scorer runs in",
     "reward.terms.scorer.options.step_aggregate": "process reward: how the prefixes' scores "
     "combine (`min`: a solution is as good as its worst step)",
@@ -213,6 +215,8 @@ NOTES = {
     "bookkeeping (2.6 instead of 7.0 ms for the demo's model); with `rollout.engine_process = "
     '"separate"` 16 MiB buckets load ~1.5x faster than one on the 45 MiB bench model '
     "(`python -m launch.bench.push`)",
+    "weights.parity_probe": "The probe is the first completions of the run's first batch, fixed "
+    "for the run, scored at the version just pushed",
     "ray.address": "(never another run's in-process cluster)",
     "ray.num_cpus": "(they then share the cores)",
     "ray.placement": "one bundle per learner rank and per initial rollout actor",
