@@ -6,7 +6,9 @@
 - ``kalman``: the running per-problem baseline (``advantage.baseline = "kalman"``);
 - ``dynamic``: dynamic sampling (DAPO), which drops the groups the zero-variance rule calls
   uninformative and samples more prompts;
-- ``noise``: tie noise (``advantage.tie_noise``), a heuristic for groups whose rewards agree.
+- ``noise``: tie noise (``advantage.tie_noise``), a heuristic for groups whose rewards agree;
+- ``step``: one train step's advantages, the above in the order the driver applies them (KL in
+  the reward, tie noise, baseline, ``reward_scale``).
 
 The learner only consumes advantages (``algorithm.loss`` holds the loss).
 """
@@ -27,6 +29,7 @@ from algorithm.advantage.kalman import (
     kalman_update,
 )
 from algorithm.advantage.noise import tie_noise
+from algorithm.advantage.step import kl_shaped_rewards, step_advantages
 
 __all__ = [
     "AdvantageScale",
@@ -39,7 +42,9 @@ __all__ = [
     "kalman_advantages",
     "kalman_update",
     "kl_penalised_rewards",
+    "kl_shaped_rewards",
     "masked_group_advantages",
+    "step_advantages",
     "tie_noise",
     "zero_std_fraction",
 ]

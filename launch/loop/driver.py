@@ -28,13 +28,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from algorithm.advantage import (
-    KalmanBaseline,
-    kl_penalised_rewards,
-    masked_group_advantages,
-    tie_noise,
-    zero_std_fraction,
-)
+from algorithm.advantage import KalmanBaseline, step_advantages, zero_std_fraction
 from common.config import Config
 from common.durable import append_jsonl
 from common.prompts import encode_prompt
@@ -355,28 +349,24 @@ class Driver:
         keys: list[int],
         step: int,
     ) -> tuple[list[TrainSample], list[float | None], dict[str, float]]:
-        """Advantages for every rewarded completion (KL folded into the reward if configured):
+        """Advantages for every rewarded completion (``algorithm.advantage.step_advantages``):
         the samples to train on, each completion's advantage (None: not trained on), metrics."""
-        learner_cfg, advantage = self.config.learner, self.config.advantage
-        metrics: dict[str, float] = {}
-        shaped = list(rewards)
+        learner_cfg, size = self.config.learner, self.config.rollout.group_size
+        beta, kl = 0.0, None
         if learner_cfg.beta > 0 and learner_cfg.kl_in == "reward":
-            shaped, metrics = self._kl_penalised(completions, rewards)
-        size = self.config.rollout.group_size
-        if advantage.tie_noise > 0:
-            seed = f"{self.config.run.seed}/{step}"
-            shaped, touched = tie_noise(
-                shaped, size, advantage.tie_noise, advantage.tie_noise_below, seed, raw=rewards
-            )
-            metrics["advantage/tie_noise_frac"] = touched / max(len(shaped) // size, 1)
-        if self.baseline is not None:
-            advantages = self.baseline.advantages(shaped, size, keys, step)
-        else:
-            advantages = masked_group_advantages(shaped, size, advantage.eps, advantage.scale)
-        scaled = [
-            adv * advantage.reward_scale if adv is not None and c.num_trained_tokens else None
-            for c, adv in zip(completions, advantages, strict=True)
-        ]
+            beta, kl = self._sequence_kl(completions, rewards)
+        advantages, metrics = step_advantages(
+            rewards,
+            [c.num_trained_tokens > 0 for c in completions],
+            size,
+            self.config.advantage,
+            step=step,
+            seed=self.config.run.seed,
+            keys=keys,
+            baseline=self.baseline,
+            sequence_kl=kl,
+            beta=beta,
+        )
         samples = [
             TrainSample(
                 prompt_token_ids=c.prompt_token_ids,
@@ -388,18 +378,16 @@ class Driver:
                 temperature=c.temperature,
                 loss_mask=c.loss_mask,
             )
-            for i, (c, adv) in enumerate(zip(completions, scaled, strict=True))
+            for i, (c, adv) in enumerate(zip(completions, advantages, strict=True))
             if adv is not None
         ]
-        return samples, scaled, metrics
+        return samples, advantages, metrics
 
-    def _kl_penalised(
+    def _sequence_kl(
         self, completions: list[Completion], rewards: list[float | None]
-    ) -> tuple[list[float | None], dict[str, float]]:
-        """r - beta * KL(sequence), with the KL from the learner's policy and reference and the
-        learner's current beta (``learner.kl_control`` may move it)."""
-        import torch
-
+    ) -> tuple[float, list[float | None]]:
+        """The learner's current beta (``learner.kl_control`` may move it) and the sequence
+        KL of every rewarded completion with a token to train on (None for the others)."""
         kept = [
             i for i, r in enumerate(rewards) if r is not None and completions[i].num_trained_tokens
         ]
@@ -416,15 +404,10 @@ class Driver:
             for c in (completions[i] for i in kept)
         ]
         beta, kl = self.fleet.learner.sequence_kl(probes) if probes else (0.0, [])
-        penalised = kl_penalised_rewards(
-            torch.tensor([rewards[i] for i in kept], dtype=torch.float64),
-            torch.tensor(kl, dtype=torch.float64),
-            beta,
-        )
-        shaped = list(rewards)
-        for i, value in zip(kept, penalised.tolist(), strict=True):
-            shaped[i] = value
-        return shaped, {"train/seq_kl_mean": sum(kl) / max(len(kl), 1)}
+        per_completion: list[float | None] = [None] * len(rewards)
+        for i, value in zip(kept, kl, strict=True):
+            per_completion[i] = value
+        return beta, per_completion
 
     def _load_eval_problems(self) -> list[Problem]:
         from launch.data.problems import load_rendered
