@@ -1,7 +1,9 @@
-"""Composable rewards: the term contract, built-in and user-defined terms, their weighted sum,
-and the baseline options (the baselines themselves are in ``algorithm.advantage``). See
-docs/rewards.md."""
+"""Composable rewards: the term contract, built-in and user-defined terms, their weighted sum
+(``terms``), process rewards' step splitting (``steps``), a multi-turn episode's discounted
+reward (``episode``), and the reward config (the baselines themselves are in
+``algorithm.advantage``). See docs/rewards.md."""
 
+from algorithm.rewards.episode import discounted
 from algorithm.rewards.steps import aggregate_steps, split_steps, step_prefixes
 from algorithm.rewards.terms import (
     ComposedReward,
@@ -39,6 +41,7 @@ __all__ = [
     "WeightedTerm",
     "aggregate_steps",
     "build_reward",
+    "discounted",
     "execution_reward",
     "format_term",
     "length_penalty",

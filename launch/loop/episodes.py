@@ -15,7 +15,8 @@ What the learner sees of a two-turn episode (``Completion.loss_mask``)::
 Feedback is context, like the prompt: no sampler logprob (0), no loss, no KL. Token ids are kept
 as generated and the feedback is tokenised on its own (nothing is re-tokenised), so the learner
 scores exactly the sequence the engine sampled from. The reward is the last turn's, or with
-``episode.reward = "first_success_discounted"`` that reward times ``discount^(turns - 1)``.
+``episode.reward = "first_success_discounted"`` that reward times ``discount^(turns - 1)``
+(``algorithm.rewards.episode``).
 
 Feedback shows the failing test itself (any test runner would) but no other test's expected
 value, unless ``episode.show_tests``.
@@ -281,18 +282,6 @@ class EpisodeRunner:
                     result,
                 )
         return episodes
-
-
-def discounted(
-    reward: float | None, turns: int, solved: bool, episode: EpisodeConfig
-) -> float | None:
-    """The episode's reward under ``episode.reward``: with ``first_success_discounted`` a
-    success at turn k is worth ``discount^(k-1)`` of one at the first; an unsolved episode
-    keeps its last turn's reward (discounting it would make a late failure, or a negative
-    term, cost less than an early one). None stays None: no verdict."""
-    if reward is None or episode.reward == "final" or not solved:
-        return reward
-    return reward * episode.discount ** (turns - 1)
 
 
 def episode_metrics(

@@ -13,7 +13,7 @@ Rewards are the weighted sum of the configured terms (``algorithm.rewards``; by 
 execution reward alone, as before). Each group keeps every term's values, so the step's
 ``reward/<term>/mean`` is computed over the groups actually trained on (``term_means``). Two
 rewards are not that sum: a multi-turn episode's with ``first_success_discounted``
-(``launch.loop.episodes``; its terms are the last turn's, undiscounted), and a saboteur group's
+(``algorithm.rewards.episode``; its terms are the last turn's, undiscounted), and a saboteur group's
 (``launch.loop.saboteur``; it has no terms), so with either the term means need not add up to
 ``reward/mean``.
 
@@ -28,12 +28,12 @@ import random
 import time
 from dataclasses import dataclass, field
 
-from algorithm.rewards import RewardInput, build_reward, term_metrics
+from algorithm.rewards import RewardInput, build_reward, discounted, term_metrics
 from common.config import Config
 from common.prompts import build_program, encode_prompt
 from common.types import Completion, ExecutionJob, ExecutionResult, Problem, RolloutRequest
 from launch.fleet.scorer import ScorerTerm
-from launch.loop.episodes import Episode, EpisodeRunner, discounted
+from launch.loop.episodes import Episode, EpisodeRunner
 from launch.loop.masked_steps import SCORED
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from algorithm.rewards import discounted
 from common.config import Config, EpisodeConfig, LearnerConfig
 from common.types import Completion, ExecutionResult, Problem, TrainSample, Verdict
 from launch.data.tasks import hidden_problem
@@ -13,7 +14,6 @@ from launch.loop.episodes import (
     EpisodeRunner,
     FeedbackWriter,
     append_turn,
-    discounted,
     episode_metrics,
     feedback_message,
     plain_text_encoder,
