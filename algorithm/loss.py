@@ -114,6 +114,138 @@ def tis_weights(
     return raw.clamp(max=cap).masked_fill(~keep, 1.0), capped
 
 
+def grpo_loss(
+    logprobs: Tensor,  # (B, T) current policy, with grad
+    old_logprobs: Tensor,  # (B, T) policy that the ratio is taken against, no grad
+    advantages: Tensor,  # (B,)
+    mask: Tensor,  # (B, T) 1 on completion tokens, 0 on prompt and padding
+    ref_logprobs: Tensor | None = None,  # (B, T) reference policy; needed when beta > 0
+    beta: float = 0.0,
+    clip_eps_low: float = 0.2,
+    clip_eps_high: float = 0.2,
+    kl_estimator: KLEstimator = "k3",
+    aggregation: Aggregation = "seq_mean_token_mean",
+    *,
+    entropy: Tensor | None = None,  # (B, T) per-token policy entropy, for the bonus
+    entropy_coef: float = 0.0,
+    max_len: int | None = None,
+    batch_num_sequences: int | None = None,
+    batch_num_tokens: float | None = None,
+    sampler_logprobs: Tensor | None = None,  # (B, T) for the TIS correction
+    tis_cap: float = 0.0,
+    ratio_level: RatioLevel = "token",
+) -> tuple[Tensor, dict[str, float]]:
+    """The GRPO objective for one (micro-)batch and its metrics.
+
+    ``max_len`` is the Dr. GRPO constant normaliser (the generation budget); it defaults to the
+    longest completion in this call, so pass it explicitly when splitting into micro-batches.
+    ``batch_num_sequences`` / ``batch_num_tokens`` are the whole batch's totals when this is one
+    micro-batch of several: dividing by them instead of the micro-batch's own counts makes the
+    micro-batch losses sum to exactly the full-batch loss, so accumulated gradients equal the
+    full-batch gradient. ``tis_cap`` > 0 multiplies each token's policy-gradient term by the
+    detached truncated importance weight ``tis_weights(old, sampler, cap)``; 0 disables it.
+    ``ratio_level = "sequence"`` is GSPO (module docstring; ``seq_mean_token_mean`` only).
+    Metrics are means over this call's completion tokens.
+    """
+    _check_options(ratio_level, aggregation, beta, ref_logprobs, entropy_coef, entropy)
+    if tis_cap > 0 and sampler_logprobs is None:
+        raise ValueError("tis_cap > 0 needs sampler_logprobs: the weight is pi_old / pi_sampler")
+    logprobs, old_logprobs, ref_logprobs, entropy = _zero_masked(
+        mask, logprobs, old_logprobs, ref_logprobs, entropy
+    )
+    mask = mask.to(logprobs.dtype)
+    adv = advantages.to(logprobs.dtype).unsqueeze(1)  # (B, 1)
+    ratio = _policy_ratio(logprobs, old_logprobs, mask, ratio_level)  # (B, T)
+    per_token = _clipped_surrogate(ratio, adv, clip_eps_low, clip_eps_high)  # (B, T)
+    tis = None
+    if tis_cap > 0:
+        tis = _tis_at_level(old_logprobs, sampler_logprobs, mask, tis_cap, ratio_level)
+        per_token = per_token * tis[0]
+    kl = None
+    if beta > 0:
+        kl = kl_divergence(logprobs, ref_logprobs, kl_estimator)  # (B, T)
+        per_token = per_token + beta * kl
+    if entropy_coef > 0:
+        per_token = per_token - entropy_coef * entropy
+    normalisers = _normalisers(mask, max_len, batch_num_sequences, batch_num_tokens)
+    loss = _aggregate(per_token, mask, aggregation, *normalisers)
+    metrics = _metrics(loss, ratio, adv, mask, kl, entropy, clip_eps_low, clip_eps_high)
+    if tis is not None:
+        metrics.update(_tis_metrics(*tis, mask))
+    return loss, metrics
+
+
+def _check_options(
+    ratio_level: RatioLevel,
+    aggregation: Aggregation,
+    beta: float,
+    ref_logprobs: Tensor | None,
+    entropy_coef: float,
+    entropy: Tensor | None,
+) -> None:
+    """Reject combinations the loss cannot compute, before any tensor work."""
+    if ratio_level == "sequence" and aggregation != "seq_mean_token_mean":
+        raise ValueError("ratio_level = 'sequence' needs aggregation = 'seq_mean_token_mean'")
+    if beta > 0 and ref_logprobs is None:
+        raise ValueError("beta > 0 needs ref_logprobs: the KL penalty is measured against them")
+    if entropy_coef > 0 and entropy is None:
+        raise ValueError("entropy_coef > 0 needs the per-token entropy")
+
+
+def _policy_ratio(
+    logprobs: Tensor,  # (B, T)
+    old_logprobs: Tensor,  # (B, T)
+    mask: Tensor,  # (B, T) float
+    ratio_level: RatioLevel,
+) -> Tensor:  # (B, T)
+    """pi_theta / pi_old per token (GRPO), or GSPO's s_i = exp(mean_t(logp - logp_old)) on
+    each token of completion i."""
+    if ratio_level == "sequence":
+        log_ratio = _sequence_mean(logprobs - old_logprobs, mask)  # (B, 1)
+        return torch.exp(log_ratio).expand_as(mask)
+    return torch.exp(logprobs - old_logprobs)
+
+
+def _clipped_surrogate(
+    ratio: Tensor,  # (B, T)
+    adv: Tensor,  # (B, 1)
+    clip_eps_low: float,
+    clip_eps_high: float,
+) -> Tensor:  # (B, T)
+    """PPO's pessimistic objective, negated: -min(rho A, clip(rho, 1 - eps_low, 1 + eps_high) A)."""
+    clipped_ratio = ratio.clamp(1.0 - clip_eps_low, 1.0 + clip_eps_high)
+    return -torch.minimum(ratio * adv, clipped_ratio * adv)
+
+
+def _tis_at_level(
+    old_logprobs: Tensor,  # (B, T)
+    sampler_logprobs: Tensor,  # (B, T)
+    mask: Tensor,  # (B, T) float
+    cap: float,
+    ratio_level: RatioLevel,
+) -> tuple[Tensor, Tensor]:  # (B, T) weights, (B, T) bool: where the cap was hit
+    """``tis_weights`` per token, or with GSPO one weight per completion, like its ratio."""
+    if ratio_level == "sequence":
+        old_logprobs = _sequence_mean(old_logprobs, mask).expand_as(mask)
+        sampler_logprobs = _sequence_mean(sampler_logprobs, mask).expand_as(mask)
+    return tis_weights(old_logprobs, sampler_logprobs, mask, cap)
+
+
+def _normalisers(
+    mask: Tensor,  # (B, T) float
+    max_len: int | None,
+    batch_num_sequences: int | None,
+    batch_num_tokens: float | None,
+) -> tuple[int, float, float]:
+    """(sequences, tokens, Dr. GRPO's length) the loss divides by: the whole batch's when given,
+    else this call's own."""
+    return (
+        batch_num_sequences or mask.shape[0],
+        batch_num_tokens or mask.sum().item(),
+        float(max_len or mask.sum(dim=1).max().clamp(min=1.0).item()),
+    )
+
+
 def _aggregate(
     per_token: Tensor,  # (B, T)
     mask: Tensor,  # (B, T) float
@@ -148,92 +280,6 @@ def _zero_masked(mask: Tensor, *tensors: Tensor | None) -> list[Tensor | None]:
     return [None if t is None else t.masked_fill(~keep, 0.0) for t in tensors]
 
 
-def grpo_loss(
-    logprobs: Tensor,  # (B, T) current policy, with grad
-    old_logprobs: Tensor,  # (B, T) policy that the ratio is taken against, no grad
-    advantages: Tensor,  # (B,)
-    mask: Tensor,  # (B, T) 1 on completion tokens, 0 on prompt and padding
-    ref_logprobs: Tensor | None = None,  # (B, T) reference policy; needed when beta > 0
-    beta: float = 0.0,
-    clip_eps_low: float = 0.2,
-    clip_eps_high: float = 0.2,
-    kl_estimator: KLEstimator = "k3",
-    aggregation: Aggregation = "seq_mean_token_mean",
-    *,
-    entropy: Tensor | None = None,  # (B, T) per-token policy entropy, for the bonus
-    entropy_coef: float = 0.0,
-    max_len: int | None = None,
-    batch_num_sequences: int | None = None,
-    batch_num_tokens: float | None = None,
-    sampler_logprobs: Tensor | None = None,  # (B, T) for the TIS correction
-    tis_cap: float = 0.0,
-    ratio_level: RatioLevel = "token",
-) -> tuple[Tensor, dict[str, float]]:
-    """The GRPO objective for one (micro-)batch and its metrics.
-
-    ``max_len`` is the Dr. GRPO constant normaliser (the generation budget); it defaults to the
-    longest completion in this call, so pass it explicitly when splitting into micro-batches.
-    ``batch_num_sequences`` / ``batch_num_tokens`` are the whole batch's totals when this is one
-    micro-batch of several: dividing by them instead of the micro-batch's own counts makes the
-    micro-batch losses sum to exactly the full-batch loss, so accumulated gradients equal the
-    full-batch gradient. ``tis_cap`` > 0 multiplies each token's policy-gradient term by the
-    detached truncated importance weight ``tis_weights(old, sampler, cap)``; 0 disables it.
-    ``ratio_level = "sequence"`` is GSPO (module docstring; ``seq_mean_token_mean`` only).
-    Metrics are means over this call's completion tokens.
-    """
-    if ratio_level == "sequence" and aggregation != "seq_mean_token_mean":
-        raise ValueError("ratio_level = 'sequence' needs aggregation = 'seq_mean_token_mean'")
-    if beta > 0 and ref_logprobs is None:
-        raise ValueError("beta > 0 needs ref_logprobs: the KL penalty is measured against them")
-    if entropy_coef > 0 and entropy is None:
-        raise ValueError("entropy_coef > 0 needs the per-token entropy")
-    logprobs, old_logprobs, ref_logprobs, entropy = _zero_masked(
-        mask, logprobs, old_logprobs, ref_logprobs, entropy
-    )
-    mask = mask.to(logprobs.dtype)
-    adv = advantages.to(logprobs.dtype).unsqueeze(1)  # (B, 1)
-    if ratio_level == "sequence":
-        log_ratio = _sequence_mean(logprobs - old_logprobs, mask)  # (B, 1)
-        ratio = torch.exp(log_ratio).expand_as(mask)  # (B, T): s_i on each of its tokens
-    else:
-        ratio = torch.exp(logprobs - old_logprobs)  # (B, T)
-    clipped_ratio = ratio.clamp(1.0 - clip_eps_low, 1.0 + clip_eps_high)
-    per_token = -torch.minimum(ratio * adv, clipped_ratio * adv)  # (B, T)
-    tis = None
-    if tis_cap > 0:
-        if sampler_logprobs is None:
-            raise ValueError(
-                "tis_cap > 0 needs sampler_logprobs: the weight is pi_old / pi_sampler"
-            )
-        old_for_tis = old_logprobs
-        if ratio_level == "sequence":  # one weight per completion, like its ratio
-            old_for_tis = _sequence_mean(old_logprobs, mask).expand_as(mask)
-            sampler_logprobs = _sequence_mean(sampler_logprobs, mask).expand_as(mask)
-        tis = tis_weights(old_for_tis, sampler_logprobs, mask, tis_cap)
-        per_token = per_token * tis[0]
-    kl = None
-    if beta > 0:
-        kl = kl_divergence(logprobs, ref_logprobs, kl_estimator)  # (B, T)
-        per_token = per_token + beta * kl
-    if entropy_coef > 0:
-        per_token = per_token - entropy_coef * entropy
-    num_tokens = mask.sum().item()
-    loss = _aggregate(
-        per_token,
-        mask,
-        aggregation,
-        num_sequences=batch_num_sequences or logprobs.shape[0],
-        num_tokens=batch_num_tokens or num_tokens,
-        norm_len=float(max_len or mask.sum(dim=1).max().clamp(min=1.0).item()),
-    )
-    metrics = _metrics(loss, ratio, adv, mask, kl, entropy, clip_eps_low, clip_eps_high)
-    if tis is not None:
-        denom = max(num_tokens, 1.0)
-        metrics["tis_weight_mean"] = (tis[0] * mask).sum().item() / denom
-        metrics["tis_clip_frac"] = tis[1].sum().item() / denom
-    return loss, metrics
-
-
 @torch.no_grad()
 def _metrics(
     loss: Tensor,
@@ -261,3 +307,12 @@ def _metrics(
     if entropy is not None:
         metrics["entropy"] = (entropy * mask).sum().item() / denom
     return metrics
+
+
+def _tis_metrics(weights: Tensor, capped: Tensor, mask: Tensor) -> dict[str, float]:
+    """The TIS weights' mean and how often the cap was hit, over completion tokens."""
+    denom = max(mask.sum().item(), 1.0)
+    return {
+        "tis_weight_mean": (weights * mask).sum().item() / denom,
+        "tis_clip_frac": capped.sum().item() / denom,
+    }
