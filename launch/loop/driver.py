@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
+import statistics
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -34,10 +35,13 @@ from common.durable import append_jsonl
 from common.prompts import encode_prompt
 from common.types import Completion, Problem, TrainSample, Verdict
 from launch.data.curriculum import make_curriculum
+from launch.data.problems import load_rendered
+from launch.fleet.actors import start_metrics
 from launch.fleet.fleet import Fleet
 from launch.loop.checkpoint import DriverState, save_checkpoint
 from launch.loop.control import CONTROL_FILE, ControlFile
 from launch.loop.episodes import episode_metrics
+from launch.loop.evaluation import evaluate
 from launch.loop.groups import GroupCollector
 from launch.loop.masked_steps import MaskedStepLimit, MaskedStepsError
 from launch.loop.metrics import MetricsLog
@@ -50,6 +54,7 @@ from launch.loop.pipeline import (
     staleness_metrics,
 )
 from launch.loop.rollouts import RolloutWriter, step_rows
+from launch.loop.telemetry import Telemetry
 
 logger = logging.getLogger(__name__)
 
@@ -126,9 +131,6 @@ class Driver:
 
     def run(self) -> None:
         """Train up to ``run.steps``; checkpoint every N steps, on SIGTERM and at the end."""
-        from launch.fleet.actors import start_metrics
-        from launch.loop.telemetry import Telemetry
-
         total = self.config.run.steps
         log = MetricsLog(
             self.run_dir / "metrics.jsonl", total_steps=total, first_step=self.start_step
@@ -410,8 +412,6 @@ class Driver:
         return beta, per_completion
 
     def _load_eval_problems(self) -> list[Problem]:
-        from launch.data.problems import load_rendered
-
         data, ev = self.config.data, self.config.eval
         return load_rendered(
             ev.source or data.source,
@@ -424,8 +424,6 @@ class Driver:
 
     def evaluate(self) -> dict[str, float]:
         """pass@k on the held-out problems with the current weights (``eval/pass@k``)."""
-        from launch.tools.evaluate import evaluate
-
         start = time.perf_counter()
         metrics = evaluate(
             self.eval_problems,
@@ -449,8 +447,6 @@ class Driver:
     ) -> dict[str, float | None]:
         """The step's metrics. A reward statistic over no reward is ``None`` (null in
         ``metrics.jsonl``): a step whose every sample was masked did not score 0."""
-        import statistics
-
         scored = [r for r in rewards if r is not None]
         lengths = [c.num_trained_tokens for c in completions]
         generated_s = timer.marks["time/rollout_s"] + timer.marks.get("time/episode_s", 0.0)

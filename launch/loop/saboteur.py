@@ -27,7 +27,7 @@ from common.config import Config
 from common.prompts import encode_prompt, render_prompt, special_strings
 from common.types import ExecutionResult, Problem, Verdict
 from launch.data.mutations import normalised
-from launch.tools.make_repairs import reference_program, repair_prompt
+from launch.data.repairs import reference_program, repair_prompt
 
 METRICS = (
     "selfplay/bug_valid_frac",

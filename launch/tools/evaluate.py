@@ -1,17 +1,17 @@
 """Evaluate a model on a problem set: sample n completions per problem, execute, report pass@k.
 
-    python -m launch.evaluate --model PATH --problems FILE_OR_NAME [--split test] [--n 10]
-        [--k 1,10] [--temperature T] [--max-new-tokens N] [--limit N] [--out DIR]
+    python -m launch.evaluate --model PATH --problems FILE_OR_NAME [--split SPLIT] [--n N]
+        [--k K,...] [--temperature T] [--max-new-tokens N] [--limit N] [--out DIR]
+
+Without --split every row of the problems file is evaluated; the other defaults are listed
+with each option below.
 
 Generation reuses :class:`actor.rollout_worker.RolloutWorker` in-process (no Ray) and scoring
-the :class:`sandbox.trusted.pool.SandboxPool`, so an evaluation sees exactly the prompts,
-sampling and judging that training does. pass@k is the unbiased estimator of Chen et al. 2021
-(:mod:`launch.loop.passk`). The run writes ``samples.jsonl`` (one row per completion, with its
-verdict) and ``summary.json`` into ``--out``; progress goes to stderr, the scores to stdout.
-
-The training driver calls :func:`evaluate` with callables instead of objects, so the same code
-serves an in-process worker (``worker.generate``) and the training fleet (the rollout fleet's
-fault-tolerant ``generate`` and ``SandboxClient.execute`` over the sandbox actor).
+the :class:`sandbox.trusted.pool.SandboxPool`, so an evaluation sees exactly the prompts, sampling and
+judging that training does; the sampling and scoring is :mod:`launch.loop.evaluation`'s, which
+the training driver runs for ``eval.every``. pass@k is the unbiased estimator of Chen et al.
+2021 (:mod:`launch.loop.passk`). The run writes ``samples.jsonl`` (one row per completion, with
+its verdict) and ``summary.json`` into ``--out``; progress goes to stderr, the scores to stdout.
 """
 
 from __future__ import annotations
@@ -20,139 +20,24 @@ import argparse
 import json
 import math
 import os
-import random
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
-from common.prompts import build_program, encode_prompt
-from common.types import Completion, ExecutionJob, ExecutionResult, Problem, RolloutRequest, Verdict
-from launch.loop.passk import mean_pass_at_k, parse_ks
-
-GenerateFn = Callable[[list[RolloutRequest]], list[Completion]]
-ExecuteFn = Callable[[list[ExecutionJob]], list[ExecutionResult]]
-ProgressFn = Callable[[str], None]
-PROBLEMS_PER_BATCH = 32  # bounds memory; every batch is one generate and one execute call
-
-
-class EvalError(ValueError):
-    """An evaluation that cannot run as asked (e.g. prompts longer than the model's context)."""
-
-
-def sample_and_score(
-    problems: Sequence[Problem],
-    tokenizer,
-    generate: GenerateFn,
-    execute: ExecuteFn,
-    n: int = 1,
-    seed: int = 0,
-    progress: ProgressFn | None = None,
-) -> list[dict]:
-    """One record per completion: ``n`` samples per problem, each executed against its tests.
-
-    Seeds are a function of (seed, problem id, sample index), so an evaluation is reproducible
-    and independent of batching and of how many workers share the requests.
-    """
-    records: list[dict] = []
-    for start in range(0, len(problems), PROBLEMS_PER_BATCH):
-        batch = problems[start : start + PROBLEMS_PER_BATCH]
-        requests = [
-            RolloutRequest(
-                request_id=f"eval/{start + i}",
-                prompt_token_ids=tuple(encode_prompt(tokenizer, p.prompt)),
-                seeds=_seeds(seed, p.problem_id, n),
-            )
-            for i, p in enumerate(batch)
-        ]
-        by_key = {(c.request_id, c.sample_index): c for c in generate(requests)}
-        completions = [by_key[(r.request_id, s)] for r in requests for s in range(n)]
-        owners = [p for p in batch for _ in range(n)]
-        programs = [build_program(p, c.text) for p, c in zip(owners, completions, strict=True)]
-        jobs = [
-            ExecutionJob(code, p.tests, p.setup_code)
-            for p, code in zip(owners, programs, strict=True)
-        ]
-        results = execute(jobs)
-        for index, (problem, completion, program, result) in enumerate(
-            zip(owners, completions, programs, results, strict=True)
-        ):
-            records.append(_record(problem, index % n, completion, program, result))
-        if progress is not None:
-            done = start + len(batch)
-            passed = sum(r["passed"] for r in records)
-            progress(f"{done}/{len(problems)} problems, {passed}/{len(records)} samples passed")
-    return records
-
-
-def _seeds(seed: int, problem_id: str, n: int) -> tuple[int, ...]:
-    rng = random.Random(f"{seed}/eval/{problem_id}")
-    return tuple(rng.getrandbits(31) for _ in range(n))
-
-
-def _record(
-    problem: Problem, sample_index: int, completion: Completion, program: str, result
-) -> dict:
-    return {
-        "task_id": problem.problem_id,
-        "sample_index": sample_index,
-        "completion": completion.text,
-        "program": program,
-        "passed": result.passed,
-        "verdict": result.verdict.value,
-        "tests_passed": result.tests_passed,
-        "tests_total": result.tests_total,
-        "finish_reason": completion.finish_reason,
-        "num_tokens": len(completion.token_ids),
-        "detail": result.detail,
-    }
-
-
-def summarize(records: Sequence[dict], ks: Sequence[int]) -> dict[str, float]:
-    """``eval/pass@k`` for every k, from per-sample records; infra errors are not samples.
-
-    A sample the sandbox could not judge (``infra_error``) says nothing about the model, so it
-    is dropped from its problem's n rather than counted as a failure.
-    """
-    counts: dict[str, list[int]] = {}
-    for record in records:
-        n_c = counts.setdefault(record["task_id"], [0, 0])
-        if record["verdict"] != Verdict.INFRA_ERROR.value:
-            n_c[0] += 1
-            n_c[1] += bool(record["passed"])
-    metrics = {
-        f"eval/pass@{k}": value
-        for k, value in mean_pass_at_k([tuple(v) for v in counts.values()], ks).items()
-    }
-    infra = sum(r["verdict"] == Verdict.INFRA_ERROR.value for r in records)
-    metrics["eval/num_problems"] = float(len(counts))
-    metrics["eval/infra_error_frac"] = infra / max(len(records), 1)
-    return metrics
-
-
-def evaluate(
-    problems: Sequence[Problem],
-    tokenizer,
-    generate: GenerateFn,
-    execute: ExecuteFn,
-    n: int = 1,
-    ks: Sequence[int] = (1,),
-    seed: int = 0,
-) -> dict[str, float]:
-    """pass@k of the current policy on held-out ``problems`` (prompts already rendered).
-
-    ``generate`` takes rollout requests and returns their completions (any order: they are
-    matched by request id and sample index); ``execute`` judges execution jobs in order. Returns
-    ``{"eval/pass@1": ..., "eval/pass@<k>": ..., ...}`` ready for the metrics log.
-    """
-    if max(ks) > n:
-        raise EvalError(f"pass@{max(ks)} needs at least {max(ks)} samples per problem; n is {n}")
-    records = sample_and_score(problems, tokenizer, generate, execute, n, seed)
-    return summarize(records, ks)
-
-
-# ---- command line ----------------------------------------------------------------------------
+from actor.scorer import RewardScorer
+from common.config import ConfigError, ModelConfig, RolloutConfig, SandboxConfig
+from common.config.rewards import ScorerOptions
+from common.config.run import ISOLATION_LEVELS, MIN_ISOLATION_HELP
+from common.datasets import DatasetError
+from common.prompts import PromptError, encode_prompt
+from common.types import Problem, Verdict
+from launch.data.model_source import locate_model
+from launch.data.problems import load_rendered
+from launch.loop.evaluation import EvalError, sample_and_score, summarize
+from launch.loop.passk import parse_ks
+from sandbox.trusted.pool import SandboxIsolationError, SandboxPool
 
 
 def _stderr(message: str) -> None:
@@ -182,8 +67,6 @@ def _check_lengths(problems: Sequence[Problem], tokenizer, max_new_tokens: int, 
 
 def rollout_config(args: argparse.Namespace):
     """Sampling settings of an evaluation, as the rollout worker reads them."""
-    from common.config import RolloutConfig
-
     group = max(args.n, 2)  # RolloutConfig validates training batches; evaluation has no groups
     return RolloutConfig(
         batch_size=group,
@@ -196,8 +79,8 @@ def rollout_config(args: argparse.Namespace):
 
 def build_worker(args: argparse.Namespace, max_len: int):
     """An in-process rollout worker (one vLLM engine) for the evaluation's model."""
+    # lazy: vLLM and torch take seconds to import; --help and argument errors answer at once
     from actor.rollout_worker import RolloutWorker
-    from common.config import ModelConfig
 
     model = ModelConfig(path=args.model, dtype=args.dtype, max_model_len=max_len)
     return RolloutWorker(args.model, rollout_config(args), model, seed=args.seed)
@@ -222,9 +105,6 @@ def verifier_scores(
     """The verifier's score of every record's prompt + completion, as the ``scorer`` reward
     term computes it (a classifier's P(label 1)), on at most ``max_length`` tokens (0: the
     length it was trained on, from its ``verifier.json``, else 512)."""
-    from actor.scorer import RewardScorer
-    from common.config.rewards import ScorerOptions
-
     if not max_length:
         summary = Path(verifier) / "verifier.json"
         trained = json.loads(summary.read_text()).get("max_length") if summary.is_file() else 0
@@ -242,11 +122,6 @@ def run_evaluation(args: argparse.Namespace, worker=None) -> dict:
     ``worker`` reuses a started rollout worker of the same model (its sampling settings are
     replaced by the evaluation's), which saves an engine start when evaluating several sets.
     """
-    from common.config import SandboxConfig
-    from launch.data.model_source import locate_model
-    from launch.data.problems import load_rendered
-    from sandbox.trusted.pool import SandboxPool
-
     started = time.perf_counter()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     args.model = locate_model(args.model, "--model")
@@ -293,7 +168,7 @@ def run_evaluation(args: argparse.Namespace, worker=None) -> dict:
 
 
 def load_tokenizer(model_path: str):
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # lazy: seconds to import, not needed for --help
 
     return AutoTokenizer.from_pretrained(model_path)
 
@@ -334,8 +209,6 @@ def _write(out: Path, records: list[dict], summary: dict) -> None:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    from common.config.run import ISOLATION_LEVELS, MIN_ISOLATION_HELP
-
     parser = argparse.ArgumentParser(prog="python -m launch.evaluate", description=__doc__)
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     add = parser.add_argument
@@ -391,11 +264,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None, worker=None) -> int:
-    from common.config import ConfigError
-    from common.datasets import DatasetError
-    from common.prompts import PromptError
-    from sandbox.trusted.pool import SandboxIsolationError
-
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         summary = run_evaluation(args, worker)

@@ -31,25 +31,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from common.types import ExecutionJob, ExecutionResult, Problem, Verdict
+from common.config import SandboxConfig
+from common.config.run import ISOLATION_LEVELS, MIN_ISOLATION_HELP
+from common.datasets import DatasetError, load_dataset
+from common.types import ExecutionJob, Problem, Verdict
 from launch.data.mutations import OPERATORS, count_sites, mutate, normalised
+from launch.data.repairs import reference_program, repair_prompt
+from sandbox.trusted.pool import SandboxIsolationError, SandboxPool
 
 #: Mutants checked in the sandbox per bug wanted: most candidates are kept, some are not bugs.
 CANDIDATES_PER_BUG = 4
-
-PROMPT = """{task}
-
-This program is meant to solve the task, but it has a bug:
-
-```python
-{buggy}
-```
-
-It fails this test:
-{test}
-The sandbox reported: {report}
-
-Write the corrected program."""
 
 
 def candidates(source: str, count: int, seed: str) -> list[tuple[str, str]]:
@@ -81,32 +72,12 @@ def candidates(source: str, count: int, seed: str) -> list[tuple[str, str]]:
     return chosen
 
 
-def reference_program(problem: Problem) -> str:
-    """The reference as a whole program: after the header of a completion-style problem."""
-    return problem.program_prefix + problem.reference_solution
-
-
 def _program(problem: Problem, code: str) -> str:
     return f"{problem.setup_code}\n{code}" if problem.setup_code else code
 
 
 def _job(problem: Problem, code: str) -> ExecutionJob:
     return ExecutionJob(code, problem.tests, problem.setup_code)
-
-
-def _first_failure(problem: Problem, result: ExecutionResult) -> tuple[str, str]:
-    """The failing test and the sandbox's report on it (load errors: the program's own)."""
-    failed = next((i for i, v in enumerate(result.test_verdicts) if v is not Verdict.PASSED), 0)
-    test = problem.tests[failed] if problem.tests else ""
-    return test, f"{result.verdict.value}: {result.detail or 'the assertion failed'}"
-
-
-def repair_prompt(problem: Problem, buggy: str, result: ExecutionResult) -> str:
-    """The task text of a repair: the task, the buggy program, its first failing test with the
-    sandbox's report, and for a completion-style problem its header to continue."""
-    test, report = _first_failure(problem, result)
-    text = PROMPT.format(task=problem.prompt, buggy=buggy, test=test, report=report)
-    return f"{text}\n\n{problem.program_prefix}" if problem.program_prefix else text
 
 
 def make_repairs(
@@ -180,8 +151,6 @@ def format_counts(counts: dict[str, Counter], rows: list[dict], problems: int) -
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    from common.config.run import ISOLATION_LEVELS, MIN_ISOLATION_HELP
-
     parser = argparse.ArgumentParser(
         prog="python -m launch.make_repairs",
         description="Repair tasks from bugs injected into reference solutions.",
@@ -209,10 +178,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from common.config import SandboxConfig
-    from common.datasets import DatasetError, load_dataset
-    from sandbox.trusted.pool import SandboxIsolationError, SandboxPool
-
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         problems = load_dataset(args.problems, args.split, args.format, args.limit)
