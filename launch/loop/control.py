@@ -1,4 +1,5 @@
-"""Changing a running job from outside: ``python -m launch.scale RUN_DIR --rollout-actors N``.
+"""Changing a running job from outside: ``python -m launch.scale RUN_DIR --rollout-actors N``,
+and SIGTERM/SIGINT (finish the step, checkpoint, stop: :func:`install_stop_handler`).
 
 The command writes ``<run>/control.json``; the driver polls it before every step and resizes the
 rollout fleet (new actors receive the current weights before they serve). A file rather than an
@@ -16,12 +17,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
+import signal
 import stat
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from common.durable import atomic_write_text
+
+logger = logging.getLogger(__name__)
 
 CONTROL_FILE = "control.json"
 #: A control file is a one-line JSON object; anything larger is not one.
@@ -123,3 +130,28 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"requested {args.rollout_actors} rollout actor(s) in {path}")
     return 0
+
+
+def install_stop_handler(callback: Callable[[int], None]) -> Callable[[], None]:
+    """SIGTERM/SIGINT finish the current step, checkpoint, and stop; returns the undo function.
+
+    Signal handlers can only be installed from the main thread; elsewhere (a test running the
+    driver in a thread) this is a no-op.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+    def handler(signum, _frame):
+        if signum == signal.SIGINT and previous[signal.SIGINT] is not None:
+            logger.warning("interrupt: finishing the current step, then checkpointing")
+        callback(signum)
+
+    for sig in previous:
+        signal.signal(sig, handler)
+
+    def restore() -> None:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+    return restore

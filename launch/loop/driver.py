@@ -21,11 +21,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import signal
 import statistics
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,7 +37,7 @@ from launch.data.problems import load_rendered
 from launch.fleet.actors import start_metrics
 from launch.fleet.fleet import Fleet
 from launch.loop.checkpoint import DriverState, save_checkpoint
-from launch.loop.control import CONTROL_FILE, ControlFile
+from launch.loop.control import CONTROL_FILE, ControlFile, install_stop_handler
 from launch.loop.episodes import episode_metrics
 from launch.loop.evaluation import evaluate
 from launch.loop.groups import GroupCollector
@@ -137,7 +135,7 @@ class Driver:
         )
         telemetry = Telemetry(self.run_dir, start_metrics(self.config.run.name))
         masked = MaskedStepLimit(self.config.run.max_masked_steps)
-        restore = _install_stop_handler(self._request_stop)
+        restore = install_stop_handler(self._request_stop)
         try:
             with contextlib.closing(self.records(self.start_step + 1, total)) as records:
                 for record in records:
@@ -482,28 +480,3 @@ class Driver:
         )
         path = save_checkpoint(self.run_dir, self.fleet.learner, state)
         logger.info("step %d: checkpoint saved to %s", step, path)
-
-
-def _install_stop_handler(callback) -> Callable[[], None]:
-    """SIGTERM/SIGINT finish the current step, checkpoint, and stop; returns the undo function.
-
-    Signal handlers can only be installed from the main thread; elsewhere (a test running the
-    driver in a thread) this is a no-op.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-
-    def handler(signum, _frame):
-        if signum == signal.SIGINT and previous[signal.SIGINT] is not None:
-            logger.warning("interrupt: finishing the current step, then checkpointing")
-        callback(signum)
-
-    for sig in previous:
-        signal.signal(sig, handler)
-
-    def restore() -> None:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-
-    return restore
