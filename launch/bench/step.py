@@ -42,13 +42,16 @@ from typing import Any
 
 from common.config import Config, ConfigError
 from launch.bench import timeline
+from launch.bench.trl import import_trl, run_trl, summarize_trl
 from launch.bench.workload import (
     build_bench_model,
     connect_own,
     load_bench_config,
     model_parameters,
 )
+from launch.data.problems import load_problems
 from launch.loop.metrics import mean_present
+from launch.train import prepare_run_dir
 from learner.flops import learner_peak_flops
 
 logger = logging.getLogger("launch.bench")
@@ -59,13 +62,13 @@ def run_ours(
 ) -> tuple[list[dict[str, float]], list[int]]:
     """K driver steps through a real fleet; each step's metric record (plus its wall time) and
     the problem indices drawn, in order (the prompts TRL gets)."""
+    # lazy: Ray, transformers and vLLM (under the fleet and the driver) take seconds to
+    # import; --help and config errors answer first
     import ray
     from transformers import AutoTokenizer
 
-    from launch.data.problems import load_problems
     from launch.fleet.fleet import start_fleet
     from launch.loop.driver import Driver
-    from launch.train import prepare_run_dir
 
     run_dir = prepare_run_dir(config, overwrite=True)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
@@ -217,23 +220,10 @@ def main(argv: list[str] | None = None) -> int:
     args, overrides = parse_args(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
-        config, bench = load_bench_config(args.config, overrides)
-    except ConfigError as exc:
+        config, bench = _load(args, overrides)
+    except _UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if args.steps is not None:
-        if args.steps <= bench["warmup"]:
-            print(f"error: --steps must exceed bench.warmup ({bench['warmup']})", file=sys.stderr)
-            return 2
-        bench["steps"] = args.steps
-    if args.vs_trl:
-        from launch.bench.trl import import_trl
-
-        try:
-            import_trl()  # fail before starting anything
-        except RuntimeError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
     spec = bench["model"]
     model_path = str(build_bench_model(config.run.output_dir, spec))
     config.model.path = model_path
@@ -254,8 +244,8 @@ def main(argv: list[str] | None = None) -> int:
         train=ours["train_s"],
         sync=ours["weight_sync_s"],
     )
-    groups = config.rollout.prompts_per_step
     overlap = bool(bench["overlap_reward"])
+    groups = config.rollout.prompts_per_step
     predictions = timeline.predict_table(phases, tuple(bench["engines"]), overlap, groups)
     result: dict[str, Any] = {
         "config": args.config,
@@ -275,11 +265,46 @@ def main(argv: list[str] | None = None) -> int:
         ],
         "timeline": {"overlap_reward": overlap, "predictions": [p.as_dict() for p in predictions]},
     }
+    _print_ours(config, spec, ours, predictions, overlap)
+    if args.vs_trl:
+        result.update(_vs_trl(config, bench, model_path, drawn, ours))
+    result["load_avg_after"] = os.getloadavg()
+    out = Path(args.out) if args.out else config.run_dir / "bench.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    print(f"summary written to {out}")
+    return 0
+
+
+class _UsageError(Exception):
+    """A mistake in the command or its config, reported before anything starts."""
+
+
+def _load(args: argparse.Namespace, overrides: list[str]) -> tuple[Config, dict[str, Any]]:
+    """The training config and its ``[bench]`` section, with ``--steps`` applied; with
+    ``--vs-trl`` also checks that TRL imports, so a missing extra fails before anything runs."""
+    try:
+        config, bench = load_bench_config(args.config, overrides)
+    except ConfigError as exc:
+        raise _UsageError(exc) from None
+    if args.steps is not None:
+        if args.steps <= bench["warmup"]:
+            raise _UsageError(f"--steps must exceed bench.warmup ({bench['warmup']})")
+        bench["steps"] = args.steps
+    if args.vs_trl:
+        try:
+            import_trl()  # fail before starting anything
+        except RuntimeError as exc:
+            raise _UsageError(exc) from None
+    return config, bench
+
+
+def _print_ours(config: Config, spec: dict, ours: dict, predictions, overlap: bool) -> None:
     print()
     print(
         f"model {spec['name']}: {model_parameters(spec) / 1e6:.1f}M parameters; "
-        f"{config.rollout.batch_size} samples/step ({groups} prompts x G="
-        f"{config.rollout.group_size}), max {config.rollout.max_new_tokens} new tokens"
+        f"{config.rollout.batch_size} samples/step ({config.rollout.prompts_per_step} prompts x "
+        f"G={config.rollout.group_size}), max {config.rollout.max_new_tokens} new tokens"
     )
     print(format_ours(ours))
     print()
@@ -289,39 +314,37 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(timeline.format_predictions(predictions, config.rollout.batch_size))
 
-    if args.vs_trl:
-        from launch.bench.trl import run_trl, summarize_trl
-        from launch.data.problems import load_problems
 
-        problems = load_problems(config.data)
-        trl_dir = config.run_dir / "trl"
-        # Ray runs its workers (our rollout, learner and sandbox actors) at niceness 15; give
-        # TRL the same priority, or on a shared machine it would out-compete other jobs that
-        # our actors yield to.
-        result["trl_niceness"] = os.nice(max(0, bench["trl_niceness"] - os.nice(0)))
-        trl_run = run_trl(
-            config,
-            model_path,
-            problems,
-            drawn,
-            steps,
-            str(trl_dir),
-            fixed_length=bench["fixed_length"],
-            grad_accum=bench["trl_grad_accum"],
-            threads=bench["trl_threads"],
-        )
-        trl = summarize_trl(trl_run, warmup)
-        trl["version"] = trl_run.trl_version
-        ratio = ours["samples_per_s"] / trl["samples_per_s"]
-        result["trl"] = trl
-        result["trl_steps"] = [dataclasses.asdict(s) for s in trl_run.steps]
-        result["ratio_samples_per_s"] = ratio
-        print()
-        print(format_trl(trl))
-        print(f"\nsamples/s ours / TRL {trl_run.trl_version}: {ratio:.2f}x")
-    result["load_avg_after"] = os.getloadavg()
-    out = Path(args.out) if args.out else config.run_dir / "bench.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
-    print(f"summary written to {out}")
-    return 0
+def _vs_trl(
+    config: Config, bench: dict, model_path: str, drawn: list[int], ours: dict
+) -> dict[str, Any]:
+    """TRL's GRPOTrainer on the same prompts, in the order our run drew them; the result's
+    TRL entries (and its summary printed)."""
+    problems = load_problems(config.data)
+    # Ray runs its workers (our rollout, learner and sandbox actors) at niceness 15; give
+    # TRL the same priority, or on a shared machine it would out-compete other jobs that
+    # our actors yield to.
+    niceness = os.nice(max(0, bench["trl_niceness"] - os.nice(0)))
+    trl_run = run_trl(
+        config,
+        model_path,
+        problems,
+        drawn,
+        bench["steps"],
+        str(config.run_dir / "trl"),
+        fixed_length=bench["fixed_length"],
+        grad_accum=bench["trl_grad_accum"],
+        threads=bench["trl_threads"],
+    )
+    trl = summarize_trl(trl_run, bench["warmup"])
+    trl["version"] = trl_run.trl_version
+    ratio = ours["samples_per_s"] / trl["samples_per_s"]
+    print()
+    print(format_trl(trl))
+    print(f"\nsamples/s ours / TRL {trl_run.trl_version}: {ratio:.2f}x")
+    return {
+        "trl_niceness": niceness,
+        "trl": trl,
+        "trl_steps": [dataclasses.asdict(s) for s in trl_run.steps],
+        "ratio_samples_per_s": ratio,
+    }

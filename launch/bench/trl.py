@@ -27,7 +27,10 @@ import time
 from dataclasses import dataclass, field
 
 from common.config import Config
-from common.types import Problem
+from common.prompts import build_program
+from common.types import ExecutionJob, Problem
+from sandbox.trusted.pool import SandboxPool
+from sandbox.reward import execution_reward
 
 INSTALL_HINT = "TRL is not installed: pip install '.[bench]' (the bench extra pins trl)"
 
@@ -42,7 +45,7 @@ _LOSS_TYPE = {
 def import_trl():
     """``(GRPOConfig, GRPOTrainer)``; a clear error when TRL is missing."""
     try:
-        from trl import GRPOConfig, GRPOTrainer
+        from trl import GRPOConfig, GRPOTrainer  # lazy: the optional bench extra
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise RuntimeError(f"{INSTALL_HINT} ({exc})") from None
     return GRPOConfig, GRPOTrainer
@@ -77,19 +80,15 @@ def run_trl(
     threads: int,
 ) -> TrlRun:
     """Run TRL's GRPO for ``steps`` optimiser steps; per-step times and token counts."""
+    # lazy: torch, transformers, datasets and TRL (the optional bench extra) load only for --vs-trl
     import torch
     import trl
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from common.prompts import build_program
-    from sandbox.reward import execution_reward
-    from sandbox.trusted.pool import SandboxPool
-
-    GRPOConfig, GRPOTrainer = import_trl()
+    _, GRPOTrainer = import_trl()
     torch.set_num_threads(threads)
-    rollout, learner = config.rollout, config.learner
-    batch = rollout.batch_size
+    batch = config.rollout.batch_size
     if batch % grad_accum:
         raise ValueError(f"batch_size ({batch}) must be a multiple of grad_accum ({grad_accum})")
     # One row per prompt drawn, in the order our driver drew them; TRL's sampler repeats each
@@ -97,8 +96,48 @@ def run_trl(
     dataset = Dataset.from_list(
         [{"prompt": problems[i].prompt, "problem_index": i} for i in prompt_order]
     )
+    args = _grpo_config(config, steps, output_dir, fixed_length=fixed_length, grad_accum=grad_accum)
+    run = TrlRun(trl_version=trl.__version__)
+    timing = {"reward": 0.0, "generate": 0.0, "tokens": 0, "samples": 0}
+    pool = SandboxPool(config.sandbox)
+    mode = "binary" if config.reward.stops_at_first_failure() else "partial"
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    tokenizer.padding_side = "left"
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=[_execution_reward(problems, pool, mode, timing, run)],
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=[_step_times(timing, run)],
+    )
+    original = trainer._generate_and_score_completions
+
+    def timed_generate_and_score(*a, **k):
+        start = time.perf_counter()
+        try:
+            return original(*a, **k)
+        finally:
+            timing["generate"] += time.perf_counter() - start
+
+    trainer._generate_and_score_completions = timed_generate_and_score
+    try:
+        trainer.train()
+    finally:
+        pool.close()
+    return run
+
+
+def _grpo_config(
+    config: Config, steps: int, output_dir: str, *, fixed_length: bool, grad_accum: int
+):
+    """TRL's ``GRPOConfig`` for the same work as our run (see the module docstring)."""
+    GRPOConfig, _ = import_trl()
+    rollout, learner = config.rollout, config.learner
+    batch = rollout.batch_size
     generation_kwargs = {"min_new_tokens": rollout.max_new_tokens} if fixed_length else {}
-    args = GRPOConfig(
+    return GRPOConfig(
         output_dir=output_dir,
         max_steps=steps,
         learning_rate=learner.lr,
@@ -136,15 +175,13 @@ def run_trl(
         gradient_checkpointing=config.learner.gradient_checkpointing,
     )
 
-    run = TrlRun(trl_version=trl.__version__)
-    timing = {"reward": 0.0, "generate": 0.0, "tokens": 0, "samples": 0}
-    pool = SandboxPool(config.sandbox)
-    mode = "binary" if config.reward.stops_at_first_failure() else "partial"
+
+def _execution_reward(problems: list[Problem], pool: SandboxPool, mode: str, timing: dict, run):
+    """TRL's reward function: every completion executed against its problem's tests in our
+    sandbox pool; counts samples, tokens and reward time into ``timing``."""
 
     def code_execution_reward(prompts, completions, completion_ids, problem_index, **_):
         start = time.perf_counter()
-        from common.types import ExecutionJob
-
         jobs = []
         for text, index in zip(completions, problem_index, strict=True):
             problem = problems[index]
@@ -160,6 +197,12 @@ def run_trl(
         return rewards  # None (sandbox infra error) is ignored by TRL's nan-aware sum
 
     code_execution_reward.__name__ = "code_execution_reward"
+    return code_execution_reward
+
+
+def _step_times(timing: dict, run: TrlRun):
+    """A trainer callback that appends each optimiser step's times and counts to ``run``."""
+    from transformers import TrainerCallback  # lazy: the optional bench path only
 
     class StepTimes(TrainerCallback):
         def __init__(self) -> None:
@@ -182,32 +225,7 @@ def run_trl(
             timing.update(reward=0.0, generate=0.0, tokens=0, samples=0)
             self.last = now
 
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    tokenizer.padding_side = "left"
-    trainer = GRPOTrainer(
-        model=model,
-        reward_funcs=[code_execution_reward],
-        args=args,
-        train_dataset=dataset,
-        processing_class=tokenizer,
-        callbacks=[StepTimes()],
-    )
-    original = trainer._generate_and_score_completions
-
-    def timed_generate_and_score(*a, **k):
-        start = time.perf_counter()
-        try:
-            return original(*a, **k)
-        finally:
-            timing["generate"] += time.perf_counter() - start
-
-    trainer._generate_and_score_completions = timed_generate_and_score
-    try:
-        trainer.train()
-    finally:
-        pool.close()
-    return run
+    return StepTimes()
 
 
 def summarize_trl(run: TrlRun, warmup: int) -> dict[str, float]:

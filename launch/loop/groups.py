@@ -28,13 +28,18 @@ import random
 import time
 from dataclasses import dataclass, field
 
+import ray
+
+from algorithm.advantage import dynamic_sample, is_informative
 from algorithm.rewards import RewardInput, build_reward, discounted, term_metrics
 from common.config import Config
 from common.prompts import build_program, encode_prompt
 from common.types import Completion, ExecutionJob, ExecutionResult, Problem, RolloutRequest
+from launch.data.problems import load_raw, rendered_template
 from launch.fleet.scorer import ScorerTerm
 from launch.loop.episodes import Episode, EpisodeRunner
 from launch.loop.masked_steps import SCORED
+from launch.loop.saboteur import Saboteur
 
 
 @dataclass
@@ -75,9 +80,6 @@ class GroupCollector:
             self.episodes = EpisodeRunner(config, tokenizer, fleet.rollout.generate, self._execute)
         self.saboteur = None
         if config.selfplay.saboteur:
-            from launch.data.problems import load_raw, rendered_template
-            from launch.loop.saboteur import Saboteur
-
             data = config.data
             raw = load_raw(data.source, data.split, data.format, data.max_problems)
             template = rendered_template(data, tokenizer)
@@ -91,8 +93,6 @@ class GroupCollector:
 
     def collect(self, step: int, next_indices) -> tuple[list[Group], dict[str, float]]:
         """The step's groups; ``next_indices(count)`` draws prompts (the curriculum's sampler)."""
-        from algorithm.advantage import dynamic_sample, is_informative
-
         self.seconds = {"rollout": 0.0, "reward": 0.0}
         if self.episodes is not None:
             self.seconds["episode"] = 0.0
@@ -147,8 +147,6 @@ class GroupCollector:
         return self.fleet.sandbox.run(jobs, stop_at_first_failure=stop_early)
 
     def _execute(self, jobs: list[ExecutionJob]) -> list[ExecutionResult]:
-        import ray
-
         return ray.get(self._judge(jobs))
 
     def _names(self) -> list[str]:
@@ -170,8 +168,6 @@ class GroupCollector:
         ``seconds["reward"]`` is only the part after the last group arrived (what the step
         waits for).
         """
-        import ray
-
         start = time.perf_counter()
         size = self.config.rollout.group_size
         problems = posed or [self.problems[i] for i in indices]
@@ -181,10 +177,46 @@ class GroupCollector:
             else [self.prompt_ids[i] for i in indices]
         )
         requests = self._requests(tag, prompt_ids, temperature)
+        completions, programs, arrivals = self._generate_and_judge(requests, problems)
+        self.seconds["rollout"] += time.perf_counter() - start
+
+        start = time.perf_counter()
+        results = _results_by_request(arrivals, completions)
+        last = [list(group) for group in completions]  # each sample's last turn
+        if self.episodes is not None:
+            self.seconds["reward"] += time.perf_counter() - start
+            start = time.perf_counter()
+            self._run_episodes(tag, problems, completions, programs, results, last)
+            self.seconds["episode"] += time.perf_counter() - start
+            start = time.perf_counter()
+        rewards, by_term = self._rewards(problems, completions, last, programs, results)
+        self.seconds["reward"] += time.perf_counter() - start
+
+        def part(values: list, k: int) -> list:
+            return values[k * size : (k + 1) * size]
+
+        return [
+            Group(
+                index,
+                completions[k],
+                results[k],
+                part(rewards, k),
+                {name: part(values, k) for name, values in by_term.items()},
+                programs[k],
+                posed=posed[k] if posed else None,
+            )
+            for k, index in enumerate(indices)
+        ]
+
+    def _generate_and_judge(
+        self, requests: list[RolloutRequest], problems: list[Problem]
+    ) -> tuple[list[list[Completion]], list[list[str]], list[tuple[list[int], object]]]:
+        """Every request's completions and programs, in request order, and the sandbox calls
+        made as groups arrived: (request positions, ObjectRef of their results)."""
         position = {request.request_id: k for k, request in enumerate(requests)}
         completions: list[list[Completion]] = [[] for _ in requests]
         programs: list[list[str]] = [[] for _ in requests]
-        arrivals = []  # (request positions, ObjectRef of their sandbox results)
+        arrivals = []
         for groups in self.fleet.rollout.generate_stream(requests):
             jobs, arrived = [], []
             for group in groups:
@@ -197,28 +229,19 @@ class GroupCollector:
                 ]
                 arrived.append(k)
             arrivals.append((arrived, self._judge(jobs)))
-        self.seconds["rollout"] += time.perf_counter() - start
         missing = [r.request_id for r, done in zip(requests, completions, strict=True) if not done]
         if missing:
             raise RuntimeError(f"the rollout fleet returned no completions for {missing}")
+        return completions, programs, arrivals
 
-        start = time.perf_counter()
-        results: list[list[ExecutionResult]] = [[] for _ in requests]
-        for (arrived, _), executed in zip(arrivals, ray.get([ref for _, ref in arrivals])):
-            offset = 0
-            for k in arrived:
-                results[k] = executed[offset : offset + len(completions[k])]
-                offset += len(completions[k])
-        last = [list(group) for group in completions]  # each sample's last turn
-        if self.episodes is not None:
-            self.seconds["reward"] += time.perf_counter() - start
-            start = time.perf_counter()
-            self._run_episodes(tag, problems, completions, programs, results, last)
-            self.seconds["episode"] += time.perf_counter() - start
-            start = time.perf_counter()
+    def _rewards(
+        self, problems, completions, last, programs, results
+    ) -> tuple[list[float | None], dict[str, list[float | None]]]:
+        """Every sample's reward (an episode's discounted by its turns) and each term's values,
+        flat in request order."""
         batch = [
             RewardInput(problems[k], turn.text, code, result, len(turn.token_ids))
-            for k in range(len(requests))
+            for k in range(len(completions))
             for turn, code, result in zip(last[k], programs[k], results[k], strict=True)
         ]
         scored = self.reward(batch)
@@ -233,23 +256,7 @@ class GroupCollector:
                 discounted(reward, turns, solved, self.config.episode)
                 for reward, (turns, solved) in zip(rewards, ends, strict=True)
             ]
-        self.seconds["reward"] += time.perf_counter() - start
-
-        def part(values: list, k: int) -> list:
-            return values[k * size : (k + 1) * size]
-
-        return [
-            Group(
-                index,
-                completions[k],
-                results[k],
-                part(rewards, k),
-                {name: part(values, k) for name, values in scored.by_term.items()},
-                programs[k],
-                posed=posed[k] if posed else None,
-            )
-            for k, index in enumerate(indices)
-        ]
+        return rewards, scored.by_term
 
     def _run_episodes(self, tag, problems, completions, programs, results, last) -> None:
         """Turns 2..T of every sample (``launch.loop.episodes``), in place: each sample's
@@ -282,3 +289,17 @@ class GroupCollector:
             )
             for k, ids in enumerate(prompt_ids)
         ]
+
+
+def _results_by_request(
+    arrivals: list[tuple[list[int], object]], completions: list[list[Completion]]
+) -> list[list[ExecutionResult]]:
+    """The sandbox's results of every request, in request order, from the calls made as groups
+    arrived (each call's results are its groups' completions, in turn)."""
+    results: list[list[ExecutionResult]] = [[] for _ in completions]
+    for (arrived, _), executed in zip(arrivals, ray.get([ref for _, ref in arrivals])):
+        offset = 0
+        for k in arrived:
+            results[k] = executed[offset : offset + len(completions[k])]
+            offset += len(completions[k])
+    return results

@@ -112,41 +112,15 @@ class Saboteur:
 
     def collect(self, step: int, indices: list[int]) -> tuple[list, dict[str, float]]:
         """The saboteur groups for ``indices`` and the fixer groups of their valid bugs."""
-        posed, kept = [], []
-        for i in indices:
-            raw = self.raw[i]
-            if not raw.reference_solution.strip():
-                continue  # nothing correct to break
-            program = reference_program(raw).rstrip()
-            task = self._pose(
-                raw, SABOTEUR_PROMPT.format(task=raw.prompt, program=program), "saboteur"
-            )
-            if task is not None:
-                posed.append(task)
-                kept.append(i)
+        indices, posed = self._saboteur_tasks(indices)
         if not posed:
             return [], dict.fromkeys(METRICS, 0.0)
-        indices = kept
         saboteurs = self.sample(f"{step}.saboteur", indices, posed=posed)
-        fix_indices, fix_posed, fix_keys = [], [], []
-        keys_of = []
-        for position, (index, group) in enumerate(zip(indices, saboteurs, strict=True)):
-            keys = [_key(position, program, self.markup) for program in group.programs]
-            keys_of.append(keys)
-            chosen: list[str] = []
-            for program, key, result in zip(group.programs, keys, group.results, strict=True):
-                if len(chosen) == self.config.selfplay.bugs_per_group:
-                    break
-                if key is None or key in chosen or not is_valid_bug(result):
-                    continue
-                text = repair_prompt(self.raw[index], program, result)
-                task = self._pose(self.raw[index], text, f"fix{len(chosen) + 1}")
-                if task is None:
-                    continue
-                chosen.append(key)
-                fix_indices.append(index)
-                fix_keys.append(key)
-                fix_posed.append(task)
+        keys_of = [
+            [_key(position, program, self.markup) for program in group.programs]
+            for position, group in enumerate(saboteurs)
+        ]
+        fix_indices, fix_posed, fix_keys = self._fixer_tasks(indices, saboteurs, keys_of)
         fixers = self.sample(f"{step}.fixer", fix_indices, posed=fix_posed) if fix_posed else []
         hardness = {}
         solved = judged = 0
@@ -174,3 +148,43 @@ class Saboteur:
             "selfplay/saboteur_groups": float(len(saboteurs)),
         }
         return saboteurs + fixers, metrics
+
+    def _saboteur_tasks(self, indices: list[int]) -> tuple[list[int], list[Problem]]:
+        """The problems of ``indices`` that have a reference to break and room for an answer,
+        and their saboteur prompts."""
+        posed, kept = [], []
+        for i in indices:
+            raw = self.raw[i]
+            if not raw.reference_solution.strip():
+                continue  # nothing correct to break
+            program = reference_program(raw).rstrip()
+            task = self._pose(
+                raw, SABOTEUR_PROMPT.format(task=raw.prompt, program=program), "saboteur"
+            )
+            if task is not None:
+                posed.append(task)
+                kept.append(i)
+        return kept, posed
+
+    def _fixer_tasks(
+        self, indices: list[int], saboteurs: list, keys_of: list[list[str | None]]
+    ) -> tuple[list[int], list[Problem], list[str]]:
+        """The repair prompts of each saboteur group's first ``selfplay.bugs_per_group`` distinct
+        valid bugs that leave room for an answer: (problem indices, prompts, bug keys)."""
+        fix_indices, fix_posed, fix_keys = [], [], []
+        for index, group, keys in zip(indices, saboteurs, keys_of, strict=True):
+            chosen: list[str] = []
+            for program, key, result in zip(group.programs, keys, group.results, strict=True):
+                if len(chosen) == self.config.selfplay.bugs_per_group:
+                    break
+                if key is None or key in chosen or not is_valid_bug(result):
+                    continue
+                text = repair_prompt(self.raw[index], program, result)
+                task = self._pose(self.raw[index], text, f"fix{len(chosen) + 1}")
+                if task is None:
+                    continue
+                chosen.append(key)
+                fix_indices.append(index)
+                fix_keys.append(key)
+                fix_posed.append(task)
+        return fix_indices, fix_posed, fix_keys
