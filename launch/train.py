@@ -21,6 +21,18 @@ from common.config import Config, ConfigError, load_config
 from common.datasets import DatasetError
 from common.durable import JsonlError, LockHeld, exclusive_lock, read_jsonl, rewrite_jsonl
 from common.prompts import PromptError
+from launch.data.model_source import locate_model
+from launch.data.problems import load_problems
+from launch.data.tiny_model import build_tiny_model
+from launch.loop.checkpoint import (
+    CHECKPOINTS,
+    LATEST,
+    clear_checkpoints,
+    load_driver_state,
+    resume_checkpoint,
+)
+from launch.loop.masked_steps import MaskedStepsError
+from launch.loop.plot import plot_rewards
 
 logger = logging.getLogger("launch.train")
 #: The run directory's lock (see :func:`run_lock`).
@@ -48,18 +60,12 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 def resolve_model(config: Config) -> str:
     """A local model directory for ``model.path``; ``builtin:tiny`` is built offline once."""
     if config.model.path == "builtin:tiny":
-        from launch.data.tiny_model import build_tiny_model
-
         return str(build_tiny_model(Path(config.run.output_dir) / "_models" / "tiny").resolve())
-    from launch.data.model_source import locate_model
-
     return locate_model(config.model.path)
 
 
 def prepare_run_dir(config: Config, overwrite: bool) -> Path:
     """A fresh run directory with the resolved config; never silently clobbers a finished run."""
-    from launch.loop.checkpoint import CHECKPOINTS, LATEST, clear_checkpoints
-
     run_dir = config.run_dir
     held = [name for name in ("metrics.jsonl", CHECKPOINTS, LATEST) if (run_dir / name).exists()]
     if held and not overwrite:
@@ -116,8 +122,7 @@ def _first_line(error: Exception) -> str:
 
 def _aborted(error: Exception, run_dir: Path) -> RunAborted:
     """Name the actor that died (Ray's error text has its ``name:``) and the step to resume at."""
-    from launch.fleet.weight_sync import LearnerTransmitError
-    from launch.loop.checkpoint import load_driver_state
+    from launch.fleet.weight_sync import LearnerTransmitError  # lazy: vLLM, as in _run
 
     text = str(error)
     names = [line.split(":", 1)[1].strip() for line in text.splitlines() if "\tname:" in line]
@@ -141,9 +146,9 @@ def _restart_learner(error: Exception, config: Config, fleet, model_path: str, r
     state to continue from (the steps after the checkpoint are redone, as on --resume).
     Raises ``error`` again when it was not the learner, when ``learner.max_restarts`` are
     used up, or when there is no checkpoint to restart from."""
+    # lazy: Ray, torch and vLLM, as in _run
     from launch.fleet.actors import learner_name
     from launch.fleet.weight_sync import LearnerTransmitError
-    from launch.loop.checkpoint import resume_checkpoint
 
     run_id = config.run.name
     names = {learner_name(run_id, rank) for rank in range(config.learner.num_ranks)}
@@ -174,9 +179,7 @@ def _restart_learner(error: Exception, config: Config, fleet, model_path: str, r
 
 def train(config: Config, resume: bool = False, overwrite: bool = False) -> Path:
     """Run a whole training job (or continue one); returns the run directory."""
-    from transformers import AutoTokenizer
-
-    from launch.data.problems import load_problems
+    from transformers import AutoTokenizer  # lazy: seconds to import; --help answers at once
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     # The model and the problems first: a mistake in either leaves no run directory behind.
@@ -199,15 +202,14 @@ def train(config: Config, resume: bool = False, overwrite: bool = False) -> Path
 
 def _run(config: Config, model_path: str, tokenizer, problems, resume: bool, overwrite: bool):
     """:func:`train` once the run directory is locked."""
+    # lazy: Ray, torch and vLLM (under the fleet and the driver) take seconds to import;
+    # --help and config errors answer before any of them loads
     import ray
 
     from launch.fleet.cluster import connect
     from launch.fleet.fleet import start_fleet
     from launch.fleet.weight_sync import LearnerTransmitError
-    from launch.loop.checkpoint import resume_checkpoint
     from launch.loop.driver import Driver
-    from launch.loop.masked_steps import MaskedStepsError
-    from launch.loop.plot import plot_rewards
 
     state = checkpoint = None
     if resume:

@@ -32,6 +32,7 @@ def locate_model(path: str, field: str = "model.path") -> str:
         raise ConfigError(
             f"{field}: {path} is not a local directory, nor a Hugging Face hub name (owner/name)"
         )
+    # lazy: needed for a hub name only; launch.train imports this module to check model.path
     from huggingface_hub import try_to_load_from_cache
 
     if isinstance(try_to_load_from_cache(path, "config.json"), str):

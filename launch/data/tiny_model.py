@@ -25,6 +25,7 @@ _ALPHABET = sorted(set(string.printable) - set("\x0b\x0c\r"))
 
 def build_tokenizer(vocab_size: int = 128):
     """Train a small BPE tokenizer on a built-in code corpus and wrap it for transformers."""
+    # lazy: launch.train imports this module; --help and config errors must not wait for these
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -68,7 +69,7 @@ def build_tiny_model(
     ``head_dim`` is 32 because vLLM's CPU attention backend only supports head sizes in
     {32, 64, 80, 96, 112, 128, ...}.
     """
-    import torch
+    import torch  # lazy: as in build_tokenizer
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     path = Path(path)

@@ -12,14 +12,27 @@ which it wraps itself.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import ray
+from ray.util.placement_group import placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from actor.rollout_worker import RolloutWorker
+from actor.scorer import RewardScorer
 from common.config import Config
+from common.rendezvous import LOOPBACK, GroupStore, hold, interface_address, interface_of
+from common.transport import transport_for
 from common.types import ProcessGroupSpec
 from launch.fleet.clients import LearnerClient, SandboxClient
 from launch.fleet.cluster import ACTOR_ENV
+from launch.fleet.scorer import resolve_scorer_path
+from launch.loop.telemetry import DashboardMetrics
+from learner.learner import Learner
+from sandbox.trusted.pool import SandboxPool
 
 logger = logging.getLogger(__name__)
 
@@ -67,9 +80,6 @@ class Placement:
 
     @classmethod
     def create(cls, config: Config, run_id: str) -> Placement | None:
-        import ray
-        from ray.util.placement_group import placement_group
-
         learner, rollout = config.learner, config.rollout
         strategy = config.ray.placement
         if strategy == "none" and learner.num_ranks == 1:
@@ -90,8 +100,6 @@ class Placement:
         return cls(group, {name: i for i, name in enumerate(members)})
 
     def strategy_for(self, name: str) -> Any:
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
         if name not in self.bundle_of:
             return "DEFAULT"
         return PlacementGroupSchedulingStrategy(
@@ -107,10 +115,6 @@ def learner_name(run_id: str, rank: int) -> str:
 def wait_until_gone(names: list[str], timeout_s: float = 120) -> None:
     """Return once no live actor holds any of ``names`` (``ray.kill`` is asynchronous, and a
     replacement needs the name)."""
-    import time
-
-    import ray
-
     deadline = time.monotonic() + timeout_s
     for name in names:
         while True:
@@ -127,10 +131,6 @@ def learner_actor_class():
     """The learner as a Ray actor class. Its ``control`` concurrency group lets
     ``set_compute_threads`` reach it while a ``train_step`` runs (every other method runs one at
     a time, in the default group)."""
-    import ray
-
-    from learner.learner import Learner
-
     return ray.remote(concurrency_groups={"control": 1})(Learner)
 
 
@@ -143,8 +143,6 @@ def start_learner(
 ) -> LearnerClient:
     """The learner's ranks (``learner.num_ranks`` actors, one bundle each), resumed from a
     checkpoint directory when given (not yet waited for)."""
-    from common.rendezvous import GroupStore
-
     learner = config.learner
     group, store = None, None
     if learner.num_ranks > 1:
@@ -188,10 +186,6 @@ def rendezvous_host(group_interface: str) -> tuple[str, str]:
     address and name when it names one; else loopback while the cluster has a single node
     (every member is on this machine: nothing needs to be reachable from outside), else this
     node's address as Ray knows it."""
-    import ray
-
-    from common.rendezvous import LOOPBACK, interface_address, interface_of
-
     if group_interface:
         return interface_address(group_interface), group_interface
     if sum(1 for node in ray.nodes() if node["Alive"]) == 1:
@@ -203,18 +197,12 @@ def rendezvous_address(group_interface: str) -> tuple[str, str]:
     """A ``host:port`` on this node whose listening socket this process holds until its group's
     store takes it (``common.rendezvous.hold``), and the group's interface (run in learner rank
     0, which serves the transfer group's store)."""
-    from common.rendezvous import hold
-
     host, interface = rendezvous_host(group_interface)
     return hold(host, interface), interface
 
 
 def start_sandbox(config: Config, run_id: str) -> SandboxClient:
     """The sandbox pool actor, a stateless service (not yet waited for)."""
-    import ray
-
-    from sandbox.trusted.pool import SandboxPool
-
     sandbox_cls = ray.remote(**SERVICE_RESTARTS)(SandboxPool).options(
         **actor_options(f"sandbox-{run_id}", config.sandbox.num_cpus)
     )
@@ -226,11 +214,6 @@ def start_rollout_worker(
 ) -> Any:
     """Rollout actor ``index`` (one vLLM engine); Ray restarts it when it dies, and the fleet
     gives it the current weights."""
-    import ray
-
-    from actor.rollout_worker import RolloutWorker
-    from common.transport import transport_for
-
     rollout = config.rollout
     options = actor_options(
         f"rollout-{run_id}-{index}", rollout.num_cpus, rollout.num_gpus, placement
@@ -253,11 +236,6 @@ def start_scorers(config: Config, run_id: str) -> dict[str, Any]:
     Each asks for its term's ``num_cpus``/``num_gpus``; ``builtin:tiny-scorer`` is built offline
     under ``run.output_dir/_models`` first, like ``builtin:tiny``.
     """
-    import ray
-
-    from actor.scorer import RewardScorer
-    from launch.fleet.scorer import resolve_scorer_path
-
     handles = {}
     for name, options in config.reward.scorer_terms().items():
         path = resolve_scorer_path(options.path, Path(config.run.output_dir) / "_models")
@@ -271,10 +249,6 @@ def start_scorers(config: Config, run_id: str) -> dict[str, Any]:
 
 def start_metrics(run_name: str) -> Any:
     """The dashboard-metrics actor (``launch.loop.telemetry.DashboardMetrics``)."""
-    import ray
-
-    from launch.loop.telemetry import DashboardMetrics
-
     name = f"metrics-{run_name}"
     # After a learner restart the driver starts it again, moments after killing the last one.
     wait_until_gone([name], timeout_s=10)

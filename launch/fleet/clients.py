@@ -14,6 +14,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import ray
+
 from common.types import ExecutionJob, ExecutionResult, TrainSample
 
 logger = logging.getLogger(__name__)
@@ -58,8 +60,6 @@ class LearnerClient:
         arrive first: a failure is reported as the dead rank's ``RayActorError`` when a rank
         is dead (what a learner restart answers), else as it came.
         """
-        import ray
-
         remaining = list(dict.fromkeys([ref, *self._followers]))
         try:
             while ref in remaining:
@@ -73,8 +73,6 @@ class LearnerClient:
 
     def _dead_rank_error(self, timeout_s: float = 30) -> Exception | None:
         """The ``RayActorError`` of a rank that is dead, if one is."""
-        import ray
-
         for handle in self.handles:
             try:
                 ray.get(handle.__ray_ready__.remote(), timeout=timeout_s)
@@ -115,8 +113,6 @@ class LearnerClient:
 
     def set_compute_threads(self, threads: int) -> None:
         """Through the ``control`` concurrency group: reaches the learner while it trains."""
-        import ray
-
         calls = [
             h.set_compute_threads.options(concurrency_group="control").remote(threads)
             for h in self.handles
@@ -129,8 +125,6 @@ class LearnerClient:
             self.get(call)
 
     def kill(self) -> None:
-        import ray
-
         for handle in self.handles:
             ray.kill(handle, no_restart=True)
 
@@ -150,24 +144,16 @@ class SandboxClient:
 
     def execute(self, jobs: list[ExecutionJob]) -> list[ExecutionResult]:
         """Pass/fail only (stops at the first failing test): what evaluation needs."""
-        import ray
-
         return ray.get(self.run(jobs, stop_at_first_failure=True))
 
     def stats(self) -> dict[str, float]:
-        import ray
-
         return ray.get(self.handle.stats.remote())
 
     def describe(self) -> str:
-        import ray
-
         return ray.get(self.handle.describe.remote())
 
     def close(self, timeout_s: float = 30) -> None:
         """Let the pool kill its workers and remove its directory, then end the actor."""
-        import ray
-
         try:
             ray.get(self.handle.close.remote(), timeout=timeout_s)
         except (ray.exceptions.RayError, TimeoutError) as exc:

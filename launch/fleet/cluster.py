@@ -10,6 +10,10 @@ import math
 import os
 from pathlib import Path
 
+import ray
+from ray._private.services import get_ray_address_from_environment
+from ray._private.utils import get_num_cpus
+
 from common.config import RayConfig
 
 logger = logging.getLogger(__name__)
@@ -34,9 +38,6 @@ def connect(config: RayConfig, requested_cpus: float = 0) -> None:
     found on the machine, such as another local run's in-process cluster, and this run would
     then die when that one finishes.
     """
-    import ray
-    from ray._private.services import get_ray_address_from_environment
-
     if ray.is_initialized():
         return
     address = config.address or get_ray_address_from_environment(None, None)
@@ -44,9 +45,7 @@ def connect(config: RayConfig, requested_cpus: float = 0) -> None:
         ray.init(address=address, logging_level=logging.WARNING)
         logger.info("connected to the Ray cluster at %s", address)
         return
-    from ray._private.utils import get_num_cpus  # what Ray would offer: cgroup limits included
-
-    cores = get_num_cpus()
+    cores = get_num_cpus()  # what Ray would offer: cgroup limits included
     num_cpus = config.num_cpus or max(cores, math.ceil(requested_cpus))
     if not config.num_cpus and num_cpus > cores:
         logger.warning(

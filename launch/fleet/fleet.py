@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import ray
+from ray.util.placement_group import remove_placement_group
+
 from common.config import Config
 from launch.fleet.actors import (
     Placement,
@@ -16,6 +19,7 @@ from launch.fleet.actors import (
 )
 from launch.fleet.clients import LearnerClient, SandboxClient
 from launch.fleet.rollout_fleet import RolloutFleet
+from launch.fleet.weight_sync import TransferGroup
 
 
 @dataclass
@@ -32,8 +36,6 @@ class Fleet:
     def restart_learner(self, config: Config, model_path: str, run_id: str, checkpoint: str):
         """Replace every learner rank by a new one resumed from ``checkpoint`` (after one rank
         died: the others cannot go on without it) and wait until they are ready."""
-        import ray
-
         self.learner.kill()
         wait_until_gone([learner_name(run_id, r) for r in range(config.learner.num_ranks)])
         self.learner = start_learner(config, model_path, run_id, self.placement, checkpoint)
@@ -44,9 +46,6 @@ class Fleet:
             self.rollout.transfer.form(self.rollout.actors)
 
     def shutdown(self) -> None:
-        import ray
-        from ray.util.placement_group import remove_placement_group
-
         self.rollout.shutdown()
         self.sandbox.close()
         self.learner.kill()
@@ -61,8 +60,6 @@ def start_fleet(
 ) -> Fleet:
     """Start the rollout workers, the learner (from checkpoint ``resume_from`` when given) and
     the sandbox pool; wait until all are ready."""
-    import ray
-
     placement = Placement.create(config, run_id)
     sandbox = start_sandbox(config, run_id)
     learner = start_learner(config, model_path, run_id, placement, resume_from)
@@ -71,8 +68,6 @@ def start_fleet(
     scorers = start_scorers(config, run_id)
     ray.get([*learner.ready(), sandbox.ready()])
     if config.weights.transport == "collective":
-        from launch.fleet.weight_sync import TransferGroup
-
         rollout.transfer = TransferGroup(config, learner)
         rollout.transfer.form(rollout.actors)
     return Fleet(rollout, learner, sandbox, placement=placement, scorers=scorers)

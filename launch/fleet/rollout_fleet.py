@@ -19,8 +19,12 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+import ray
+
+from actor.rollout_worker import StaleWeightsError
 from common.config import Config
 from common.types import Completion, RolloutRequest, TrainSample
+from launch.fleet.actors import start_rollout_worker
 from launch.fleet.weight_sync import LearnerTransmitError
 
 if TYPE_CHECKING:
@@ -51,8 +55,6 @@ class RolloutFleet:
 
     # -- membership -------------------------------------------------------------------------
     def _spawn(self) -> Any:
-        from launch.fleet.actors import start_rollout_worker
-
         index = self._next_index
         self._next_index += 1
         return start_rollout_worker(
@@ -65,8 +67,6 @@ class RolloutFleet:
 
     def resize(self, count: int) -> None:
         """Grow or shrink to ``count`` actors; new ones get the latest weights before serving."""
-        import ray
-
         if count < 1:
             raise ValueError(f"the rollout fleet needs at least one actor, got {count}")
         if count == len(self.actors):
@@ -99,8 +99,6 @@ class RolloutFleet:
         return {"version": pushed["version"], "seconds": pushed["load_s"]}
 
     def shutdown(self) -> None:
-        import ray
-
         for actor in self.actors:
             ray.kill(actor, no_restart=True)
         self.actors = []
@@ -141,8 +139,6 @@ class RolloutFleet:
         the driver restarts the learner). The object-store transport has no group to hang, and
         a load may wait behind a generation (async runs): its waits have no deadline.
         """
-        import ray
-
         limit = self.config.weights.push_timeout_s if self.transfer is not None else None
         deadline = time.monotonic() + (limit or 0.0)
         broke = None
@@ -196,8 +192,6 @@ class RolloutFleet:
         A share whose actor fails mid-stream is retried, after recovery, for the requests
         whose groups had not arrived yet; groups already yielded are kept.
         """
-        import ray
-
         count = len(self.actors)
         streams = {}
         for index in range(count):
@@ -227,8 +221,6 @@ class RolloutFleet:
     def _retry_share(
         self, index: int, share: list[RolloutRequest], error: Exception
     ) -> list[Completion]:
-        import ray
-
         for _ in range(_RETRIES):
             logger.warning("rollout actor %d failed (%s); recovering", index, type(error).__name__)
             self.counters["faults/rollout_retries"] += 1
@@ -243,8 +235,6 @@ class RolloutFleet:
     def _recover(self, index: int) -> dict[str, float]:
         """Wait for Ray to restart actor ``index`` and give it the current weights; the load's
         record (``version``, ``seconds``; version 0 and no load before any push)."""
-        import ray
-
         actor = self.actors[index]
         deadline = time.monotonic() + 600
         while True:
@@ -274,10 +264,6 @@ class RolloutFleet:
 def _recoverable() -> tuple[type[Exception], ...]:
     """Errors of a generation call that recovering the actor (restart wait, latest weights)
     and retrying its share can fix: the actor died, or came back from a restart stale."""
-    import ray
-
-    from actor.rollout_worker import StaleWeightsError
-
     return (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError, StaleWeightsError)
 
 

@@ -12,7 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import ray
+
 from algorithm.rewards.terms import RewardInput
+from launch.data.tiny_model import build_tokenizer
 
 TINY_SCORER = "builtin:tiny-scorer"
 
@@ -24,10 +27,9 @@ def build_tiny_scorer(
 
     ``head_dim`` 32 like the tiny policy; one layer is enough to give text-dependent scores.
     """
+    # lazy: only the tiny demo scorer needs a model; the driver imports this module for ScorerTerm
     import torch
     from transformers import Qwen2Config, Qwen2ForSequenceClassification
-
-    from launch.data.tiny_model import build_tokenizer
 
     path = Path(path)
     if (path / "config.json").is_file() and (path / "tokenizer.json").is_file():
@@ -74,6 +76,5 @@ class ScorerTerm:
         remote = getattr(self.scorer.score, "remote", None)
         if remote is None:
             return list(self.scorer.score(prompts, completions))
-        import ray
 
         return list(ray.get(remote(prompts, completions)))

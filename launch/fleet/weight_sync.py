@@ -14,6 +14,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import ray
+
 from common.config import Config
 from common.transport.collective import backend_for, engine_init_info
 from launch.fleet.actors import rendezvous_address
@@ -39,8 +41,6 @@ class TransferGroup:
 
     def form(self, actors: list[Any]) -> None:
         """(Re)form the group: learner rank 0 and every actor, all joining at once."""
-        import ray
-
         address, interface = ray.get(
             self.learner.handle.__ray_call__.remote(
                 _address_of_actor, self.config.ray.group_interface
@@ -65,8 +65,6 @@ class TransferGroup:
         """Wait for every rank's broadcast until ``deadline`` (``time.monotonic``); raises
         :class:`LearnerTransmitError` when one failed or is still running then. A dead rank
         is reported as its ``RayActorError``, as everywhere."""
-        import ray
-
         timeout = max(0.0, deadline - time.monotonic())
         _, running = ray.wait(transmits, num_returns=len(transmits), timeout=timeout)
         if running:

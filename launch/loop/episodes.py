@@ -38,6 +38,8 @@ import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from tokenizers import Tokenizer
+
 from common.config import Config, EpisodeConfig
 from common.prompts import build_program, continues_prefix, special_strings
 from common.types import (
@@ -146,7 +148,6 @@ def plain_text_encoder(tokenizer) -> Callable[[str], list[int]]:
         return lambda text: list(
             tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
         )
-    from tokenizers import Tokenizer
 
     plain = Tokenizer.from_str(backend.to_str())
     plain.encode_special_tokens = True

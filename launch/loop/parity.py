@@ -16,6 +16,8 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import ray
+
 from common.types import Completion, TrainSample
 
 if TYPE_CHECKING:
@@ -90,8 +92,6 @@ class ParityProbe:
 def _answers(pending: PendingProbe) -> list[tuple[int, tuple[int, list[list[float]]]]]:
     """Each engine's answer, skipping one that died meanwhile (the fleet recovers it on its
     next call; its probe is measured again after the next push)."""
-    import ray
-
     answers = []
     for index, ref in pending.engines.items():
         try:

@@ -10,7 +10,7 @@ from launch.loop.metrics import mean_present, read_metrics
 
 def plot_rewards(metrics_path: str | Path, out_path: str | Path, window: int = 10) -> Path:
     """Plot ``reward/mean`` per step and its moving average; returns the PNG's path."""
-    import matplotlib
+    import matplotlib  # lazy: seconds to import, for the one plot at the end of a run
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -24,6 +24,9 @@ import re
 from pathlib import Path
 from typing import Any
 
+import ray
+from ray.util import metrics
+
 logger = logging.getLogger(__name__)
 
 _STEP_TIME_BOUNDARIES = [0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600]
@@ -38,8 +41,6 @@ class DashboardMetrics:
     """Ray metrics for step records; runs as the ``metrics-<run>`` actor."""
 
     def __init__(self, run_name: str) -> None:
-        from ray.util import metrics
-
         self._metrics = metrics
         self._tags = {"run": run_name}
         self._gauges: dict[str, object] = {}
@@ -97,6 +98,7 @@ class Telemetry:
         self._writer = None
         if tensorboard:
             try:
+                # lazy: tensorboard is optional (the ImportError below)
                 from torch.utils.tensorboard import SummaryWriter
 
                 self._writer = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
@@ -113,8 +115,6 @@ class Telemetry:
             self._writer.flush()
 
     def close(self) -> None:
-        import ray
-
         if self._pending is not None:
             ray.get(self._pending)
         ray.kill(self._actor)

@@ -40,8 +40,14 @@ from pathlib import Path
 from typing import Any
 
 from common.config import Config, ConfigError, load_config
+from common.datasets import DatasetError
 from common.durable import JsonlError, append_jsonl, read_jsonl, repair_tail
+from common.prompts import PromptError
+from launch.data.problems import load_raw
 from launch.data.tasks import SYNTHETIC_SOURCES
+from launch.tools.make_repairs import make_repairs
+from launch.train import resolve_model
+from sandbox.trusted.pool import SandboxIsolationError, SandboxPool
 
 logger = logging.getLogger("launch.selfplay")
 
@@ -111,7 +117,7 @@ def read_rounds(run_dir: Path) -> list[dict]:
 
 def plot_rounds(rounds: list[dict], out: Path) -> None:
     """pass@1 on the held-out problems per round (round 0: the base model)."""
-    import matplotlib
+    import matplotlib  # lazy: seconds to import, only for the plot at the end
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -151,8 +157,6 @@ class SelfPlay:
     def run(self, rounds: int) -> list[dict]:
         done = read_rounds(self.run_dir)
         if not done:
-            from launch.train import resolve_model
-
             base, out = resolve_model(self.config), self.run_dir / "round-0" / "eval"
             summary, _ = self.evaluate(base, out, held_out=True)
             row = {"round": 0, "pass@1": summary["pass@1"], "checkpoint": base}
@@ -205,10 +209,6 @@ class SelfPlay:
     def make_tasks(self, quota: dict[str, int], number: int) -> tuple[list[dict], list[dict]]:
         """(every row of the round's problem file, the repair tasks among them): the training
         problems plus repair tasks for the weak ones."""
-        from launch.data.problems import load_raw
-        from launch.tools.make_repairs import make_repairs
-        from sandbox.trusted.pool import SandboxPool
-
         data = self.config.data
         problems = load_raw(data.source, data.split, data.format, data.max_problems)
         with SandboxPool(self.config.sandbox) as pool:
@@ -312,8 +312,6 @@ def _command(module: str, args: list[str], log: Path) -> None:
 def check_sources(config: Config) -> None:
     """Load the training and held-out problems once before any round: a missing file or a
     malformed row is a one-line error (exit 2), not a failed phase minutes later."""
-    from launch.data.problems import load_raw
-
     data, ev = config.data, config.eval
     training = load_raw(data.source, data.split, data.format, data.max_problems)
     held_out = load_raw(ev.source or data.source, ev.split, data.format, ev.max_problems)
@@ -342,10 +340,6 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from common.datasets import DatasetError
-    from common.prompts import PromptError
-    from sandbox.trusted.pool import SandboxIsolationError
-
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     args, overrides = parse_args(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
