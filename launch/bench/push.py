@@ -26,10 +26,11 @@ import statistics
 import sys
 import time
 
+from common.config import Config, LearnerConfig, ModelConfig, RolloutConfig
+from launch.bench.workload import build_bench_model, connect_own, load_bench_config
+
 
 def _rollout_config(engine_process: str):
-    from common.config import RolloutConfig
-
     return RolloutConfig(
         batch_size=8,
         group_size=8,
@@ -53,8 +54,8 @@ def measure(
     model_path: str, bucket_mib: list[int], pushes: int, engine_process: str = "actor"
 ) -> list[dict[str, float]]:
     """One row per bucket size: buckets, MiB, median export and load seconds."""
+    # lazy: torch and vLLM take seconds to import; --help and argument errors answer first
     from actor.rollout_worker import RolloutWorker
-    from common.config import LearnerConfig, ModelConfig
     from learner.bench.perturb import PerturbableLearner
 
     rollout = _rollout_config(engine_process)
@@ -82,11 +83,10 @@ def measure_through_ray(
     """Like :func:`measure` with the learner and the engine in Ray actors (one CPU each):
     ``export_s`` is the learner call until its update exists, ``load_s`` the engine's own
     time, ``push_s`` the driver's wait from the update existing to the engine's answer."""
+    # lazy: Ray, torch and vLLM, as in measure
     import ray
 
     from actor.rollout_worker import RolloutWorker
-    from common.config import Config, LearnerConfig, ModelConfig
-    from launch.bench.workload import connect_own
     from launch.fleet.actors import actor_options
     from learner.bench.perturb import PerturbableLearner
 
@@ -167,8 +167,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     model = args.model
     if model is None:
-        from launch.bench.workload import build_bench_model, load_bench_config
-
         config, bench = load_bench_config(args.config, [])
         model = str(build_bench_model(config.run.output_dir, bench["model"]))
     run = measure_through_ray if args.through_ray else measure

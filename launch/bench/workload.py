@@ -11,7 +11,8 @@ from typing import Any
 
 import tomllib
 
-from common.config import Config, ConfigError, apply_overrides
+from common.config import Config, ConfigError, apply_overrides, validate_config
+from launch.data.tiny_model import build_tokenizer
 
 logger = logging.getLogger("launch.bench")
 
@@ -56,7 +57,6 @@ def load_bench_config(path: str | None, overrides: list[str]) -> tuple[Config, d
             f"bench: steps ({bench['steps']}) must exceed warmup ({bench['warmup']}): "
             "the warm-up steps are not measured"
         )
-    from common.config import validate_config
 
     return validate_config(data), bench
 
@@ -86,10 +86,9 @@ def model_parameters(spec: dict[str, Any]) -> int:
 
 def build_bench_model(root: str | Path, spec: dict[str, Any]) -> Path:
     """A random Qwen2 model with ``spec``'s shape and the tiny tokenizer, built once."""
+    # lazy: the bench CLIs import this module; --help and config errors answer first
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    from launch.data.tiny_model import build_tokenizer
 
     path = Path(root) / "_models" / spec["name"]
     marker = path / "bench_model.json"
@@ -131,6 +130,7 @@ def connect_own(config: Config) -> None:
     machine that would put the benchmark's actors on someone else's cluster (and its load on
     ours), so without ``ray.address`` / ``RAY_ADDRESS`` the benchmark starts a private one.
     """
+    # lazy: Ray (also under launch.fleet.cluster), as in build_bench_model
     import ray
 
     from launch.fleet.cluster import ACTOR_ENV, PROJECT_ROOT, connect
