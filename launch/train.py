@@ -24,6 +24,7 @@ from common.prompts import PromptError
 from launch.data.model_source import locate_model
 from launch.data.problems import load_problems
 from launch.data.tiny_model import build_tiny_model
+from launch.help_format import DefaultsHelpFormatter
 from launch.loop.checkpoint import (
     CHECKPOINTS,
     LATEST,
@@ -41,6 +42,7 @@ LOCK_FILE = "run.lock"
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(
+        formatter_class=DefaultsHelpFormatter,
         prog="python -m launch.train",
         description="Train a code LLM with GRPO from execution rewards.",
         epilog="Any --section.key VALUE pair overrides the config file, e.g. --run.steps 50",

@@ -50,6 +50,7 @@ from launch.bench.workload import (
     model_parameters,
 )
 from launch.data.problems import load_problems
+from launch.help_format import DefaultsHelpFormatter
 from launch.loop.metrics import mean_present
 from launch.train import prepare_run_dir
 from learner.flops import learner_peak_flops
@@ -204,12 +205,17 @@ def format_trl(summary: dict[str, float]) -> str:
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(
+        formatter_class=DefaultsHelpFormatter,
         prog="python -m launch.bench",
         description="Step-time breakdown and throughput of K training steps (optionally vs TRL).",
         epilog="--section.key VALUE overrides the config (and --bench.key VALUE its [bench])",
     )
     parser.add_argument("--config", default="configs/bench.toml")
-    parser.add_argument("--steps", type=int, help="steps to run, warm-up included")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        help="steps to run, warm-up included; default: the config's bench.steps",
+    )
     parser.add_argument("--vs-trl", action="store_true", help="also run TRL's GRPOTrainer")
     parser.add_argument("--out", help="JSON summary path (default: <run_dir>/bench.json)")
     return parser.parse_known_args(argv)

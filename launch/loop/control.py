@@ -27,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from common.durable import atomic_write_text
+from launch.help_format import DefaultsHelpFormatter
 
 logger = logging.getLogger(__name__)
 
@@ -118,7 +119,9 @@ def request_resize(run_dir: Path, rollout_actors: int) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m launch.scale", description="Resize the rollout fleet of a running job."
+        formatter_class=DefaultsHelpFormatter,
+        prog="python -m launch.scale",
+        description="Resize the rollout fleet of a running job.",
     )
     parser.add_argument("run_dir", type=Path, help="the run directory, e.g. runs/demo")
     parser.add_argument("--rollout-actors", type=int, required=True)

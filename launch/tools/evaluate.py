@@ -35,6 +35,7 @@ from common.prompts import PromptError, encode_prompt
 from common.types import Problem, Verdict
 from launch.data.model_source import locate_model
 from launch.data.problems import load_rendered
+from launch.help_format import DefaultsHelpFormatter
 from launch.loop.evaluation import EvalError, sample_and_score, summarize
 from launch.loop.passk import parse_ks
 from sandbox.trusted.pool import SandboxIsolationError, SandboxPool
@@ -209,8 +210,9 @@ def _write(out: Path, records: list[dict], summary: dict) -> None:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m launch.evaluate", description=__doc__)
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(
+        formatter_class=DefaultsHelpFormatter, prog="python -m launch.evaluate", description=__doc__
+    )
     add = parser.add_argument
     add("--model", required=True, help="HF model directory (or hub name when online)")
     add("--problems", required=True, help="problems file (MBPP, HumanEval, generic) or HF name")
@@ -228,7 +230,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     add("--temperature", type=float, default=0.8, help="0 for greedy decoding")
     add("--max-new-tokens", type=int, default=512)
     add("--stop", action="append", help="stop string (repeatable)")
-    add("--limit", type=int, default=0, help="evaluate only the first N problems of the split")
+    add(
+        "--limit",
+        type=int,
+        default=0,
+        help="evaluate only the first N problems of the split; 0: all",
+    )
     add("--out", default="runs/eval", help="directory for samples.jsonl and summary.json")
     add("--seed", type=int, default=0)
     add("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])

@@ -24,6 +24,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from launch.help_format import DefaultsHelpFormatter
+
 #: The environment variable Ray reads for the authentication mode, and the one naming a token
 #: file in place of ``~/.ray/auth_token`` (``ray/_private/authentication/``, Ray's C++ loader).
 AUTH_MODE_VAR = "RAY_AUTH_MODE"
@@ -139,10 +141,10 @@ def _refuse(message: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
+        formatter_class=DefaultsHelpFormatter,
         prog="python -m launch.head",
         description=__doc__,
         epilog="Arguments after -- go to `ray start` unchanged (other ports, for example).",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("action", choices=["start", "stop"])
     parser.add_argument("--port", type=int, default=6379)
@@ -154,8 +156,12 @@ def main(argv: list[str] | None = None) -> int:
         "whose clients are on other machines (safe only because the token is required)",
     )
     parser.add_argument("--metrics-port", type=int, default=8080)
-    parser.add_argument("--num-cpus", type=int, default=None)
-    parser.add_argument("--temp-dir", default=None, help="Ray's session directory root")
+    parser.add_argument(
+        "--num-cpus", type=int, default=None, help="default: what Ray counts on this machine"
+    )
+    parser.add_argument(
+        "--temp-dir", default=None, help="Ray's session directory root; default: Ray's own"
+    )
     argv = sys.argv[1:] if argv is None else argv
     split = argv.index("--") if "--" in argv else len(argv)
     args = parser.parse_args(argv[:split])

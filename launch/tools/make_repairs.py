@@ -37,6 +37,7 @@ from common.datasets import DatasetError, load_dataset
 from common.types import ExecutionJob, Problem, Verdict
 from launch.data.mutations import OPERATORS, count_sites, mutate, normalised
 from launch.data.repairs import reference_program, repair_prompt
+from launch.help_format import DefaultsHelpFormatter
 from sandbox.trusted.pool import SandboxIsolationError, SandboxPool
 
 #: Mutants checked in the sandbox per bug wanted: most candidates are kept, some are not bugs.
@@ -152,6 +153,7 @@ def format_counts(counts: dict[str, Counter], rows: list[dict], problems: int) -
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
+        formatter_class=DefaultsHelpFormatter,
         prog="python -m launch.make_repairs",
         description="Repair tasks from bugs injected into reference solutions.",
     )
@@ -162,7 +164,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--format", default="auto", choices=["auto", "mbpp", "humaneval", "generic"]
     )
     parser.add_argument("--per-problem", type=int, default=3, help="bugs kept per problem")
-    parser.add_argument("--limit", type=int, default=0, help="only the first N problems")
+    parser.add_argument("--limit", type=int, default=0, help="only the first N problems; 0: all")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workers", type=int, default=2, help="sandbox workers")
     parser.add_argument(

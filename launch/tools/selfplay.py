@@ -45,6 +45,7 @@ from common.durable import JsonlError, append_jsonl, read_jsonl, repair_tail
 from common.prompts import PromptError
 from launch.data.problems import load_raw
 from launch.data.tasks import SYNTHETIC_SOURCES
+from launch.help_format import DefaultsHelpFormatter
 from launch.tools.make_repairs import make_repairs
 from launch.train import resolve_model
 from sandbox.trusted.pool import SandboxIsolationError, SandboxPool
@@ -322,6 +323,7 @@ def check_sources(config: Config) -> None:
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(
+        formatter_class=DefaultsHelpFormatter,
         prog="python -m launch.selfplay",
         description="Rounds of evaluate, aim repair tasks at the weaknesses, train.",
         epilog="Any --section.key VALUE pair overrides the config file, for every round's run",

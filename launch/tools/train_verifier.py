@@ -57,6 +57,7 @@ from common.datasets import DatasetError
 from common.prompts import encode_prompt
 from launch.data.model_source import locate_model
 from launch.data.problems import load_rendered
+from launch.help_format import DefaultsHelpFormatter
 from launch.loop.rollouts import read_rollouts
 from launch.tools.evaluate import build_worker, default_max_model_len, load_tokenizer
 from launch.tools.process_labels import mc_step_labels
@@ -208,6 +209,7 @@ def format_report(metrics: dict[str, Any], unit: str = "distinct programs") -> s
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
+        formatter_class=DefaultsHelpFormatter,
         prog="python -m launch.train_verifier",
         description="Train an outcome verifier on a run's rollout records.",
     )
@@ -238,7 +240,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     process = parser.add_argument_group("process verifier (--kind process)")
     process.add_argument("--problems", help="the records' problems: a file, HF name or synthetic")
-    process.add_argument("--split", default=None, help="its split, as in launch.evaluate")
+    process.add_argument(
+        "--split", default=None, help="its split, as in launch.evaluate; default: every row"
+    )
     process.add_argument(
         "--format", default="auto", choices=["auto", "mbpp", "humaneval", "generic"]
     )

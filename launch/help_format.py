@@ -1,0 +1,38 @@
+"""The ``--help`` layout shared by the ``python -m launch.<tool>`` commands.
+
+Every option shows its default, so a reader never has to guess which value an omitted option
+takes (an example in a usage line is not a default). Options without a default value (``None``,
+a flag's ``False``) and those whose help text already says what happens by default are left as
+written. Descriptions keep their line breaks (usage examples in module docstrings).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+
+
+class DefaultsHelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """``RawDescriptionHelpFormatter`` that appends ``(default: X)`` to an option's help."""
+
+    def add_argument(self, action: argparse.Action) -> None:
+        # argparse lists an option without help text bare; one with a default still gets a line
+        if action.help is None and _shows_default(action):
+            action = copy.copy(action)
+            action.help = "default: %(default)s"
+        super().add_argument(action)
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if not _shows_default(action) or "default" in text:
+            return action.help
+        return f"{text} (default: %(default)s)"
+
+
+def _shows_default(action: argparse.Action) -> bool:
+    """An option with a default value worth showing (not a positional, a flag or None)."""
+    default = action.default
+    unset = (
+        default is None or default is False or default is argparse.SUPPRESS
+    )  # not `in`: 0 == False
+    return bool(action.option_strings) and not unset
