@@ -18,7 +18,7 @@ from common.config import RayConfig
 
 logger = logging.getLogger(__name__)
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+PROJECT_ROOT = Path(__file__).resolve().parents[2]  # launch/fleet/cluster.py -> the project
 ACTOR_ENV = {
     "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
     "TOKENIZERS_PARALLELISM": "false",
