@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from common.config import Config
 from common.prompts import build_program
 from common.types import ExecutionJob, Problem
-from sandbox.trusted.pool import SandboxPool
 from sandbox.reward import execution_reward
+from sandbox.trusted.pool import SandboxPool
 
 INSTALL_HINT = "TRL is not installed: pip install '.[bench]' (the bench extra pins trl)"
 

@@ -118,7 +118,7 @@ def rebuild(data: Any, depth: int = 0) -> Any:
 
     Runs on the trusted side on data the child produced, so every shape is checked. It may
     also raise ``TypeError`` (an unhashable set member or dict key), and any exception here
-    fails the test (``sandbox.judging``).
+    fails the test (``sandbox.trusted.judging``).
     """
     if depth > MAX_DEPTH + 2:
         raise ValueError("too deep")

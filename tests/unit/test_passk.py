@@ -8,8 +8,8 @@ import math
 import pytest
 
 from common.types import Completion, ExecutionResult, Problem, Verdict
-from launch.loop.passk import mean_pass_at_k, parse_ks, pass_at_k
 from launch.loop.evaluation import EvalError, evaluate, sample_and_score, summarize
+from launch.loop.passk import mean_pass_at_k, parse_ks, pass_at_k
 
 
 def test_pass_at_1_is_the_pass_fraction():
