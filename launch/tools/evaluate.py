@@ -9,9 +9,10 @@ with each option below.
 Generation reuses :class:`actor.rollout_worker.RolloutWorker` in-process (no Ray) and scoring
 the :class:`sandbox.trusted.pool.SandboxPool`, so an evaluation sees exactly the prompts,
 sampling and judging that training does; the sampling and scoring is
-:mod:`launch.loop.evaluation`'s, which the training driver runs for ``eval.every``. pass@k is the unbiased estimator of Chen et al.
-2021 (:mod:`launch.loop.passk`). The run writes ``samples.jsonl`` (one row per completion, with
-its verdict) and ``summary.json`` into ``--out``; progress goes to stderr, the scores to stdout.
+:mod:`launch.loop.evaluation`'s, which the training driver runs for ``eval.every``. pass@k is
+the unbiased estimator of Chen et al. 2021 (:mod:`launch.loop.passk`). The run writes
+``samples.jsonl`` (one row per completion, with its verdict) and ``summary.json`` into ``--out``;
+progress goes to stderr, the scores to stdout.
 """
 
 from __future__ import annotations
