@@ -23,7 +23,7 @@ import re
 from pathlib import Path
 
 from algorithm.rewards.steps import aggregate_steps, step_prefixes
-from common.config.rewards import ScorerOptions
+from common.config import ScorerOptions
 
 logger = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from algorithm.rewards.terms import (
     load_user_term,
     term_metrics,
 )
-from common.config.rewards import (
+from common.config import (
     ExecutionOptions,
     LengthOptions,
     RewardConfig,

@@ -15,28 +15,22 @@ is visible.
 
 from __future__ import annotations
 
-import functools
-import importlib
-import inspect
 import math
 import numbers
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from common.config.rewards import (
+from common.config.algorithm import (
     ExecutionOptions,
     LengthOptions,
     RewardConfig,
     builtin_kind,
     term_options,
 )
+from common.config.user_terms import RewardTermError, load_user_term
 from common.prompts import continues_prefix, entry_point_from_tests, extract_code, is_code
 from common.types import ExecutionResult, Problem, Verdict
-
-
-class RewardTermError(ValueError):
-    """A reward term that cannot be loaded, or that broke the contract; names the term."""
 
 
 @dataclass(frozen=True)
@@ -124,60 +118,6 @@ class LengthTerm:
 
     def __call__(self, batch: list[RewardInput]) -> list[float | None]:
         return [length_penalty(item.num_tokens, self.max_len, self.cache_len) for item in batch]
-
-
-# ---- user-defined terms ----------------------------------------------------------------------
-
-
-def load_user_term(name: str, path: str, options: Mapping[str, Any] | None = None) -> RewardTerm:
-    """Import ``module:function`` and check that it can be called as ``function(batch, **options)``.
-
-    Checked when the config is loaded, so a typo fails before any actor starts, with the term's
-    name and what is wrong.
-    """
-    options = dict(options or {})
-    module_name, sep, attr = path.partition(":")
-    if not (sep and module_name and attr):
-        raise RewardTermError(
-            f"reward term {name!r}: function {path!r} must look like 'module:function'"
-        )
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise RewardTermError(
-            f"reward term {name!r}: cannot import module {module_name!r} ({exc})"
-        ) from None
-    except Exception as exc:
-        raise RewardTermError(
-            f"reward term {name!r}: importing module {module_name!r} failed "
-            f"({type(exc).__name__}: {exc})"
-        ) from None
-    function: Any = module
-    for part in attr.split("."):
-        if not hasattr(function, part):
-            raise RewardTermError(
-                f"reward term {name!r}: module {module_name!r} has no attribute {attr!r}"
-            )
-        function = getattr(function, part)
-    if not callable(function):
-        raise RewardTermError(f"reward term {name!r}: {path!r} is not callable")
-    _check_signature(name, path, function, options)
-    return functools.partial(function, **options) if options else function
-
-
-def _check_signature(name: str, path: str, function: Callable, options: dict) -> None:
-    try:
-        signature = inspect.signature(function)
-    except (TypeError, ValueError):
-        return  # some builtins and C callables have none to check
-    try:
-        signature.bind(None, **options)
-    except TypeError as exc:
-        keywords = "".join(f", {key}=..." for key in options)
-        raise RewardTermError(
-            f"reward term {name!r}: {path}{signature} cannot be called as f(batch{keywords}) "
-            f"({exc}): a reward term takes one positional argument, the batch"
-        ) from None
 
 
 # ---- composition -----------------------------------------------------------------------------

@@ -5,33 +5,43 @@ allocation. Unknown keys are refused (``extra="forbid"``) and cross-field rules 
 exist, e.g. the batch must be a multiple of the group size because advantages are normalised
 per group.
 
-Modules: ``run`` (run, model, data, eval, rollout, episode, selfplay, sandbox), ``learning``
-(advantage, learner, async, weights, ray), ``root`` (:class:`Config` and its cross-section
-rules), ``files`` (reading TOML and overrides), ``toml_writer``.
+Modules, by role: ``learner`` (learner, lora), ``algorithm`` (advantage, the loss's learner
+keys, reward), ``rollout`` (model, data, eval, rollout, episode, selfplay), ``sandbox``,
+``infrastructure`` (run, async, weights, ray); ``root`` (:class:`Config` and its cross-section
+rules), ``files`` (reading TOML and overrides), ``toml_writer``, ``user_terms`` (importing
+user-defined reward terms).
 """
 
+from common.config.algorithm import (
+    AdvantageConfig,
+    ExecutionOptions,
+    KalmanConfig,
+    LengthOptions,
+    LossKnobs,
+    RewardConfig,
+    RewardTermConfig,
+    ScorerOptions,
+)
 from common.config.base import ConfigError, Section
 from common.config.files import MOVED_KEYS, apply_overrides, load_config, validate_config
-from common.config.learning import (
-    AdvantageConfig,
-    AsyncConfig,
-    KalmanConfig,
+from common.config.infrastructure import AsyncConfig, RayConfig, RunConfig, WeightsConfig
+from common.config.learner import (
     LearnerConfig,
     LoraConfig,
-    RayConfig,
-    WeightsConfig,
+    OptimiserKnobs,
+    ResourceKnobs,
+    SpeedKnobs,
 )
-from common.config.root import Config
-from common.config.run import (
+from common.config.rollout import (
     DataConfig,
     EpisodeConfig,
     EvalConfig,
     ModelConfig,
     RolloutConfig,
-    RunConfig,
-    SandboxConfig,
     SelfPlayConfig,
 )
+from common.config.root import Config
+from common.config.sandbox import SandboxConfig
 
 __all__ = [
     "MOVED_KEYS",
@@ -42,16 +52,25 @@ __all__ = [
     "DataConfig",
     "EpisodeConfig",
     "EvalConfig",
+    "ExecutionOptions",
     "KalmanConfig",
     "LearnerConfig",
+    "LengthOptions",
     "LoraConfig",
+    "LossKnobs",
     "ModelConfig",
+    "OptimiserKnobs",
     "RayConfig",
+    "ResourceKnobs",
+    "RewardConfig",
+    "RewardTermConfig",
     "RolloutConfig",
     "RunConfig",
     "SandboxConfig",
+    "ScorerOptions",
     "Section",
     "SelfPlayConfig",
+    "SpeedKnobs",
     "WeightsConfig",
     "apply_overrides",
     "load_config",

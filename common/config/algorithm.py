@@ -1,6 +1,8 @@
-"""The ``[reward]`` section: which reward terms are summed, with what weights, and the baseline.
+"""Sections of the algorithm: ``[advantage]`` (baselines, scaling, dynamic sampling, tie
+noise), the loss's keys of ``[learner]`` (:class:`LossKnobs`) and ``[reward]`` (which reward
+terms are summed, with what weights).
 
-Terms are a table keyed by the name they are logged under (``reward/<name>/mean``)::
+Reward terms are a table keyed by the name they are logged under (``reward/<name>/mean``)::
 
     [reward.terms.execution]
     weight = 1.0
@@ -26,20 +28,156 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
+
+from common.config.base import Section
+from common.config.user_terms import load_user_term
+
+
+class KalmanConfig(Section):
+    """The per-problem running baseline (``advantage.baseline = "kalman"``; see
+    ``algorithm.advantage.kalman``)."""
+
+    process_noise: float = Field(
+        0.01, ge=0, description="Q: variance a problem's mean reward drifts by per step"
+    )
+    reward_variance: float = Field(
+        0.25, gt=0, description="R x n: variance of one completion's reward around its mean"
+    )
+    initial_mean: float = 0.0
+    initial_variance: float = Field(1.0, gt=0, description="P0: uncertainty of a new problem")
+    std_floor: float = Field(
+        0.1, gt=0, description="scale = group_std: the smallest divisor (a uniform group has 0)"
+    )
+
+
+class AdvantageConfig(Section):
+    """From a step's rewards to each sample's advantage (``algorithm.advantage``)."""
+
+    baseline: Literal["group_mean", "kalman"] = Field(
+        "group_mean", description="group_mean: GRPO; kalman: a per-problem running estimate"
+    )
+    scale: Literal["group_std", "batch_std", "none"] = Field(
+        "group_std",
+        description="divide the centred rewards by the group's std (GRPO), the batch's, or "
+        "nothing (Dr. GRPO); with the Kalman baseline group_std or none",
+    )
+    eps: float = Field(1e-4, gt=0, description="added to the std (group_mean baseline)")
+    reward_scale: float = Field(
+        1.0, gt=0, description="DGRO: multiplies advantages, decoupled from beta"
+    )
+    kalman: KalmanConfig = KalmanConfig()
+    dynamic_sampling: bool = Field(
+        False, description="drop groups whose rewards are all equal and sample more prompts"
+    )
+    max_sampling_rounds: int = Field(
+        4, ge=1, description="rollout rounds per step, the ordinary one included"
+    )
+    tie_noise: float = Field(
+        0.0,
+        ge=0,
+        description="heuristic, off at 0: zero-mean Gaussian noise of this std added to the "
+        "rewards of groups whose reward std is at most tie_noise_below, so tied groups still "
+        "push the policy somewhere (exploration) instead of giving no gradient",
+    )
+    tie_noise_below: float = Field(
+        1e-6, ge=0, description="tie_noise: the group reward std at or below which it applies"
+    )
+    low_variance_temperature: float = Field(
+        0.0,
+        ge=0,
+        description="heuristic, off at 0, needs dynamic_sampling: a later sampling round first "
+        "samples the prompts of the previous round's tied groups again at this (higher) "
+        "temperature, then new prompts for the rest; those completions are trained on at the "
+        "temperature they were sampled at",
+    )
+
+    @model_validator(mode="after")
+    def _check_scale(self) -> AdvantageConfig:
+        if self.low_variance_temperature and not self.dynamic_sampling:
+            raise ValueError(
+                "low_variance_temperature needs dynamic_sampling = true: it resamples the groups "
+                "that dynamic sampling drops"
+            )
+        if self.baseline == "kalman" and self.scale == "batch_std":
+            raise ValueError(
+                "scale = 'batch_std' is not defined for the Kalman baseline: use group_std "
+                "(divided by max(group std, kalman.std_floor)) or none"
+            )
+        return self
+
+
+class LossKnobs(Section):
+    """``[learner]``'s keys that define the objective: the KL term and its control, the clipped
+    ratio (per token or per sequence), how token terms are averaged, the entropy bonus and the
+    importance-sampling cap (``algorithm.loss``, ``algorithm.kl_control``)."""
+
+    beta: float = Field(0.0, ge=0, description="KL-to-reference weight; 0 skips the reference")
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    kl_control: Literal["fixed", "adaptive", "linear"] = Field(
+        "fixed",
+        description="beta fixed; adaptive (PPO's controller toward kl_target); or linear from "
+        "beta to beta_final over the run",
+    )
+    kl_target: float = Field(
+        0.01, gt=0, description="adaptive kl_control: the per-token KL beta steers toward"
+    )
+    kl_horizon: int = Field(
+        10_000, ge=1, description="adaptive kl_control: samples over which beta adapts"
+    )
+    beta_final: float = Field(0.0, ge=0, description="linear kl_control: beta at the last step")
+    clip_eps_low: float = Field(0.2, ge=0)
+    clip_eps_high: float = Field(0.2, ge=0)
+    ratio_level: Literal["token", "sequence"] = Field(
+        "token",
+        description="token: a ratio per token (GRPO); sequence: GSPO's one ratio per completion, "
+        "the geometric mean of its token ratios, clipped with seq_clip_eps_*",
+    )
+    seq_clip_eps_low: float = Field(
+        3e-4, ge=0, description="GSPO's clip range below 1 (its paper's value)"
+    )
+    seq_clip_eps_high: float = Field(
+        4e-4, ge=0, description="GSPO's clip range above 1 (its paper's value)"
+    )
+    aggregation: Literal["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"] = (
+        "seq_mean_token_mean"
+    )
+    entropy_coef: float = Field(0.0, ge=0)
+    max_len: int = Field(0, ge=0, description="Dr. GRPO length normaliser; 0: longest in batch")
+    kl_in: Literal["loss", "reward"] = Field(
+        "loss", description="KL as a loss term, or -beta*KL per sequence in the reward"
+    )
+    tis_cap: float = Field(
+        2.0, ge=0, description="truncated importance-sampling cap on pi_old/pi_sampler; 0: off"
+    )
+
+    @model_validator(mode="after")
+    def _check_loss(self) -> LossKnobs:
+        if self.ratio_level == "sequence" and self.aggregation != "seq_mean_token_mean":
+            raise ValueError(
+                f"ratio_level = 'sequence' (GSPO) needs aggregation = 'seq_mean_token_mean', not "
+                f"{self.aggregation!r}: its ratio, clip and loss are one per completion, averaged "
+                "over completions; a token-weighted average would count long completions' "
+                "sequence terms many times"
+            )
+        if self.kl_control != "fixed" and self.beta <= 0:
+            raise ValueError(
+                f"kl_control = {self.kl_control!r} needs beta > 0: beta is where it starts, and "
+                "the reference it measures KL against is only built when beta > 0"
+            )
+        return self
+
+
+# ---- [reward] ------------------------------------------------------------------------------
 
 BUILTIN_TERMS = ("execution", "format", "length", "scorer")
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-
-class NoOptions(_Section):
+class NoOptions(Section):
     """``format`` takes no options."""
 
 
-class ExecutionOptions(_Section):
+class ExecutionOptions(Section):
     mode: Literal["binary", "partial"] = Field(
         "partial",
         description="binary: 1 iff every test passes (the sandbox stops at the first failure, "
@@ -47,7 +185,7 @@ class ExecutionOptions(_Section):
     )
 
 
-class LengthOptions(_Section):
+class LengthOptions(Section):
     """DAPO's soft overlong punishment (Yu et al. 2025, eq. 13), in completion tokens."""
 
     max_len: int = Field(0, ge=0, description="L_max; 0: rollout.max_new_tokens")
@@ -65,7 +203,7 @@ class LengthOptions(_Section):
         return self
 
 
-class ScorerOptions(_Section):
+class ScorerOptions(Section):
     """A learned scorer (reward model or process reward model) hosted in its own actor."""
 
     path: str = Field(
@@ -110,7 +248,7 @@ OPTIONS = {
 }
 
 
-class RewardTermConfig(_Section):
+class RewardTermConfig(Section):
     weight: float = 1.0
     kind: str = Field(
         "", description="the built-in this term is ('' : its name), e.g. two 'scorer' terms"
@@ -128,7 +266,7 @@ def _default_terms() -> dict[str, RewardTermConfig]:
     return {"execution": RewardTermConfig()}
 
 
-class RewardConfig(_Section):
+class RewardConfig(Section):
     terms: dict[str, RewardTermConfig] = Field(default_factory=_default_terms)
 
     @model_validator(mode="after")
@@ -138,8 +276,6 @@ class RewardConfig(_Section):
         for name, term in self.terms.items():
             term_options(name, term)
             if term.function:
-                from algorithm.rewards.terms import load_user_term
-
                 load_user_term(name, term.function, term.options)
         return self
 

@@ -1,5 +1,4 @@
-"""Sections for what a run is and where its samples come from: run, model, data, eval,
-rollout, episode, selfplay and sandbox."""
+"""Sections for where samples come from: model, data, eval, rollout, episode and selfplay."""
 
 from __future__ import annotations
 
@@ -8,34 +7,6 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from common.config.base import Section
-
-
-class RunConfig(Section):
-    name: str = "run"
-    output_dir: str = "runs"
-    seed: int = 0
-    steps: int = Field(100, ge=1)
-    checkpoint_every: int = Field(0, ge=0, description="0: only at the end of the run")
-    max_masked_steps: int = Field(
-        3,
-        ge=0,
-        description="stop the run (exit status 1, a checkpoint saved) after this many steps in "
-        "a row in which no completion got a reward (every one a sandbox infra error, or "
-        "masked by the reward terms): such a step trains nothing, so a broken sandbox pool "
-        "would otherwise burn the run's steps; 0: never stop",
-    )
-    plot: bool = True
-    save_rollouts: bool = Field(
-        True,
-        description="every trained completion, its program, verdicts, rewards and advantage "
-        "in <run>/rollouts/ (launch/loop/rollouts.py reads them)",
-    )
-    rollouts_file_mib: float = Field(
-        64, gt=0, description="a rollout file past this size is gzipped and a new one started"
-    )
-    rollouts_max_mib: float = Field(
-        1024, gt=0, description="the oldest rollout files are deleted beyond this much in all"
-    )
 
 
 class ModelConfig(Section):
@@ -209,60 +180,3 @@ class SelfPlayConfig(Section):
         description="valid bugs of each saboteur group that get a fixer group (G repair "
         "attempts each) in the same step; a valid bug beyond them is not scored (masked)",
     )
-
-
-ISOLATION_LEVELS = ("full", "namespaces", "rlimits")  # sandbox.min_isolation, strongest first
-MIN_ISOLATION_HELP = "the weakest sandbox isolation accepted (sandbox.min_isolation)"
-
-
-class SandboxConfig(Section):
-    num_workers: int = Field(2, ge=1)
-    timeout_s: float = Field(10.0, gt=0, description="wall-clock limit for one completion")
-    test_timeout_s: float = Field(5.0, gt=0, description="wall-clock limit for one test")
-    memory_mb: int = Field(512, ge=32)
-    max_output_bytes: int = Field(64 * 1024, ge=1024)
-    cache: bool = True
-    min_isolation: Literal[ISOLATION_LEVELS] = Field(
-        "full",
-        description="the weakest isolation the pool accepts (docs/sandbox.md): 'full' (locked "
-        "read-only view, no capabilities, seccomp); 'namespaces' also accepts workers whose "
-        "view could not be locked (unsafe: programs could undo it); 'rlimits' also accepts "
-        "no namespaces at all (unsafe: programs run as a host user)",
-    )
-    num_cpus: float = Field(0.0, ge=0)
-    pin_hot_pages: bool = Field(
-        True,
-        description="each worker's zygote pins the pages an execution writes (io_uring "
-        "buffers, ~1 MiB of RLIMIT_MEMLOCK per worker), so that a fork copies them at once "
-        "instead of faulting on each; falls back, and says why, where the kernel refuses",
-    )
-    zygote_loop: Literal["auto", "python"] = Field(
-        "auto",
-        description="'auto': each zygote runs its loop in C (sandbox/_zygote.c, built on "
-        "first use with the host's C compiler and cached) when it is its PID namespace's "
-        "init; 'python': the Python loop, which does the same with more CPU per execution",
-    )
-    cpu_affinity: Literal["auto", "none"] | list[int] = Field(
-        "auto",
-        description="'auto': worker i (its zygote and every child) is pinned to the i-th CPU "
-        "this process may use counting from the last, round robin; a list of CPU ids: the "
-        "same over those CPUs in that order; 'none': the scheduler places them",
-    )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _renamed(cls, data: object) -> object:
-        if isinstance(data, dict) and "allow_unisolated" in data:
-            raise ValueError(
-                "allow_unisolated is now min_isolation: min_isolation = 'rlimits' accepts what "
-                "allow_unisolated = true did (docs/sandbox.md, isolation levels)"
-            )
-        return data
-
-    @model_validator(mode="after")
-    def _check_cpu_affinity(self) -> SandboxConfig:
-        if isinstance(self.cpu_affinity, list) and (
-            not self.cpu_affinity or min(self.cpu_affinity) < 0
-        ):
-            raise ValueError("cpu_affinity must be 'auto', 'none' or a non-empty list of CPU ids")
-        return self

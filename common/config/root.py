@@ -6,25 +6,19 @@ from pathlib import Path
 
 from pydantic import ConfigDict, Field, model_validator
 
+from common.config.algorithm import AdvantageConfig, RewardConfig
 from common.config.base import Section
-from common.config.learning import (
-    AdvantageConfig,
-    AsyncConfig,
-    LearnerConfig,
-    RayConfig,
-    WeightsConfig,
-)
-from common.config.rewards import RewardConfig
-from common.config.run import (
+from common.config.infrastructure import AsyncConfig, RayConfig, RunConfig, WeightsConfig
+from common.config.learner import LearnerConfig
+from common.config.rollout import (
     DataConfig,
     EpisodeConfig,
     EvalConfig,
     ModelConfig,
     RolloutConfig,
-    RunConfig,
-    SandboxConfig,
     SelfPlayConfig,
 )
+from common.config.sandbox import SandboxConfig
 from common.config.toml_writer import dump_toml
 
 

@@ -28,9 +28,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from actor.scorer import RewardScorer
-from common.config import ConfigError, ModelConfig, RolloutConfig, SandboxConfig
-from common.config.rewards import ScorerOptions
-from common.config.run import ISOLATION_LEVELS, MIN_ISOLATION_HELP
+from common.config import ConfigError, ModelConfig, RolloutConfig, SandboxConfig, ScorerOptions
+from common.config.sandbox import ISOLATION_LEVELS, MIN_ISOLATION_HELP
 from common.datasets import DatasetError
 from common.prompts import PromptError, encode_prompt
 from common.types import Problem, Verdict

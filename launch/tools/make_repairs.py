@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from common.config import SandboxConfig
-from common.config.run import ISOLATION_LEVELS, MIN_ISOLATION_HELP
+from common.config.sandbox import ISOLATION_LEVELS, MIN_ISOLATION_HELP
 from common.datasets import DatasetError, load_dataset
 from common.types import ExecutionJob, Problem, Verdict
 from launch.data.mutations import OPERATORS, count_sites, mutate, normalised

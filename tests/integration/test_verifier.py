@@ -26,7 +26,7 @@ def test_process_verifier_labels_steps_through_the_engine_and_sandbox(
     tiny_model_path, tmp_path, capsys
 ):
     from actor.scorer import RewardScorer
-    from common.config.rewards import ScorerOptions
+    from common.config import ScorerOptions
     from launch.tools.train_verifier import main
 
     rows = []

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from common.config import Config, ConfigError, load_config
+from common.config import Config, ConfigError, LearnerConfig, load_config
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -213,3 +213,12 @@ def test_requested_cpus_counts_every_actor():
          "--rollout.num_cpus", "0.5", "--sandbox.num_cpus", "1"],
     )  # fmt: skip
     assert config.requested_cpus == 2 * 1.5 + 3 * 0.5 + 1
+
+
+def test_learner_keys_are_saved_in_their_old_order_every_key_once():
+    """[learner]'s keys are grouped by role in the schema (loss, optimiser, speed, resources),
+    but a resolved config lists them as it always did, so saved configs stay comparable."""
+    from common.config.learner import _SAVED_ORDER
+
+    assert sorted(_SAVED_ORDER) == sorted(LearnerConfig.model_fields)
+    assert list(LearnerConfig().model_dump()) == list(_SAVED_ORDER)

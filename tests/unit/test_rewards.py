@@ -24,7 +24,7 @@ from algorithm.rewards import (
     term_metrics,
 )
 from common.config import KalmanConfig
-from common.config.rewards import term_options
+from common.config.algorithm import term_options
 from common.types import ExecutionResult, Problem, Verdict
 
 PROBLEM = Problem("p", "Write add.", ("assert add(1, 2) == 3",))

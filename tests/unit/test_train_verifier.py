@@ -85,7 +85,7 @@ def test_examples_are_distinct_programs_without_infra_errors():
 
 def test_a_verifier_trained_on_fixed_records_loads_as_a_scorer(tiny_model_path, tmp_path, capsys):
     from actor.scorer import RewardScorer
-    from common.config.rewards import ScorerOptions
+    from common.config import ScorerOptions
 
     writer = RolloutWriter(tmp_path / "rollouts")
     writer.write(1, [_row(target, guess) for target in range(10) for guess in range(10)])

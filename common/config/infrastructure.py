@@ -1,0 +1,125 @@
+"""Sections for what carries a run: run (its name, length, checkpoints and records), async
+(how far rollouts run ahead of the learner), weights (how they reach the engines) and ray (the
+cluster the actors run on)."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from common.config.base import Section
+
+
+class RunConfig(Section):
+    name: str = "run"
+    output_dir: str = "runs"
+    seed: int = 0
+    steps: int = Field(100, ge=1)
+    checkpoint_every: int = Field(0, ge=0, description="0: only at the end of the run")
+    max_masked_steps: int = Field(
+        3,
+        ge=0,
+        description="stop the run (exit status 1, a checkpoint saved) after this many steps in "
+        "a row in which no completion got a reward (every one a sandbox infra error, or "
+        "masked by the reward terms): such a step trains nothing, so a broken sandbox pool "
+        "would otherwise burn the run's steps; 0: never stop",
+    )
+    plot: bool = True
+    save_rollouts: bool = Field(
+        True,
+        description="every trained completion, its program, verdicts, rewards and advantage "
+        "in <run>/rollouts/ (launch/loop/rollouts.py reads them)",
+    )
+    rollouts_file_mib: float = Field(
+        64, gt=0, description="a rollout file past this size is gzipped and a new one started"
+    )
+    rollouts_max_mib: float = Field(
+        1024, gt=0, description="the oldest rollout files are deleted beyond this much in all"
+    )
+
+
+class AsyncConfig(Section):
+    max_staleness: int = Field(
+        0,
+        ge=0,
+        description="0: synchronous, every sample on-policy; K >= 1: rollouts and rewards run "
+        "up to K steps ahead of the learner (one-step-off-policy at 1), and samples more than K "
+        "weight versions behind the learner are dropped (async/dropped_samples)",
+    )
+    learner_threads_during_rollout: int = Field(
+        0,
+        ge=0,
+        description="async mode, learner and engines on the same CPU cores: the learner's torch "
+        "threads while the next batch is being generated; it returns to learner.num_cpus as "
+        "soon as the batch is in. 0: always learner.num_cpus",
+    )
+
+
+class WeightsConfig(Section):
+    transport: Literal["cpu_safetensors", "collective"] = Field(
+        "cpu_safetensors",
+        description="how weights reach the engines: bounded safetensors buckets through Ray's "
+        "object store (any host, across nodes), or 'collective': learner rank 0 broadcasts to "
+        "every engine worker in one process group through vLLM's weight-transfer API (NCCL on "
+        "GPU, gloo on CPU)",
+    )
+    bucket_mib: float = Field(
+        16,
+        gt=0,
+        description="bound on one bucket of a weight update: each engine decodes and loads one "
+        "bucket at a time, so a push never holds a second copy of the whole model there "
+        "(and small buckets load faster: docs/benchmarks.md, weight push)",
+    )
+    push_timeout_s: float = Field(
+        300.0,
+        gt=0,
+        description="weights.transport = 'collective': the longest a weight push may take: an "
+        "engine whose load is not done by then is killed and restarted by Ray; a learner whose "
+        "broadcast is not done (a hung NCCL group) is restarted from the last checkpoint, as "
+        "after a rank's death",
+    )
+    parity_probe: int = Field(
+        4,
+        ge=0,
+        description="sequences the learner and every engine score after each push "
+        "(weights/parity_probe_diff: does every engine serve the learner's weights?); 0: off",
+    )
+
+
+class RayConfig(Section):
+    address: str = Field(
+        "",
+        description="'': RAY_ADDRESS, else the cluster of the last `ray start`, else a local one",
+    )
+    placement: Literal["none", "pack", "spread", "strict_pack", "strict_spread"] = Field(
+        "none",
+        description="placement group for the learner and the initial rollout actors: 'pack' "
+        "keeps them on as few nodes as possible, 'spread' on as many",
+    )
+    num_cpus: int = Field(
+        0,
+        ge=0,
+        description="local cluster only; 0: the machine's CPUs, or what the run's actors ask for "
+        "when that is more",
+    )
+    group_interface: str = Field(
+        "",
+        description="network interface (e.g. 'eth0', the same name on every node) where the "
+        "project's own process groups meet and talk: the learner ranks' and the collective "
+        "transport's store listens on its address, and gloo and NCCL use it "
+        "(GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME); '': loopback while the Ray cluster has one "
+        "node, else the node's address as Ray knows it (gloo and NCCL then pick their own). "
+        "Their traffic is unauthenticated plaintext: name a private interface",
+    )
+
+    @field_validator("group_interface")
+    @classmethod
+    def _check_interface(cls, name: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_.-]{0,15}", name):
+            raise ValueError(
+                f"{name!r} is not a network interface name (Linux names have at most 15 "
+                "letters, digits, '_', '.' or '-'); see `ip -brief address`"
+            )
+        return name
