@@ -28,16 +28,18 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import torch
+from vllm.model_executor.layers.linear import UnquantizedLinearMethod
+from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
+from vllm.model_executor.model_loader.reload.layerwise import get_layerwise_info
+from vllm.model_executor.model_loader.reload.meta import materialize_meta_tensor
+from vllm.model_executor.model_loader.reload.sanitize import restore_layer_refs
+from vllm.platforms import current_platform
 
 
 def supports_direct_load(model: torch.nn.Module, vllm_config) -> bool:
     """Whether :func:`direct_load` is exact for this model: a CPU engine (the layout reasoning
     above is the CPU kernels'; GPU engines keep vLLM's reload), unquantised, no LoRA wrappers,
     and every layer with a weight-processing method is a plain linear or embedding layer."""
-    from vllm.model_executor.layers.linear import UnquantizedLinearMethod
-    from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
-    from vllm.platforms import current_platform
-
     if not current_platform.is_cpu():
         return False
     if vllm_config.quant_config is not None or vllm_config.lora_config is not None:
@@ -55,8 +57,6 @@ def direct_load(model: torch.nn.Module, weights: Iterable[tuple[str, torch.Tenso
     """Load ``weights`` (checkpoint names and layout) into ``model`` and re-pack the layers
     they reach; returns how many layers were re-packed. Call only where
     :func:`supports_direct_load` holds."""
-    from vllm.model_executor.model_loader.reload.layerwise import get_layerwise_info
-
     processed = {
         name: module
         for name, module in model.named_modules()
@@ -82,9 +82,6 @@ def direct_load(model: torch.nn.Module, weights: Iterable[tuple[str, torch.Tenso
 def _checkpoint_weight(layer: torch.nn.Module, info) -> torch.Tensor:
     """An uninitialised weight in checkpoint layout, with the parameter class and attributes
     (weight loader, shard dimensions) vLLM recorded for ``layer`` when it loaded the model."""
-    from vllm.model_executor.model_loader.reload.meta import materialize_meta_tensor
-    from vllm.model_executor.model_loader.reload.sanitize import restore_layer_refs
-
     weight = restore_layer_refs(materialize_meta_tensor(info.restore_metadata[0]["weight"]), layer)
     loader = weight.weight_loader
     # A layerwise reload leaves its wrapper on the recorded metadata; the plain loader is inside.

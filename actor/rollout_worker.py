@@ -31,9 +31,14 @@ import os
 import time
 from collections.abc import Iterator, Sequence
 
+from actor.receivers import make_receiver
 from common.config import ModelConfig, RolloutConfig
-from common.transport import make_receiver
+from common.transport.collective import backend_for
 from common.types import Completion, RolloutRequest, TrainSample, WeightUpdate
+
+# vllm is imported inside the functions that use it ("lazy: vllm" below): the driver imports
+# this module to make the class a Ray actor, and vLLM reads the environment that
+# RolloutWorker.__init__ sets first (logging, multiprocessing) when it is imported.
 
 logger = logging.getLogger(__name__)
 
@@ -64,15 +69,15 @@ class RolloutWorker:
         # Read by vLLM when the engine is built; rollout.engine_process says where it runs.
         in_actor = rollout.engine_process == "actor"
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if in_actor else "1"
-        import vllm.envs
+        import vllm.envs  # lazy: vllm (see the note at the imports)
 
         vllm.envs.disable_envs_cache()  # an engine built earlier in this process froze them
-        from vllm import LLM
+        from vllm import LLM  # lazy: vllm
 
         self.config = rollout
         self.worker_index = worker_index
         self.weight_version = 0
-        # The engine's half of the run's weight transport (``common.transport``).
+        # The engine's half of the run's weight transport (``actor/receivers.py``).
         self.receiver = make_receiver(transport)
         self._calls = 0  # makes engine request ids unique across calls
         start = time.perf_counter()
@@ -157,8 +162,8 @@ class RolloutWorker:
                 yield finished
 
     def _sampling_params(self, seed: int, temperature: float | None = None):
-        from vllm import SamplingParams
-        from vllm.sampling_params import RequestOutputKind
+        from vllm import SamplingParams  # lazy: vllm
+        from vllm.sampling_params import RequestOutputKind  # lazy: vllm
 
         return SamplingParams(
             output_kind=RequestOutputKind.FINAL_ONLY,  # one output per request, when finished
@@ -205,7 +210,7 @@ class RolloutWorker:
         (``weights/parity_probe_diff``), which tells a push that did not reach the engine from
         the sampler's ordinary numerics. The adapter in use (``lora.export = "adapter"``) applies.
         """
-        from vllm import SamplingParams
+        from vllm import SamplingParams  # lazy: vllm
 
         sequences = [list(s.prompt_token_ids) + list(s.completion_token_ids) for s in samples]
         params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0)
@@ -241,7 +246,7 @@ def _thread_binding(rollout: RolloutConfig) -> Iterator[None]:
     worker), for the engine's start-up only: its workers read it then, and nothing else in
     this process should."""
     tp = rollout.tensor_parallel_size
-    from vllm.platforms import current_platform
+    from vllm.platforms import current_platform  # lazy: vllm
 
     if tp == 1 or not current_platform.is_cpu():
         yield
@@ -272,9 +277,7 @@ def _transfer_options(transport: str, rollout: RolloutConfig) -> dict:
     project's gloo engine on CPU: ``actor/transfer_engine.py``)."""
     if transport != "collective":
         return {}
-    from vllm.config import WeightTransferConfig
-
-    from common.transport.collective import backend_for
+    from vllm.config import WeightTransferConfig  # lazy: vllm
 
     return {"weight_transfer_config": WeightTransferConfig(backend=backend_for(rollout.num_gpus))}
 
@@ -301,7 +304,7 @@ def _scheduler_options(rollout: RolloutConfig, model: ModelConfig) -> dict:
     support disabling chunked prefill"; the parity probe of every mode-matrix run checks that
     the engine's logprobs still match the learner's.)
     """
-    from vllm.platforms import current_platform
+    from vllm.platforms import current_platform  # lazy: vllm
 
     budget = rollout.max_num_batched_tokens or None
     if not current_platform.is_cpu():

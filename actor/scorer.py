@@ -22,6 +22,9 @@ import logging
 import re
 from pathlib import Path
 
+import torch
+from safetensors import safe_open
+
 from algorithm.rewards.steps import aggregate_steps, step_prefixes
 from common.config import ScorerOptions
 
@@ -34,7 +37,8 @@ class RewardScorer:
     """Hosts one scoring model and scores completions in batches."""
 
     def __init__(self, model_path: str, options: ScorerOptions) -> None:
-        import torch
+        # lazy: transformers loads in the scorer's actor, not in the driver, which imports this
+        # class to create that actor
         from transformers import AutoTokenizer
 
         self.options = options
@@ -52,7 +56,7 @@ class RewardScorer:
         self.model.to(self.device).eval()
 
     def _load_classifier(self, model_path: str) -> None:
-        from transformers import AutoModelForSequenceClassification
+        from transformers import AutoModelForSequenceClassification  # lazy: as in __init__
 
         self.model = AutoModelForSequenceClassification.from_pretrained(
             model_path, dtype=self.dtype
@@ -68,9 +72,7 @@ class RewardScorer:
         self.v_head = None
 
     def _load_value_head(self, model_path: str) -> None:
-        import torch
-        from safetensors import safe_open
-        from transformers import AutoModel
+        from transformers import AutoModel  # lazy: as in __init__
 
         self.model = AutoModel.from_pretrained(model_path, dtype=self.dtype)
         tensors = {}
@@ -113,8 +115,6 @@ class RewardScorer:
 
     def score_texts(self, texts: list[str]) -> list[float]:
         """Raw scores of whole texts, ``batch_size`` at a time."""
-        import torch
-
         scores: list[float] = []
         size = self.options.batch_size
         for start in range(0, len(texts), size):
@@ -130,8 +130,6 @@ class RewardScorer:
         return scores
 
     def _forward(self, encoded):
-        import torch
-
         if self.v_head is None:
             logits = self.model(**encoded).logits  # (B, num_labels)
             if logits.shape[-1] == 1:

@@ -7,30 +7,70 @@ bucket of a push from learner rank 0 (``common.transport.collective``: the bucke
 computed alike on both sides from the update's names, dtypes and shapes) and loads it inside
 vLLM's layerwise reload session, which re-packs each CPU layer once its weights arrived. At the
 end it re-ties and re-packs the LM head, which the reload leaves stale with tied embeddings
-(``actor/worker_extension.py``). The base engine's ``update_weights`` ends with
+(``actor/tied_lm_head.py``). The base engine's ``update_weights`` ends with
 ``torch.accelerator.synchronize()``, which raises on a CPU-only torch: overridden.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
-from vllm.distributed.weight_transfer.base import WeightTransferEngine
-
-from common.transport.collective import (
-    GlooWorkerInitInfo,
-    UpdateInfo,
-    buckets,
-    nbytes,
-    receiver_group,
-    unpack,
+from vllm.distributed.utils import (
+    stateless_destroy_torch_distributed_process_group,
+    stateless_init_torch_distributed_process_group,
+)
+from vllm.distributed.weight_transfer.base import (
+    WeightTransferEngine,
+    WeightTransferInitInfo,
+    WeightTransferUpdateInfo,
+)
+from vllm.model_executor.model_loader.reload import (
+    finalize_layerwise_reload,
+    initialize_layerwise_reload,
 )
 
+from actor.tied_lm_head import refresh_tied_lm_head
+from common.rendezvous import use_interface
+from common.transport.collective import GROUP_TIMEOUT, UpdateInfo, buckets, nbytes, unpack
 
-class GlooWeightTransferEngine(WeightTransferEngine[GlooWorkerInitInfo, UpdateInfo]):
+
+@dataclass
+class GlooWorkerInitInfo(WeightTransferInitInfo):
+    """What ``common.transport.collective.engine_init_info`` sends an engine on CPU."""
+
+    master_address: str
+    master_port: int
+    rank_offset: int
+    world_size: int
+    bucket_bytes: int
+    interface: str = ""  # gloo's sockets' network interface ('': gloo's default)
+
+
+@dataclass
+class GlooUpdateInfo(UpdateInfo, WeightTransferUpdateInfo):
+    """The update's metadata (``common.transport.collective.UpdateInfo``) as vLLM's engine API
+    types it."""
+
+
+def receiver_group(init_info: GlooWorkerInitInfo, rank: int) -> Any:
+    """An engine worker's gloo group with the learner, at group rank ``rank``: a client of
+    rank 0's store, its own gloo sockets on the group's interface."""
+    use_interface(init_info.interface)
+    return stateless_init_torch_distributed_process_group(
+        init_info.master_address,
+        init_info.master_port,
+        rank,
+        init_info.world_size,
+        backend="gloo",
+        timeout=GROUP_TIMEOUT,
+    )
+
+
+class GlooWeightTransferEngine(WeightTransferEngine[GlooWorkerInitInfo, GlooUpdateInfo]):
     init_info_cls = GlooWorkerInitInfo
-    update_info_cls = UpdateInfo
+    update_info_cls = GlooUpdateInfo
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -42,14 +82,12 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooWorkerInitInfo, UpdateIn
         self.group = receiver_group(init_info, init_info.rank_offset + self.parallel_config.rank)
 
     def start_weight_update(self) -> None:
-        from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
-
         initialize_layerwise_reload(self.model)
 
     def update_weights(self, update_info: dict[str, Any]) -> None:
         self.receive_weights(self.parse_update_info(update_info))
 
-    def receive_weights(self, update_info: UpdateInfo) -> None:
+    def receive_weights(self, update_info: GlooUpdateInfo) -> None:
         if self.group is None:
             raise RuntimeError("gloo weight transfer: init_weight_transfer_engine first")
         for run in buckets(update_info, self.bucket_bytes):
@@ -59,16 +97,10 @@ class GlooWeightTransferEngine(WeightTransferEngine[GlooWorkerInitInfo, UpdateIn
             self.model.load_weights(unpack(buffer, update_info, run))
 
     def finish_weight_update(self) -> None:
-        from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
-
-        from actor.worker_extension import refresh_tied_lm_head
-
         finalize_layerwise_reload(self.model, self.model_config)
         refresh_tied_lm_head(self.model)
 
     def shutdown(self) -> None:
         if self.group is not None:
-            from vllm.distributed.utils import stateless_destroy_torch_distributed_process_group
-
             stateless_destroy_torch_distributed_process_group(self.group)
             self.group = None

@@ -16,8 +16,9 @@ which is the lifecycle vLLM's own weight-transfer engines use. An update of one 
 unquantised model skips that session's bookkeeping (``actor.direct_load``): most of a small
 model's load time. One gap remains: with tied embeddings the LM head keeps its own prepacked
 copy of the embedding matrix, which the reload does not refresh (vLLM logs "ParallelLMHead:
-Failed to load weights"), so we re-tie and re-pack it here. Without that, sampler logprobs
-drift away from the learner's step after step.
+Failed to load weights"), so we re-tie and re-pack it after each update
+(``actor/tied_lm_head.py``). Without that, sampler logprobs drift away from the learner's step
+after step.
 """
 
 from __future__ import annotations
@@ -26,10 +27,16 @@ import logging
 import time
 
 import torch
+from vllm.config import set_current_vllm_config
 from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory
+from vllm.model_executor.model_loader.reload import (
+    finalize_layerwise_reload,
+    initialize_layerwise_reload,
+)
 
 from actor.amx import request_amx_tiles
 from actor.direct_load import direct_load, supports_direct_load
+from actor.tied_lm_head import refresh_tied_lm_head
 from common.transport.cpu_safetensors import decode_bucket
 
 # vLLM imports this module in every process that runs an engine's model (the worker resolves
@@ -45,7 +52,7 @@ if "gloo" not in WeightTransferEngineFactory._registry:
     )
 
 # The layerwise reloader warns on every update about layers with nothing to load (rotary
-# caches) and about the tied LM head, which refresh_tied_lm_head below takes care of.
+# caches) and about the tied LM head, which refresh_tied_lm_head takes care of.
 logging.getLogger("vllm.model_executor.model_loader.reload.layerwise").setLevel(logging.ERROR)
 
 
@@ -57,12 +64,6 @@ class WorkerExtension:
     ) -> dict[str, float]:
         """Load one bucket of update ``version``; ``first`` opens the layerwise reload session,
         ``last`` closes it. Plain arguments: vLLM's RPC encoder turns dataclasses into dicts."""
-        from vllm.config import set_current_vllm_config
-        from vllm.model_executor.model_loader.reload import (
-            finalize_layerwise_reload,
-            initialize_layerwise_reload,
-        )
-
         start = time.perf_counter()
         runner = self.model_runner  # type: ignore[attr-defined]
         model = runner.get_model()
@@ -95,19 +96,3 @@ class WorkerExtension:
         if not hasattr(self, "_direct_load"):
             self._direct_load = supports_direct_load(model, self.vllm_config)  # type: ignore[attr-defined]
         return self._direct_load
-
-
-@torch.no_grad()
-def refresh_tied_lm_head(model: torch.nn.Module) -> None:
-    """Point a tied LM head at the reloaded embedding and re-pack it (see the module
-    docstring)."""
-    config = getattr(model, "config", None)
-    if not getattr(config, "tie_word_embeddings", False) or not hasattr(model, "lm_head"):
-        return
-    lm_head = model.lm_head
-    embed = model.model.embed_tokens
-    if lm_head.weight.data_ptr() != embed.weight.data_ptr():
-        lm_head.weight = embed.weight
-    quant_method = getattr(lm_head, "quant_method", None)
-    if quant_method is not None:
-        quant_method.process_weights_after_loading(lm_head)

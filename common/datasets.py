@@ -356,7 +356,7 @@ def load_hub_dataset(name: str, split: str | None, fmt: str = "auto") -> list[Pr
     The hub's own splits are used (MBPP's match the task-id ranges of the local files).
     """
     try:
-        import datasets
+        import datasets  # lazy: an optional extra, needed only for datasets named on the hub
     except ImportError:
         raise DatasetError(
             f"{name!r} is not a local file, and loading a Hugging Face dataset by name needs the "

@@ -18,6 +18,7 @@ reads back is written one of two ways:
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import fcntl
 import json
@@ -70,8 +71,6 @@ def exchange(first: str | Path, second: str | Path) -> bool:
     """Swap two existing paths in one step (``renameat2(RENAME_EXCHANGE)``): at no moment is
     either name missing. False where the kernel or file system cannot (the caller then
     renames in two steps)."""
-    import ctypes
-
     libc = ctypes.CDLL(None, use_errno=True)
     at_fdcwd = -100
     result = libc.renameat2(

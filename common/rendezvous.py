@@ -1,5 +1,6 @@
 """Where the project's own process groups meet: the learner ranks' group (``learner/sharding.py``)
-and the ``collective`` transport's group (``common/transport/collective.py``).
+and the ``collective`` transport's group (``learner/collective_sender.py`` and
+``actor/transfer_engine.py``, its two ends).
 
 A torch group meets at a ``TCPStore`` that one process serves. Left to torch, that server binds
 every interface (``[::]``) whatever host it is given, for the group's lifetime, and accepts
@@ -24,6 +25,8 @@ import struct
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
+
+from torch.distributed import TCPStore
 
 from common.config.base import ConfigError
 
@@ -92,8 +95,6 @@ class GroupStore:
     object lives: the process that picks the address keeps it for the group's lifetime."""
 
     def __init__(self, host: str, timeout: timedelta = timedelta(minutes=30)) -> None:
-        from torch.distributed import TCPStore
-
         sock = listen(host)
         port = sock.getsockname()[1]
         self.address = f"{host}:{port}"
@@ -114,8 +115,6 @@ class GroupStore:
 
 def store_client(address: str, timeout: timedelta) -> Any:
     """A client of the ``TCPStore`` served at ``address`` (waits up to ``timeout`` for it)."""
-    from torch.distributed import TCPStore
-
     host, port = split_address(address)
     return TCPStore(host, port, is_master=False, timeout=timeout)
 

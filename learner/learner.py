@@ -30,7 +30,7 @@ from torch.nn.utils import clip_grad_norm_
 from algorithm.kl_control import KlControl
 from algorithm.loss import Aggregation, grpo_loss, sequence_kl
 from common.config import LearnerConfig
-from common.transport import DEFAULT_BUCKET_BYTES, make_sender, transport_for
+from common.transport import DEFAULT_BUCKET_BYTES, transport_for
 from common.types import ProcessGroupSpec, TrainSample, WeightUpdate
 from learner import checkpoint
 from learner.batching import (
@@ -55,6 +55,7 @@ from learner.policy import (
 )
 from learner.reference import Reference
 from learner.schedule import learning_rate
+from learner.senders import make_sender
 from learner.sharding import Deal, Ranks, call, full
 
 

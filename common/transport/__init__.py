@@ -1,19 +1,21 @@
-"""How new policy weights travel from the learner to every rollout engine.
+"""How new policy weights travel from the learner to every rollout engine: the interface.
 
 A transport is a pair: a :class:`WeightSender` on the learner, which reads the policy from a
 :class:`WeightSource` and returns a plain :class:`WeightUpdate`, and a :class:`WeightReceiver`
 in the rollout worker, which loads that update into its live vLLM engine. The driver only moves
 the update between them (one object in Ray's object store, read by every worker), so
-``learner/`` and ``actor/`` never import each other, and a new transport is one new file here
-with its two halves, registered in ``_TRANSPORTS``.
+``learner/`` and ``actor/`` never import each other. This package holds what both halves
+share: these protocols, the transports' names, and each transport's wire format (one file
+each); the senders are in ``learner/senders.py`` (the vLLM one in
+``learner/collective_sender.py``), the receivers in ``actor/receivers.py``. A new transport is
+a wire file here, a sender there and a receiver there, each side choosing by name.
 
-The transports, one file each:
+The transports:
 
 - ``cpu_safetensors``: the full (LoRA-merged) weights in bounded safetensors buckets, loaded
   bucket by bucket inside one vLLM reload session; works on any host, across nodes.
 - ``lora_adapter``: only the LoRA adapter, as a directory on a file system every engine can
   read; the engines serve it as a vLLM LoRA adapter (``learner.lora.export = "adapter"``).
-
 - ``collective``: learner rank 0 broadcasts to every engine worker in one process group,
   through vLLM's native weight-transfer API (NCCL on GPU, the project's gloo engine on CPU);
   the update the driver moves is metadata only, and the driver pairs each engine's receive with
@@ -22,7 +24,6 @@ The transports, one file each:
 
 from __future__ import annotations
 
-from importlib import import_module
 from typing import Any, Protocol
 
 from torch import Tensor
@@ -33,12 +34,8 @@ from common.types import WeightUpdate
 #: Default bound on one bucket of a ``cpu_safetensors`` update (``weights.bucket_mib``).
 DEFAULT_BUCKET_BYTES = 16 << 20
 
-#: transport name -> (module under ``common.transport``, sender class, receiver class)
-_TRANSPORTS = {
-    "cpu_safetensors": ("cpu_safetensors", "CpuSafetensorsSender", "CpuSafetensorsReceiver"),
-    "lora_adapter": ("lora_adapter", "LoraAdapterSender", "LoraAdapterReceiver"),
-    "collective": ("collective", "CollectiveSender", "CollectiveReceiver"),
-}
+#: Every transport, by the name its updates carry (``WeightUpdate.transport``).
+TRANSPORTS = ("cpu_safetensors", "lora_adapter", "collective")
 
 
 class WeightSource(Protocol):
@@ -82,31 +79,14 @@ class WeightReceiver(Protocol):
         ...
 
 
+def check_transport(name: str) -> None:
+    """Refuse a transport name neither side knows (each side then picks its half by name)."""
+    if name not in TRANSPORTS:
+        known = sorted(TRANSPORTS)
+        raise ValueError(f"unknown weight transport {name!r}; known: {known}")
+
+
 def transport_for(transport: str, lora: LoraConfig) -> str:
     """The transport a run uses: the adapter alone when LoRA exports adapters
     (``learner.lora.export = "adapter"``), else ``weights.transport``."""
     return "lora_adapter" if lora.enabled and lora.export == "adapter" else transport
-
-
-def make_sender(
-    name: str, *, bucket_bytes: int = DEFAULT_BUCKET_BYTES, adapter_dir: str | None = None
-) -> WeightSender:
-    """The learner's half of transport ``name``."""
-    module, sender, _ = _lookup(name)
-    options = {"bucket_bytes": bucket_bytes, "adapter_dir": adapter_dir}
-    return getattr(module, sender).from_options(**options)
-
-
-def make_receiver(name: str) -> WeightReceiver:
-    """A rollout worker's half of transport ``name``."""
-    module, _, receiver = _lookup(name)
-    return getattr(module, receiver)()
-
-
-def _lookup(name: str) -> tuple[Any, str, str]:
-    try:
-        module, sender, receiver = _TRANSPORTS[name]
-    except KeyError:
-        known = sorted(_TRANSPORTS)
-        raise ValueError(f"unknown weight transport {name!r}; known: {known}") from None
-    return import_module(f"{__name__}.{module}"), sender, receiver

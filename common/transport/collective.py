@@ -1,47 +1,33 @@
-"""The ``collective`` transport: learner rank 0 broadcasts the weights to every engine worker
-in one process group, through vLLM 0.32's native weight-transfer API.
+"""The ``collective`` transport's wire format: learner rank 0 broadcasts the weights to every
+engine worker in one process group, through vLLM 0.32's native weight-transfer API.
 
 The engines' side is vLLM's own: each engine is built with a ``weight_transfer_config``; a
 push is ``start_weight_update``, ``update_weights`` (the worker's transfer engine receives
 the broadcast and loads it) and ``finish_weight_update``. The backend is ``nccl`` on GPU
 (vLLM's engine) and ``gloo`` on CPU (``actor/transfer_engine.py``, ours: vLLM's are CUDA only;
 it re-ties the CPU engine's separately packed LM head, as the object-store transport does).
-The learner's side is a vLLM trainer engine (``WeightTransferTrainerFactory``) over
-:class:`ExportSource`: every learner rank walks the policy in the same order (a sharded one
-gathers each tensor, a collective), rank 0 alone sends.
+The learner's side is a vLLM trainer engine (``learner/collective_sender.py``): every learner
+rank walks the policy in the same order (a sharded one gathers each tensor, a collective),
+rank 0 alone sends. The driver pairs each engine's receive with the learner's ``transmit``,
+and the :class:`~common.types.WeightUpdate` it moves is metadata only (an :class:`UpdateInfo`:
+names, dtypes, shapes); the tensors never enter Ray's object store.
 
-vLLM's trainer engines drive the engines themselves through a client. Here the driver does
-(it owns the actors, and keeps the learner and the engines ignorant of each other), so the
-client is :class:`DriverPaced`, which does nothing: the driver queues each engine's receive
-and the learner's :meth:`CollectiveSender.transmit` at the same time, and they meet in the
-broadcast. The :class:`WeightUpdate` the learner returns is metadata only (names, dtypes,
-shapes, version); the tensors never enter Ray's object store.
-
-The group is formed once the actors are up (``launch/fleet/weight_sync.py``): rank 0 of the learner
-at group rank 0, engine ``i``'s workers after it (``1 + i * tensor_parallel_size``).
+Here is what both sides must agree on without vLLM: the group's parameters
+(:func:`engine_init_info`), the update's metadata and how it is cut into broadcasts
+(:func:`buckets`, :func:`pack`, :func:`unpack`). The group is formed once the actors are up
+(``launch/fleet/weight_sync.py``): rank 0 of the learner at group rank 0, engine ``i``'s
+workers after it (``1 + i * tensor_parallel_size``).
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
-from vllm.distributed.weight_transfer.base import (
-    ParamMeta,
-    TrainerInitInfo,
-    TrainerWeightTransferEngine,
-    WeightSource,
-    WeightTransferInitInfo,
-    WeightTransferUpdateInfo,
-)
-from vllm.distributed.weight_transfer.factory import WeightTransferTrainerFactory
 
-from common.rendezvous import listen, split_address, take, use_interface
-from common.types import WeightUpdate
+from common.rendezvous import split_address
 
 NAME = "collective"
 #: How long a member waits in one broadcast (or to form the group) before it fails: a member
@@ -77,63 +63,8 @@ def engine_init_info(
     return {**info, "bucket_bytes": bucket_bytes, "interface": interface}
 
 
-def sender_group(host: str, port: int, world_size: int) -> Any:
-    """Learner rank 0's gloo group with the engines, rank 0 of it: it serves the group's store
-    on the socket held since the address was picked in this process
-    (``common.rendezvous.hold``); an address picked elsewhere is bound now, on its host alone."""
-    from vllm.distributed.utils import stateless_init_torch_distributed_process_group
-
-    held = take(f"{host}:{port}")
-    if held is not None:
-        use_interface(held.interface)
-    return stateless_init_torch_distributed_process_group(
-        host,
-        port,
-        0,
-        world_size,
-        backend="gloo",
-        listen_socket=held.socket if held is not None else listen(host, port),
-        timeout=GROUP_TIMEOUT,
-    )
-
-
-def receiver_group(init_info: GlooWorkerInitInfo, rank: int) -> Any:
-    """An engine worker's gloo group with the learner, at group rank ``rank``: a client of
-    rank 0's store, its own gloo sockets on the group's interface."""
-    from vllm.distributed.utils import stateless_init_torch_distributed_process_group
-
-    use_interface(init_info.interface)
-    return stateless_init_torch_distributed_process_group(
-        init_info.master_address,
-        init_info.master_port,
-        rank,
-        init_info.world_size,
-        backend="gloo",
-        timeout=GROUP_TIMEOUT,
-    )
-
-
 @dataclass
-class GlooTrainerInitInfo(TrainerInitInfo):
-    backend: ClassVar[str] = "gloo"
-    master_address: str
-    master_port: int
-    world_size: int
-    bucket_bytes: int
-
-
-@dataclass
-class GlooWorkerInitInfo(WeightTransferInitInfo):
-    master_address: str
-    master_port: int
-    rank_offset: int
-    world_size: int
-    bucket_bytes: int
-    interface: str = ""  # gloo's sockets' network interface ('': gloo's default)
-
-
-@dataclass
-class UpdateInfo(WeightTransferUpdateInfo):
+class UpdateInfo:
     """One push's parameters, in the order they are broadcast (vLLM's NCCL update info has
     the same three fields)."""
 
@@ -178,191 +109,3 @@ def unpack(buffer: torch.Tensor, info: UpdateInfo, run: list[int]) -> list[tuple
         out.append((info.names[i], tensor))
         offset += tensor_bytes
     return out
-
-
-class ExportSource(WeightSource):
-    """vLLM's weight source over the learner's export: HF names, serving dtype, LoRA merged,
-    tied LM head left out (the engines re-tie it); its metadata is read once."""
-
-    def __init__(self, learner: Any) -> None:
-        self.learner = learner
-        self._meta = [ParamMeta(*m) for m in learner.export_metadata()]
-
-    def metadata(self) -> list[ParamMeta]:
-        return self._meta
-
-    def __iter__(self) -> Iterator[tuple[str, torch.Tensor]]:
-        return self.learner.iter_export()
-
-
-def update_info(source: WeightSource) -> UpdateInfo:
-    meta = source.metadata()
-    return UpdateInfo(
-        names=[m.name for m in meta],
-        dtype_names=[str(m.dtype).removeprefix("torch.") for m in meta],
-        shapes=[list(m.shape) for m in meta],
-    )
-
-
-class DriverPaced:
-    """vLLM's weight-sync client protocol, doing nothing: the driver calls the engines (see the
-    module docstring)."""
-
-    def init_weight_transfer_engine(self, init_info: dict[str, Any]) -> None: ...
-
-    def start_weight_update(self) -> None: ...
-
-    def update_weights(self, update_info: Any) -> None: ...
-
-    def finish_weight_update(self, weight_version: str | None = None) -> None: ...
-
-
-class GlooTrainerWeightTransferEngine(TrainerWeightTransferEngine[GlooTrainerInitInfo]):
-    """The learner's side on CPU: rank 0 broadcasts each bucket over a gloo group that holds
-    it and every engine worker; the other learner ranks only walk the source (their gathers)."""
-
-    init_info_cls = GlooTrainerInitInfo
-
-    @classmethod
-    def trainer_init(cls, init_info, *, client, source=None):
-        engine = cls(client=client, source=source, is_sender=init_info.is_sender)
-        engine.bucket_bytes = init_info.bucket_bytes
-        engine.group = None
-        if engine.is_sender:
-            engine.group = sender_group(
-                init_info.master_address, init_info.master_port, init_info.world_size
-            )
-        return engine
-
-    def send_weights(self) -> None:
-        """Walk the whole source on every learner rank (each step of the walk is a gather all
-        ranks take part in); rank 0 broadcasts each bucket.
-
-        A broadcast that fails (an engine died) does not stop rank 0's walk: the other ranks
-        would wait in their next gather for a rank that left, until the learner group's
-        timeout. Rank 0 closes the group at once instead (the engines still waiting in the
-        broadcast then fail instead of waiting out theirs), walks on without sending, and
-        raises the broadcast's error at the end, when every rank is back in step.
-        """
-        assert self.source is not None
-        info = update_info(self.source)
-        pairs = iter(self.source)
-        failure: Exception | None = None
-        for run in buckets(info, self.bucket_bytes):
-            tensors = []
-            for i in run:
-                name, tensor = next(pairs)
-                wanted = (info.names[i], info.dtype_names[i], info.shapes[i])
-                got = (name, str(tensor.dtype).removeprefix("torch."), list(tensor.shape))
-                if got != wanted:  # the engines would cut the bytes elsewhere: fail, not hang
-                    raise ValueError(f"weight source yielded {got}, its metadata says {wanted}")
-                tensors.append(tensor)
-            if self.is_sender and failure is None:
-                try:
-                    self.group.broadcast(pack(tensors), 0).wait()
-                except RuntimeError as exc:  # gloo's error for a peer that went away
-                    failure = exc
-                    self.close()
-        if failure is not None:
-            raise RuntimeError(f"the broadcast to the engines failed: {failure}") from failure
-
-    def close(self) -> None:
-        if self.group is not None:
-            from vllm.distributed.utils import stateless_destroy_torch_distributed_process_group
-
-            stateless_destroy_torch_distributed_process_group(self.group)
-            self.group = None
-
-
-if "gloo" not in WeightTransferTrainerFactory._registry:
-    WeightTransferTrainerFactory.register_engine("gloo", GlooTrainerWeightTransferEngine)
-
-
-class CollectiveSender:
-    """Learner side: metadata out through the driver, tensors through the group."""
-
-    name = NAME
-    gathers = False  # send() reads metadata only; transmit() walks the weights on every rank
-
-    def __init__(self, bucket_bytes: int) -> None:
-        self.bucket_bytes = bucket_bytes
-        self.engine: TrainerWeightTransferEngine | None = None
-
-    @classmethod
-    def from_options(cls, bucket_bytes: int, **_: Any) -> CollectiveSender:
-        return cls(bucket_bytes)
-
-    def send(self, source: Any) -> WeightUpdate:
-        info = update_info(ExportSource(source))
-        num_bytes = sum(nbytes(d, s) for d, s in zip(info.dtype_names, info.shapes, strict=True))
-        runs = len(buckets(info, self.bucket_bytes))
-        return WeightUpdate(source.weight_version, NAME, asdict(info), num_bytes, runs)
-
-    def join(self, source: Any, backend: str, address: str, world_size: int, rank: int) -> None:
-        """Enter the transfer group (learner rank 0 at group rank 0; the other learner ranks
-        only take part in the gathers); blocks until every engine worker joined."""
-        self.leave()
-        host, port = split_address(address)
-        if backend == "nccl":
-            from vllm.distributed.weight_transfer.nccl_engine import NCCLTrainerInitInfo
-
-            held = take(address)
-            if held is not None:  # vLLM's NCCL engine binds the port itself, on host alone
-                use_interface(held.interface)
-                held.socket.close()
-            init_info = NCCLTrainerInitInfo(host, port, world_size, rank=rank)
-        else:
-            init_info = GlooTrainerInitInfo(host, port, world_size, self.bucket_bytes, rank=rank)
-        self.engine = WeightTransferTrainerFactory.trainer_init(
-            init_info, client=DriverPaced(), source=ExportSource(source)
-        )
-
-    def leave(self) -> None:
-        """Release the group joined before, if any (the group is formed again whenever the
-        fleet changes)."""
-        engine, self.engine = self.engine, None
-        if isinstance(engine, GlooTrainerWeightTransferEngine):
-            engine.close()
-        elif getattr(engine, "model_update_group", None) is not None:
-            engine.model_update_group.destroy()  # vLLM's NCCL communicator
-
-    def transmit(self) -> float:
-        """Broadcast the current weights (every learner rank calls it, while every engine
-        receives); returns the seconds it took. After a failed broadcast rank 0 has no group
-        until it is formed again (the driver does, as it recovers the engines)."""
-        if self.engine is None or (self.engine.is_sender and not _has_group(self.engine)):
-            raise RuntimeError("the collective transport has no group: join it first")
-        start = time.perf_counter()
-        self.engine.send_weights()
-        return time.perf_counter() - start
-
-
-def _has_group(engine: TrainerWeightTransferEngine) -> bool:
-    """Whether a sender engine still holds its group (gloo: closed after a failed broadcast;
-    vLLM's NCCL engine keeps its communicator)."""
-    return getattr(engine, "group", True) is not None
-
-
-class CollectiveReceiver:
-    """Engine side: vLLM's weight-update session around the worker engine's receive."""
-
-    name = NAME
-
-    def __init__(self) -> None:
-        self.joined = False
-
-    def join(self, llm: Any, init_info: dict[str, Any]) -> None:
-        if self.joined:  # the group is formed again: release the old one first
-            llm.shutdown_weight_transfer_engine()
-        llm.init_weight_transfer_engine({"init_info": init_info})
-        self.joined = True
-
-    def receive(self, llm: Any, update: WeightUpdate) -> dict[str, float]:
-        start = time.perf_counter()
-        llm.start_weight_update()
-        llm.update_weights({"update_info": update.payload})
-        llm.finish_weight_update()
-        return {"load_s": time.perf_counter() - start}
-
-    def adapter(self) -> None:
-        return None

@@ -140,7 +140,7 @@ def test_learner_ranks_meet_and_talk_on_the_given_interface_only():
 
 def _engine_worker(address: str, interface: str, results) -> None:
     try:
-        from common.transport.collective import GlooWorkerInitInfo, receiver_group
+        from actor.transfer_engine import GlooWorkerInitInfo, receiver_group
 
         host, port = address.rsplit(":", 1)
         info = GlooWorkerInitInfo(host, int(port), 1, 2, 1 << 20, interface)
@@ -157,7 +157,7 @@ def test_the_transfer_group_serves_its_held_address_on_the_given_interface_only(
     """Learner rank 0 (this process) picks and holds the address, then serves the store on
     that very socket; an engine worker joins from another process and receives a broadcast;
     neither listens anywhere but on loopback."""
-    from common.transport.collective import sender_group
+    from learner.collective_sender import sender_group
 
     before = set(listening())  # whatever this test process listened on already
     interface = interface_of(LOOPBACK)

@@ -6,15 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from actor.receivers import make_receiver
 from common.config import LoraConfig
-from common.transport import make_receiver, make_sender, transport_for
-from common.transport.cpu_safetensors import (
-    CpuSafetensorsSender,
-    decode_bucket,
-    decode_update,
-    split_buckets,
-)
+from common.transport import transport_for
+from common.transport.cpu_safetensors import decode_bucket, decode_update, split_buckets
 from common.types import WeightUpdate
+from learner.senders import CpuSafetensorsSender, make_sender
 
 
 def _tensors() -> dict[str, torch.Tensor]:
@@ -172,7 +169,7 @@ class _CountingSource:
 def test_a_failed_broadcast_finishes_the_walk_closes_the_group_and_raises(monkeypatch):
     """Rank 0 walks every tensor after its broadcast failed (the other learner ranks gather
     with it), closes the group at once (engines waiting in the broadcast end), then raises."""
-    from common.transport import collective
+    from learner import collective_sender as collective
 
     closed = []
     monkeypatch.setattr(

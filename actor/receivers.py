@@ -1,0 +1,98 @@
+"""The engines' half of each weight transport, chosen by the transport's name.
+
+The wire formats are in ``common/transport/`` (the learner's halves, in ``learner/senders.py``,
+write them); a receiver loads an update into its rollout worker's live vLLM engine.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from common.transport import (
+    WeightReceiver,
+    check_transport,
+    collective,
+    cpu_safetensors,
+    lora_adapter,
+)
+from common.types import WeightUpdate
+
+
+class CpuSafetensorsReceiver:
+    """Hands the engine one bucket per call; the engine's worker extension loads it
+    (``actor/worker_extension.py``)."""
+
+    name = cpu_safetensors.NAME
+
+    def receive(self, llm: Any, update: WeightUpdate) -> dict[str, float]:
+        buckets = update.payload
+        direct = False
+        for i, bucket in enumerate(buckets):
+            first, last = i == 0, i == len(buckets) - 1
+            args = (bucket, update.version, first, last)
+            loads = llm.collective_rpc("receive_weights_bucket", args=args)
+            direct = all(load["direct"] for load in loads)
+        return {"direct_load": float(direct)}  # 1: loaded without vLLM's layerwise session
+
+    def adapter(self) -> None:
+        return None  # the engine's own weights were replaced
+
+
+class LoraAdapterReceiver:
+    """Switches the engine's requests to the newest adapter (``common.transport.lora_adapter``)."""
+
+    name = lora_adapter.NAME
+
+    def __init__(self) -> None:
+        self._adapter = None
+
+    def receive(self, llm: Any, update: WeightUpdate) -> dict[str, float]:
+        # lazy: importing vLLM reads its environment, which the rollout worker sets first
+        # (actor/rollout_worker.py), and the driver imports this module to build the actors
+        from vllm.lora.request import LoRARequest
+
+        # vLLM adapter ids must be positive; one per weight version.
+        self._adapter = LoRARequest(f"v{update.version}", update.version + 1, update.payload)
+        return {"direct_load": 0.0}
+
+    def adapter(self) -> Any:
+        return self._adapter
+
+
+class CollectiveReceiver:
+    """vLLM's weight-update session around the worker engine's receive
+    (``common.transport.collective``; the CPU engine is ``actor/transfer_engine.py``)."""
+
+    name = collective.NAME
+
+    def __init__(self) -> None:
+        self.joined = False
+
+    def join(self, llm: Any, init_info: dict[str, Any]) -> None:
+        if self.joined:  # the group is formed again: release the old one first
+            llm.shutdown_weight_transfer_engine()
+        llm.init_weight_transfer_engine({"init_info": init_info})
+        self.joined = True
+
+    def receive(self, llm: Any, update: WeightUpdate) -> dict[str, float]:
+        start = time.perf_counter()
+        llm.start_weight_update()
+        llm.update_weights({"update_info": update.payload})
+        llm.finish_weight_update()
+        return {"load_s": time.perf_counter() - start}
+
+    def adapter(self) -> None:
+        return None
+
+
+_RECEIVERS = {
+    receiver.name: receiver
+    for receiver in (CpuSafetensorsReceiver, LoraAdapterReceiver, CollectiveReceiver)
+}
+
+
+def make_receiver(name: str) -> WeightReceiver:
+    """A rollout worker's half of transport ``name``."""
+    check_transport(name)
+    return _RECEIVERS[name]()

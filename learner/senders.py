@@ -1,0 +1,90 @@
+"""The learner's half of each weight transport, chosen by the transport's name.
+
+The wire formats are in ``common/transport/`` (the engines' halves, in ``actor/receivers.py``,
+read them); the senders here read the policy from the learner (a
+:class:`~common.transport.WeightSource`) and return the plain update the driver hands on.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from common.transport import (
+    DEFAULT_BUCKET_BYTES,
+    WeightSender,
+    WeightSource,
+    check_transport,
+    cpu_safetensors,
+    lora_adapter,
+)
+from common.types import WeightUpdate
+
+#: Adapter versions kept on disk (``common/transport/lora_adapter.py`` says why two).
+KEEP = 2
+
+
+class CpuSafetensorsSender:
+    """Serialises the policy into bounded safetensors buckets
+    (``common.transport.cpu_safetensors``)."""
+
+    name = cpu_safetensors.NAME
+    gathers = True
+
+    def __init__(self, bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> None:
+        if bucket_bytes < 1:
+            raise ValueError(f"bucket size must be positive, got {bucket_bytes} bytes")
+        self.bucket_bytes = bucket_bytes
+
+    def send(self, source: WeightSource) -> WeightUpdate:
+        tensors = source.export_tensors()
+        return cpu_safetensors.encode_update(tensors, source.weight_version, self.bucket_bytes)
+
+
+class LoraAdapterSender:
+    """Saves the adapter of each weight version in its own directory
+    (``common.transport.lora_adapter``)."""
+
+    name = lora_adapter.NAME
+    gathers = False  # reads the adapter alone (refused with several learner ranks)
+
+    def __init__(self, adapter_dir: str | None = None) -> None:
+        self.adapter_dir = Path(adapter_dir or tempfile.mkdtemp(prefix="grpo-adapters-"))
+
+    def send(self, source: WeightSource) -> WeightUpdate:
+        version = source.weight_version
+        path = self.adapter_dir / f"v{version:06d}"
+        for stale in self._versions(lambda v: v >= version):  # from a longer run before
+            shutil.rmtree(stale, ignore_errors=True)
+        source.save_adapter(str(path))
+        for old in self._versions(lambda v: v <= version - KEEP):
+            shutil.rmtree(old, ignore_errors=True)
+        size = sum(f.stat().st_size for f in path.iterdir())
+        return WeightUpdate(version, self.name, str(path), num_bytes=size)
+
+    def _versions(self, wanted: Callable[[int], bool]) -> list[Path]:
+        """Adapter directories ``v<version>`` whose version satisfies ``wanted``."""
+        found = []
+        for path in self.adapter_dir.glob("v*"):
+            digits = path.name[1:]
+            if path.is_dir() and digits.isdigit() and wanted(int(digits)):
+                found.append(path)
+        return found
+
+
+def make_sender(
+    name: str, *, bucket_bytes: int = DEFAULT_BUCKET_BYTES, adapter_dir: str | None = None
+) -> WeightSender:
+    """The learner's half of transport ``name``."""
+    check_transport(name)
+    if name == cpu_safetensors.NAME:
+        return CpuSafetensorsSender(bucket_bytes)
+    if name == lora_adapter.NAME:
+        return LoraAdapterSender(adapter_dir)
+    # lazy: the collective sender is vLLM's trainer engine, and vLLM is absent where the
+    # learner runs alone (the GPU host of `python -m learner.bench`)
+    from learner.collective_sender import CollectiveSender
+
+    return CollectiveSender(bucket_bytes)
