@@ -35,7 +35,7 @@ class SandboxConfig(Section):
     )
     zygote_loop: Literal["auto", "python"] = Field(
         "auto",
-        description="'auto': each zygote runs its loop in C (sandbox/_zygote.c, built on "
+        description="'auto': each zygote runs its loop in C (sandbox/isolated/_zygote.c, built on "
         "first use with the host's C compiler and cached) when it is its PID namespace's "
         "init; 'python': the Python loop, which does the same with more CPU per execution",
     )
