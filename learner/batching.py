@@ -14,7 +14,6 @@ import torch
 from torch import Tensor
 
 from common.types import TrainSample
-from learner.flops import Span
 
 
 @dataclass(frozen=True)
@@ -102,15 +101,6 @@ def prompt_groups(samples: Sequence[TrainSample]) -> list[list[int]]:
     for i, s in enumerate(samples):
         groups.setdefault(tuple(s.prompt_token_ids), []).append(i)
     return list(groups.values())
-
-
-def spans(samples: Sequence[TrainSample], share_prompts: bool) -> list[Span]:
-    """What the model runs for ``samples`` (``flops.py``): whole rows, or with shared prompts
-    each distinct prompt once and every completion after it."""
-    if not share_prompts:
-        return [sample_length(s) for s in samples]
-    prompts = [len(samples[group[0]].prompt_token_ids) for group in prompt_groups(samples)]
-    return prompts + [(len(s.prompt_token_ids), len(s.completion_token_ids)) for s in samples]
 
 
 def pack_micro_batches(

@@ -18,10 +18,18 @@ import json
 from pathlib import Path
 
 import torch
+import torch.distributed.checkpoint as dcp
 from torch import nn
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_optimizer_state_dict,
+)
 
 from common.durable import fsync_tree
-from learner.export import base_model_of, tied_output_name
+from learner.export import tied_output_name
+from learner.policy import base_model_of
 from learner.sharding import Ranks
 
 STATE_FILE = "learner_state.json"
@@ -51,11 +59,6 @@ def save_training_state(
     ranks = ranks or Ranks(None)
     weights = None
     if ranks.sharded:  # gathered tensor by tensor onto rank 0's CPU memory only
-        from torch.distributed.checkpoint.state_dict import (
-            StateDictOptions,
-            get_model_state_dict,
-        )
-
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         weights = get_model_state_dict(model, options=options)
     if ranks.rank == 0:
@@ -64,9 +67,6 @@ def save_training_state(
         if tokenizer is not None:
             tokenizer.save_pretrained(out)
     if ranks.sharded:
-        import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
-
         shards = {"optimizer": get_optimizer_state_dict(model, optimizer)}
         dcp.save(shards, checkpoint_id=str(out / SHARDED_OPTIMIZER_DIR))
     else:
@@ -111,12 +111,6 @@ def load_optimizer(
         state = torch.load(out / OPTIMIZER_FILE, map_location=device, weights_only=True)
         optimizer.load_state_dict(state)
         return
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import (
-        get_optimizer_state_dict,
-        set_optimizer_state_dict,
-    )
-
     shards = {"optimizer": get_optimizer_state_dict(model, optimizer)}
     # torch's distributed checkpoint reads its ``.metadata`` file with plain pickle (no
     # weights_only option exists for it): a run directory resumed with several ranks must be
@@ -126,6 +120,8 @@ def load_optimizer(
 
 
 def _load_adapter(out: Path, model: nn.Module) -> None:
+    # lazy: with transformers, peft and safetensors load only when a learner loads weights;
+    # importing learner needs only torch
     from peft import set_peft_model_state_dict
     from safetensors.torch import load_file
 
@@ -144,7 +140,7 @@ def _load_adapter(out: Path, model: nn.Module) -> None:
 
 
 def _load_full_weights(out: Path, model: nn.Module) -> None:
-    from safetensors.torch import load_file
+    from safetensors.torch import load_file  # lazy: as in _load_adapter
 
     files = sorted(out.glob("model*.safetensors"))
     if not files:

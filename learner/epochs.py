@@ -17,13 +17,11 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from torch import Tensor
+from torch import Tensor
 
-    from learner.batching import MicroBatch
-    from learner.sharding import Ranks
+from learner.batching import MicroBatch
+from learner.sharding import Ranks
 
 #: Loss metrics averaged over the step's completion tokens (each micro-batch by its share).
 _AVERAGED = ("kl", "clip_frac", "ratio_mean", "entropy", "tis_weight_mean", "tis_clip_frac")

@@ -21,12 +21,8 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor, nn
 
+from learner.policy import base_model_of
 from learner.sharding import full
-
-
-def base_model_of(model: nn.Module) -> nn.Module:
-    """The HF ``...ForCausalLM`` under a peft wrapper (or the model itself)."""
-    return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
 def tied_output_name(model: nn.Module) -> str | None:
@@ -47,6 +43,7 @@ def tied_output_name(model: nn.Module) -> str | None:
 @torch.no_grad()
 def _merged_lora_weights(base: nn.Module) -> dict[str, Tensor]:
     """``{hf_name: W + delta}`` for every LoRA-wrapped layer, in float32, adapters untouched."""
+    # lazy: only a peft-wrapped policy gets here, and importing learner needs only torch
     from peft.tuners.lora import LoraLayer
 
     merged: dict[str, Tensor] = {}
@@ -65,7 +62,7 @@ def _modules_to_save(base: nn.Module) -> dict[str, str]:
     """``{wrapper name: "modules_to_save.<adapter>."}`` for every peft ModulesToSaveWrapper in
     ``base``: the submodule its forward pass runs (``"original_module."`` with no active
     adapter, as peft's forward does)."""
-    try:
+    try:  # lazy: importing learner needs only torch
         from peft.utils import ModulesToSaveWrapper
     except ImportError:  # peft is optional: without it nothing is wrapped
         return {}

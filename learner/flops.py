@@ -30,12 +30,28 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
+import torch
+
+from common.config import LearnerConfig
+from common.types import TrainSample
+from learner.batching import prompt_groups, sample_length
+from learner.policy import DTYPES, base_model_of
+
 Span = int | tuple[int, int]  # a whole sequence's length, or (cached context, tokens run)
+
+
+def spans(samples: Sequence[TrainSample], share_prompts: bool) -> list[Span]:
+    """What the model runs for ``samples``: whole rows, or with shared prompts each distinct
+    prompt once and every completion after it."""
+    if not share_prompts:
+        return [sample_length(s) for s in samples]
+    prompts = [len(samples[group[0]].prompt_token_ids) for group in prompt_groups(samples)]
+    return prompts + [(len(s.prompt_token_ids), len(s.completion_token_ids)) for s in samples]
 
 
 def matmul_parameters(model) -> int:
     """Parameters that take part in a matrix product: all but a separate input embedding."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = base_model_of(model)
     embedding = base.get_input_embeddings().weight
     head = base.get_output_embeddings()
     total = sum(p.numel() for n, p in base.named_parameters() if "lora_" not in n)
@@ -80,20 +96,15 @@ def _attention(layers: int, d_attn: int, lengths: Sequence[Span]) -> float:
 
 def model_config_shape(model) -> tuple[int, int, int]:
     """(matmul parameters, layers, attention width) of an HF decoder (under peft or not)."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    config = base.config
+    config = base_model_of(model).config
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     width = config.num_attention_heads * head_dim
     return matmul_parameters(model), config.num_hidden_layers, width
 
 
-def learner_peak_flops(config) -> float:
-    """:func:`peak_flops` where the learner of ``config`` (a ``LearnerConfig``) computes: its
-    dtype, on its GPU or with its CPU threads; 0 when its GPU is not on this host."""
-    import torch
-
-    from learner.policy import DTYPES
-
+def learner_peak_flops(config: LearnerConfig) -> float:
+    """:func:`peak_flops` where the learner of ``config`` computes: its dtype, on its GPU or
+    with its CPU threads; 0 when its GPU is not on this host."""
     dtype = DTYPES[config.dtype]
     if config.num_gpus > 0:
         return peak_flops(torch.device("cuda"), dtype) if torch.cuda.is_available() else 0.0
@@ -105,11 +116,9 @@ def learner_peak_flops(config) -> float:
         torch.set_num_threads(threads)
 
 
-def peak_flops(device, dtype, size: int = 0, repeats: int = 3) -> float:
+def peak_flops(device: torch.device, dtype: torch.dtype, size: int = 0, repeats: int = 3) -> float:
     """FLOP/s of the best of ``repeats`` ``size x size`` matrix products in ``dtype`` on
     ``device`` (4096 on CPU, 8192 on GPU by default), after one warm-up product."""
-    import torch
-
     size = size or (8192 if device.type == "cuda" else 4096)
     a = torch.randn(size, size, device=device, dtype=dtype)
     b = torch.randn(size, size, device=device, dtype=dtype)

@@ -1,20 +1,19 @@
-"""The learner: policy, optional reference, GRPO loss and optimiser.
+"""The learner actor's face: construction and the calls the driver and the weight transport make.
 
 A plain class so unit tests can build it without Ray; the launcher makes it an actor with
 ``ray.remote(num_cpus=..., num_gpus=...)(Learner)``. Everything that crosses its boundary is
 plain data (``TrainSample`` in, metric dicts, paths and ``WeightUpdate`` out).
 
-One ``train_step`` = ``ppo_epochs`` x ``mini_batches`` optimiser steps over one scored batch
-(default 1 x 1: GRPO with mu = 1). Every optimiser step splits its samples into micro-batches by
-a padded-token budget and normalises each micro-batch's loss by the whole step's counts, so the
-accumulated gradient is the full-batch gradient; then the gradient is clipped and AdamW steps.
-Reference logprobs (beta > 0 and ``kl_in = "loss"``) are computed once per batch before the
-first step; see ``reference.py`` for where the reference weights live. With mu = 1 and one
-mini-batch pi_old is the policy's own logprobs detached (no extra forward pass); otherwise it
-is computed once, without gradient, before the first epoch (``epochs.py``).
+Construction builds the policy (``policy.py``), the KL reference (``reference.py``), shards both
+over the learner's ranks (``sharding.py``) and resumes from a checkpoint (``checkpoint.py``).
+The train step itself (micro-batches, loss, optimiser, LR) is :class:`~learner.step.Trainer`'s;
+the learner adds what the run around it needs: beta's controller (``algorithm.kl_control``),
+the weight version, model FLOPs (``flops.py``), the parity probe's scores, checkpoints, and the
+thread count a rollout sharing the cores asks for (``threads.py``).
 
 The learner is the :class:`~common.transport.WeightSource` of the run's weight transport: its
-sender reads the policy through ``export_tensors`` or ``save_adapter``.
+sender reads the policy through ``export_tensors``, ``iter_export`` or ``save_adapter``
+(``export.py``).
 """
 
 from __future__ import annotations
@@ -25,46 +24,41 @@ from pathlib import Path
 
 import torch
 from torch import Tensor
-from torch.nn.utils import clip_grad_norm_
 
 from algorithm.kl_control import KlControl
-from algorithm.loss import Aggregation, grpo_loss, sequence_kl
+from algorithm.loss import sequence_kl
 from common.config import LearnerConfig
 from common.transport import DEFAULT_BUCKET_BYTES, transport_for
 from common.types import ProcessGroupSpec, TrainSample, WeightUpdate
 from learner import checkpoint
-from learner.batching import (
-    MicroBatch,
-    collate,
-    completion_rows,
-    spans,
-    validate_samples,
-)
-from learner.epochs import MetricMeans, MicroBatchSums, split_mini_batches
+from learner.batching import collate, validate_samples
 from learner.export import export_metadata, export_state_dict, iter_export
-from learner.flops import forward_flops, model_config_shape, step_flops
-from learner.logprobs import can_share_prompts, completion_logprobs
+from learner.flops import forward_flops, model_config_shape, spans, step_flops
+from learner.logprobs import can_share_prompts
 from learner.policy import (
-    autocast,
     build_policy,
     compile_layers,
     load_causal_lm,
     load_tokenizer,
     precision,
-    to_dtype,
+    serving_dtype_and_pad,
 )
 from learner.reference import Reference
-from learner.schedule import learning_rate
 from learner.senders import make_sender
-from learner.sharding import Deal, Ranks, call, full
+from learner.sharding import Ranks
+from learner.step import Trainer
+from learner.threads import ComputeThreads
 
 
 class Learner:
-    """Owns the policy and its optimiser; see the module docstring for the step's structure.
+    """Owns the policy, its train step and its exports; see the module docstring.
 
     ``export_dtype`` is the dtype the rollout engines serve in (``model.dtype``); by default the
     model config's ``dtype``, else bfloat16. ``total_steps`` is the run's length in train steps
     (``run.steps``): the horizon of a decaying learning rate and of a linear beta schedule.
+    ``group``: this process's place among ``learner.num_ranks`` ranks (None: the only one).
+    ``adapter_dir``: where LoRA adapters go for the engines (``lora.export = "adapter"``), a
+    file system every rollout node can read.
     """
 
     def __init__(
@@ -82,88 +76,34 @@ class Learner:
         group: ProcessGroupSpec | None = None,
         resume_from: str | None = None,
     ) -> None:
-        from transformers import AutoConfig
-
-        # torch compute threads: learner.num_cpus, or fewer while a rollout shares the cores
-        # (set_compute_threads); 0 leaves torch's default.
-        self._full_threads = max(1, int(config.num_cpus)) if config.num_cpus > 0 else 0
-        self._wanted_threads = self._full_threads
-        self._apply_compute_threads()
+        self.threads = ComputeThreads(config.num_cpus)
+        self.threads.apply()
         torch.manual_seed(seed)
-        self.config = config
-        self.seed = seed
-        self.temperature = temperature
-        self.aggregation: Aggregation = config.aggregation
-        self.entropy_coef = config.entropy_coef
-        self.max_len = config.max_len or None
-        self.logprob_chunk_tokens = config.logprob_chunk_tokens
-        self.kl_in: str = config.kl_in
-        if self.kl_in not in ("loss", "reward"):
-            raise ValueError(f"unknown kl_in {self.kl_in!r}; use loss or reward")
-        self.ppo_epochs = int(config.ppo_epochs)
-        self.mini_batches = int(config.mini_batches)
-        self.tis_cap = float(config.tis_cap)
-        if self.ppo_epochs < 1 or self.mini_batches < 1:
-            raise ValueError(
-                f"ppo_epochs ({self.ppo_epochs}) and mini_batches ({self.mini_batches}) must be "
-                "at least 1: each epoch takes at least one optimiser step"
-            )
-        self.model_path = model_path
-        # adapter_dir: where LoRA adapters go for the engines (lora.export = "adapter"), a file
-        # system every rollout node can read.
+        self.config, self.model_path = config, model_path
         name = transport_for(transport, config.lora)
         self.sender = make_sender(name, bucket_bytes=bucket_bytes, adapter_dir=adapter_dir)
         self.device = torch.device(
             "cuda" if config.num_gpus > 0 and torch.cuda.is_available() else "cpu"
         )
-        # Read the serving dtype before loading: loading in float32 rewrites config.dtype.
-        hf_config = AutoConfig.from_pretrained(model_path)
-        served = export_dtype or getattr(hf_config, "dtype", None)
-        self.export_dtype = to_dtype(served) if served is not None else torch.bfloat16
-        self.pad_token_id = getattr(hf_config, "pad_token_id", None) or 0
-
-        # group: this process's place among learner.num_ranks ranks (None: the only one).
+        self.export_dtype, pad_token_id = serving_dtype_and_pad(model_path, export_dtype)
         self.ranks = Ranks(group)
-        param_dtype, self.autocast_dtype = precision(config)
-        self.model = build_policy(model_path, config, param_dtype).to(self.device)
-        self.reference = self._build_reference(model_path, param_dtype)
-        # A checkpoint's weights go in after the reference took the initial ones and before
-        # the policy is sharded, through the same loaders for any number of ranks.
-        state = checkpoint.load_weights(Path(resume_from), self.model) if resume_from else None
-        # What forward passes run through: the FSDP root around the policy, or the policy.
-        self.root = self.ranks.shard(self.model, self.device)
-        if config.compile:  # after the reference's copy: a frozen copy stays eager
-            compile_layers(self.model)
-        self.trainable = [p for p in self.model.parameters() if p.requires_grad]
-        self._flop_shape = model_config_shape(self.model)  # (matmul params, layers, width)
-        # Each distinct prompt run once where that computes the same logprobs: not under HF's
-        # gradient checkpointing (it drops the KV cache the shared forward runs on), not with
-        # compiled layers (one graph per layer and pass once they read the cache), not with
-        # sliding-window attention (``can_share_prompts``).
-        self.share_prompts = (
-            config.share_prompts
-            and not config.gradient_checkpointing
-            and not config.compile
-            and can_share_prompts(self.model)
+        state = self._build_models(model_path, config, resume_from)
+        self.trainer = Trainer(
+            self.model,
+            config,
+            root=self.root,
+            reference=self.reference,
+            ranks=self.ranks,
+            device=self.device,
+            autocast_dtype=self.autocast_dtype,
+            threads=self.threads,
+            share_prompts=self.share_prompts,
+            temperature=temperature,
+            pad_token_id=pad_token_id,
+            seed=seed,
+            total_steps=total_steps,
         )
-        self.optimizer = torch.optim.AdamW(
-            self.trainable,
-            lr=config.lr,
-            betas=tuple(config.adam_betas),
-            eps=config.adam_eps,
-            weight_decay=config.weight_decay,
-        )
-        # The schedule counts optimiser steps (ppo_epochs x mini_batches per train step).
-        self.total_optimizer_steps = total_steps * self.ppo_epochs * self.mini_batches
-        self.warmup_steps = config.warmup_steps or round(
-            config.warmup_ratio * self.total_optimizer_steps
-        )
-        if config.lr_schedule != "constant" and self.total_optimizer_steps <= self.warmup_steps:
-            raise ValueError(
-                f"lr_schedule = {config.lr_schedule!r} decays over the run: it needs the run's "
-                f"length (run.steps, here {total_steps}) beyond its warmup"
-            )
-        self.optimizer_steps = 0
+        self.optimizer, self.trainable = self.trainer.optimizer, self.trainer.trainable
         self.kl_control = KlControl(
             config.kl_control,
             config.beta,
@@ -177,6 +117,34 @@ class Learner:
         self.step = 0
         if resume_from:
             self._restore(Path(resume_from), state)
+
+    def _build_models(
+        self, model_path: str, config: LearnerConfig, resume_from: str | None
+    ) -> dict | None:
+        """The policy, its reference and what forward passes run through (``root``); returns
+        the learner state of the checkpoint resumed from, if any."""
+        param_dtype, self.autocast_dtype = precision(config)
+        self.model = build_policy(model_path, config, param_dtype).to(self.device)
+        self.reference = self._build_reference(model_path, param_dtype)
+        # A checkpoint's weights go in after the reference took the initial ones and before
+        # the policy is sharded, through the same loaders for any number of ranks.
+        state = checkpoint.load_weights(Path(resume_from), self.model) if resume_from else None
+        # The FSDP root around the policy, or the policy.
+        self.root = self.ranks.shard(self.model, self.device)
+        if config.compile:  # after the reference's copy: a frozen copy stays eager
+            compile_layers(self.model)
+        self._flop_shape = model_config_shape(self.model)  # (matmul params, layers, width)
+        # Each distinct prompt run once where that computes the same logprobs: not under HF's
+        # gradient checkpointing (it drops the KV cache the shared forward runs on), not with
+        # compiled layers (one graph per layer and pass once they read the cache), not with
+        # sliding-window attention (``can_share_prompts``).
+        self.share_prompts = (
+            config.share_prompts
+            and not config.gradient_checkpointing
+            and not config.compile
+            and can_share_prompts(self.model)
+        )
+        return state
 
     def _build_reference(self, model_path: str, param_dtype: torch.dtype) -> Reference | None:
         """pi_ref from the initial policy (beta > 0). With several ranks a frozen copy is
@@ -194,19 +162,11 @@ class Learner:
     def set_compute_threads(self, threads: int) -> None:
         """Train on ``threads`` torch threads from the next micro-batch on (0: ``num_cpus``).
 
-        For a learner that shares CPU cores with a rollout engine in async mode: the driver
-        narrows it while the next batch is being generated and widens it again as soon as that
-        batch is in, so neither oversubscribes the cores nor leaves one idle. It is called from
-        the actor's ``control`` concurrency group while ``train_step`` runs in the default one,
-        so it only records the wish: OpenMP thread counts belong to the calling thread, and the
-        training thread applies it between micro-batches.
+        Called from the actor's ``control`` concurrency group while ``train_step`` runs in the
+        default one: it only records the wish, which the training thread applies between
+        micro-batches (``threads.py``).
         """
-        self._wanted_threads = int(threads) or self._full_threads
-
-    def _apply_compute_threads(self) -> None:
-        wanted = self._wanted_threads
-        if wanted and wanted != torch.get_num_threads():
-            torch.set_num_threads(wanted)
+        self.threads.request(threads)
 
     @property
     def weight_version(self) -> int:
@@ -221,81 +181,23 @@ class Learner:
     @property
     def loss_beta(self) -> float:
         """The KL weight inside the loss: 0 when the KL is charged in the reward instead."""
-        return self.beta if self.kl_in == "loss" else 0.0
+        return self.beta if self.config.kl_in == "loss" else 0.0
 
-    def _logprobs(
-        self,
-        batch: MicroBatch,
-        model=None,
-        return_entropy: bool = False,
-        temperature: float | None = None,
-    ):
-        if temperature is None:  # each row's own where samples have one, else the run's
-            temperature = self.temperature if batch.temperatures is None else batch.temperatures
-        runner = self.root if model is None or model is self.model else model
-        prompts = batch.prompts
-        if prompts is not None and not prompts.saves and not self.ranks.sharded:
-            prompts = None  # ranks always take the same path, so that their collectives pair
-        with autocast(self.device, self.autocast_dtype):
-            return call(
-                runner,
-                completion_logprobs,
-                batch.input_ids,
-                batch.attention_mask,
-                batch.completion_mask,
-                temperature,
-                chunk_tokens=self.logprob_chunk_tokens,
-                return_entropy=return_entropy,
-                prompts=prompts,
-            )
-
-    @torch.no_grad()
-    def _per_sample_logprobs(
-        self, samples: Sequence[TrainSample], model, temperature: float | None = None
-    ) -> list[Tensor]:
-        """Logprobs of each sample's completion tokens under ``model``: 1-D CPU tensors (each
-        rank computes its share, then every rank has them all)."""
-        result: dict[int, Tensor] = {}
-        deal = self._deal(samples)
-        for indices, weight in zip(deal.micro_batches, deal.weights, strict=True):
-            self._apply_compute_threads()
-            batch = collate(
-                samples,
-                indices,
-                self.pad_token_id,
-                self.device,
-                temperature=self.temperature,
-                share_prompts=self.share_prompts,
-            )
-            logprobs = self._logprobs(batch, model, temperature=temperature)
-            if weight:
-                rows = completion_rows(logprobs, samples, indices)
-                result.update(zip(indices, rows, strict=True))
-        result = self.ranks.gather(result)
-        return [result[i] for i in range(len(samples))]
-
-    def _deal(self, samples: Sequence[TrainSample]) -> Deal:
-        """This rank's micro-batches of ``samples`` (``Ranks.plan``)."""
-        return self.ranks.plan(samples, self.config.micro_batch_tokens, self.share_prompts)
+    @property
+    def lr(self) -> float:
+        """The learning rate of the next optimiser step (``learner.lr_schedule``)."""
+        return self.trainer.lr
 
     def reference_logprobs(self, samples: Sequence[TrainSample]) -> list[Tensor]:
         """Reference-policy logprobs of every completion token (needs beta > 0)."""
-        if self.reference is None:
-            raise ValueError("no reference policy: it is only built when beta > 0")
-        with self.reference.active() as model:
-            return self._per_sample_logprobs(samples, model)
+        return self.trainer.reference_logprobs(samples)
 
     def policy_logprobs(
         self, samples: Sequence[TrainSample], temperature: float | None = None
     ) -> list[Tensor]:
         """Current-policy logprobs of every completion token, without gradient (eval mode), at
         the sampling temperature unless told otherwise."""
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            return self._per_sample_logprobs(samples, self.model, temperature)
-        finally:
-            self.model.train(was_training)
+        return self.trainer.policy_logprobs(samples, temperature)
 
     def sequence_kl(self, samples: Sequence[TrainSample]) -> tuple[float, list[float]]:
         """The current beta and each sample's KL(pi || pi_ref) summed over its completion
@@ -331,94 +233,13 @@ class Learner:
         KL term. ``train_step`` is this plus clipping and the optimiser step; it is separate so
         tests can compare gradients for different micro-batch budgets.
         """
-        validate_samples(samples)
-        if ref_logprobs is None and self.loss_beta > 0:
-            ref_logprobs = self.reference_logprobs(samples)
-        self.model.train()
-        total_tokens = sum(s.num_trained_tokens for s in samples)
-        # Dr. GRPO's normaliser must be one constant for the whole batch, not per micro-batch.
-        max_len = max_len or self.max_len or max(s.num_trained_tokens for s in samples)
-        sums = MicroBatchSums(total_tokens, len(samples))
-        deal = self._deal(samples)
-        for indices, weight in zip(deal.micro_batches, deal.weights, strict=True):
-            self._apply_compute_threads()
-            batch = collate(
-                samples,
-                indices,
-                self.pad_token_id,
-                self.device,
-                old_logprobs=old_logprobs,
-                ref_logprobs=ref_logprobs,
-                temperature=self.temperature,
-                share_prompts=self.share_prompts,
-            )
-            logprobs, entropy = self._logprobs(batch, return_entropy=True)  # (B, T) each
-            old = batch.old_logprobs if batch.old_logprobs is not None else logprobs.detach()
-            loss, metrics = self._loss(
-                batch, logprobs, old, entropy, max_len, len(samples), total_tokens
-            )
-            (loss * weight).backward()  # weight 0: a padding copy, for the ranks' collectives
-            if weight:
-                sums.add(batch, metrics, old, torch.get_num_threads())
-        return sums.metrics(self.ranks, tis=self.tis_cap > 0)
-
-    def _loss(
-        self,
-        batch: MicroBatch,
-        logprobs: Tensor,  # (B, T) with grad
-        old: Tensor,  # (B, T) pi_old
-        entropy: Tensor,  # (B, T)
-        max_len: int,
-        num_sequences: int,
-        num_tokens: int,
-    ) -> tuple[Tensor, dict[str, float]]:
-        """``grpo_loss`` with this learner's settings, normalised by the whole step's counts."""
-        config = self.config
-        sequence = config.ratio_level == "sequence"
-        return grpo_loss(
-            logprobs,
-            old,
-            batch.advantages,
-            batch.completion_mask,
-            batch.ref_logprobs,
-            beta=self.loss_beta,
-            clip_eps_low=config.seq_clip_eps_low if sequence else config.clip_eps_low,
-            clip_eps_high=config.seq_clip_eps_high if sequence else config.clip_eps_high,
-            ratio_level=config.ratio_level,
-            kl_estimator=self.config.kl_estimator,
-            aggregation=self.aggregation,
-            entropy=entropy,
-            entropy_coef=self.entropy_coef,
+        return self.trainer.accumulate_gradients(
+            samples,
+            self.loss_beta,
+            old_logprobs=old_logprobs,
+            ref_logprobs=ref_logprobs,
             max_len=max_len,
-            batch_num_sequences=num_sequences,
-            batch_num_tokens=num_tokens,
-            sampler_logprobs=batch.sampler_logprobs,
-            tis_cap=self.tis_cap,
         )
-
-    @property
-    def lr(self) -> float:
-        """The learning rate of the next optimiser step (``learner.lr_schedule``)."""
-        config = self.config
-        return learning_rate(
-            self.optimizer_steps,
-            config.lr,
-            config.lr_schedule,
-            self.warmup_steps,
-            self.total_optimizer_steps,
-            config.min_lr,
-        )
-
-    def _optimizer_step(self) -> float:
-        self._apply_compute_threads()
-        grad_norm = full(clip_grad_norm_(self.trainable, self.config.max_grad_norm))
-        lr = self.lr
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.optimizer_steps += 1
-        return float(grad_norm)
 
     def train_step(self, samples: Sequence[TrainSample]) -> dict[str, float]:
         """``ppo_epochs`` x ``mini_batches`` optimiser steps on a scored batch; ``train/*`` metrics.
@@ -430,19 +251,13 @@ class Learner:
         """
         start = time.perf_counter()
         validate_samples(samples)
-        self.optimizer.zero_grad(set_to_none=True)
         beta = self.beta
-        if self.ppo_epochs == 1 and self.mini_batches == 1:
-            metrics = self.accumulate_gradients(samples)
-            metrics["train/grad_norm"] = self._optimizer_step()
-        else:
-            metrics = self._train_epochs(samples)
-        metrics["train/lr"] = self.optimizer.param_groups[0]["lr"]  # the step's last
+        metrics = self.trainer.train(samples, self.loss_beta, self.step)
         metrics["train/model_tflop"] = self.model_flops(samples) / 1e12
         metrics["train/beta"] = beta
         self._weight_version += 1
         self.step += 1
-        kl = metrics.get("train/kl", 0.0) if self.kl_in == "loss" else self._reward_kl
+        kl = metrics.get("train/kl", 0.0) if self.config.kl_in == "loss" else self._reward_kl
         self.kl_control.update(kl or 0.0, len(samples), self.step)
         metrics["train/step_time_s"] = time.perf_counter() - start
         return metrics
@@ -453,36 +268,10 @@ class Learner:
         reference's when the loss has a KL term."""
         lengths = spans(samples, self.share_prompts)
         epoch = step_flops(*self._flop_shape, lengths, lora=self.config.lora.enabled)
-        several = self.ppo_epochs > 1 or self.mini_batches > 1
+        forward = forward_flops(*self._flop_shape, lengths)
+        several = self.trainer.steps_per_train_step > 1
         forwards = int(self.loss_beta > 0) + int(several)
-        return epoch * self.ppo_epochs + forwards * forward_flops(*self._flop_shape, lengths)
-
-    def _train_epochs(self, samples: Sequence[TrainSample]) -> dict[str, float]:
-        """mu epochs of mini-batch steps against pi_old computed once (see ``epochs.py``)."""
-        ref = self.reference_logprobs(samples) if self.loss_beta > 0 else None
-        old = self.policy_logprobs(samples)
-        max_len = self.max_len or max(s.num_trained_tokens for s in samples)
-        every, last = MetricMeans(), MetricMeans()
-        for epoch in range(self.ppo_epochs):
-            seed = f"{self.seed}/{self.step}/{epoch}"
-            for part in split_mini_batches(len(samples), self.mini_batches, seed):
-                metrics = self.accumulate_gradients(
-                    [samples[i] for i in part],
-                    old_logprobs=[old[i] for i in part],
-                    ref_logprobs=None if ref is None else [ref[i] for i in part],
-                    max_len=max_len,
-                )
-                metrics["train/grad_norm"] = self._optimizer_step()
-                every.add(metrics)
-                if epoch == self.ppo_epochs - 1:
-                    last.add(metrics)
-        result = every.means()
-        for key in ("ratio_mean", "clip_frac", "loss"):
-            result[f"train/{key}_last_epoch"] = last.means()[f"train/{key}"]
-        result["train/num_tokens"] = float(sum(s.num_trained_tokens for s in samples))
-        result["train/num_samples"] = float(len(samples))
-        result["train/optimizer_steps"] = float(every.count)
-        return result
+        return epoch * self.config.ppo_epochs + forwards * forward
 
     def score(self, samples: Sequence[TrainSample]) -> list[list[float]]:
         """Current policy logprob of every completion token at temperature 1, one list per
@@ -549,7 +338,7 @@ class Learner:
         state = {
             "weight_version": self._weight_version,
             "step": self.step,
-            "optimizer_steps": self.optimizer_steps,
+            "optimizer_steps": self.trainer.optimizer_steps,
             "beta": self.beta,
             "num_ranks": self.ranks.size,
         }
@@ -571,15 +360,7 @@ class Learner:
 
     def _restore(self, path: Path, state: dict) -> None:
         """Optimiser state and counters from checkpoint ``path`` (weights already loaded)."""
-        checkpoint.load_optimizer(path, self.model, self.optimizer, self.device, self.ranks)
+        self.trainer.restore(path, state, int(state["step"]))
         self._weight_version, self.step = int(state["weight_version"]), int(state["step"])
-        # Checkpoints from before the schedules: ppo_epochs x mini_batches per step, fixed beta.
-        steps = self.step * self.ppo_epochs * self.mini_batches
-        self.optimizer_steps = int(state.get("optimizer_steps", steps))
-        for group in self.optimizer.param_groups:  # the config's, not the checkpoint's
-            group.update(
-                betas=tuple(self.config.adam_betas),
-                eps=self.config.adam_eps,
-                weight_decay=self.config.weight_decay,
-            )
+        # Checkpoints from before the schedules have no beta: the config's fixed one.
         self.kl_control.beta = float(state.get("beta", self.kl_control.beta))

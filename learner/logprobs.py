@@ -18,11 +18,14 @@ Temperature: logits are divided by the sampling temperature, which matches vLLM'
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from learner.batching import SharedPrompts
+from learner.policy import base_model_of
 
 # Architectures whose causal-LM head is exactly ``lm_head(backbone(x))``: no logit soft-capping
 # or scaling in between (Gemma 2, Cohere and others add one; they take the full-logits path).
@@ -33,7 +36,7 @@ _PLAIN_HEAD_MODEL_TYPES = frozenset(
 
 def _split_backbone(model: nn.Module) -> tuple[nn.Module, nn.Module] | None:
     """(backbone, lm_head) of a plain causal LM, unwrapping peft; None when not known to be safe."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = base_model_of(model)
     config = getattr(base, "config", None)
     if getattr(config, "model_type", None) not in _PLAIN_HEAD_MODEL_TYPES:
         return None
@@ -190,19 +193,7 @@ def _shared_prompt_logprobs(
     attending to their prompt through the cache. Completion token 0 is predicted by the
     prompt's last hidden state, token j > 0 by pass 2's hidden state j - 1."""
     lengths, index = prompts.lengths, prompts.index  # (B,) each
-    width = int(lengths.max())  # P
-    own_length = lengths[prompts.first]  # (U,)
-    columns = torch.arange(width, device=input_ids.device)
-    prompt_mask = (columns < own_length[:, None]).long()  # (U, P)
-    first = backbone(
-        input_ids=input_ids[prompts.first, :width], attention_mask=prompt_mask, use_cache=True
-    )
-    cache = first.past_key_values
-    if cache is None or cache.get_seq_length() != width:  # a layer that drops the cache
-        raise RuntimeError("the shared-prompt forward needs the model's KV cache")
-    cache.batch_select_indices(index)  # (B, heads, P, d) per layer
-    last = first[0][index, lengths - 1]  # (B, H): predicts completion token 0
-
+    cache, last, prompt_mask = _prompt_pass(backbone, input_ids, prompts)
     completion_lengths = attention_mask.sum(dim=1) - lengths  # (B,)
     steps = torch.arange(int(completion_lengths.max()), device=input_ids.device)  # C
     source = (lengths[:, None] + steps).clamp(max=input_ids.shape[1] - 1)  # (B, C) in (B, T)
@@ -233,6 +224,28 @@ def _shared_prompt_logprobs(
     if return_entropy:
         return place(token_logp), place(entropy)
     return place(token_logp)
+
+
+def _prompt_pass(
+    backbone: nn.Module, input_ids: Tensor, prompts: SharedPrompts
+) -> tuple[Any, Tensor, Tensor]:
+    """Pass 1 of the shared-prompt forward: the U distinct prompts run once. Returns their KV
+    cache (the model's ``Cache``) indexed out to the B rows, each row's prompt's last hidden
+    state (B, H), which predicts its completion token 0, and the distinct prompts' attention
+    mask (U, P)."""
+    lengths = prompts.lengths  # (B,)
+    width = int(lengths.max())  # P
+    own_length = lengths[prompts.first]  # (U,)
+    columns = torch.arange(width, device=input_ids.device)
+    prompt_mask = (columns < own_length[:, None]).long()  # (U, P)
+    first = backbone(
+        input_ids=input_ids[prompts.first, :width], attention_mask=prompt_mask, use_cache=True
+    )
+    cache = first.past_key_values
+    if cache is None or cache.get_seq_length() != width:  # a layer that drops the cache
+        raise RuntimeError("the shared-prompt forward needs the model's KV cache")
+    cache.batch_select_indices(prompts.index)  # (B, heads, P, d) per layer
+    return cache, first[0][prompts.index, lengths - 1], prompt_mask
 
 
 def _scatter(values: Tensor, predicts: Tensor) -> Tensor:

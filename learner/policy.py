@@ -1,4 +1,4 @@
-"""Building the policy module: dtype policy, gradient checkpointing, LoRA.
+"""Building the policy module: dtype policy, gradient checkpointing, LoRA, compiled layers.
 
 Precision. ``learner.dtype = "bfloat16"`` has two meanings, chosen by ``learner.master_dtype``:
 
@@ -12,6 +12,10 @@ Precision. ``learner.dtype = "bfloat16"`` has two meanings, chosen by ``learner.
   fp32 master weights do not fit.
 
 ``dtype = "float32"`` is plain float32 either way.
+
+Also the parts of an HF causal LM the rest of the learner reaches for (the model under a peft
+wrapper, its decoder layers) and what the engines serve (dtype, pad token), read from the
+model's config.
 """
 
 from __future__ import annotations
@@ -23,7 +27,6 @@ import torch
 from torch import nn
 
 from common.config import LearnerConfig
-from learner.sharding import decoder_layers
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -31,12 +34,45 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 def precision(config: LearnerConfig) -> tuple[torch.dtype, torch.dtype | None]:
     """(parameter dtype, autocast dtype or None) for this config; see the module docstring."""
     compute = DTYPES[config.dtype]
-    master = config.master_dtype
-    if master not in ("float32", "same"):
-        raise ValueError(f"unknown master_dtype {master!r}; use float32 or same")
-    if compute == torch.float32 or master == "same":
+    if compute == torch.float32 or config.master_dtype == "same":
         return compute, None
     return torch.float32, compute
+
+
+def base_model_of(model: nn.Module) -> nn.Module:
+    """The HF ``...ForCausalLM`` under a peft wrapper (or the model itself)."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def decoder_layers(model: nn.Module) -> nn.ModuleList:
+    """The decoder layers of an HF causal LM (under a peft wrapper too): the units that are
+    compiled (``learner.compile``) and sharded one by one (``sharding.py``)."""
+    base = base_model_of(model)
+    backbone = getattr(base, getattr(base, "base_model_prefix", "model"), None)
+    layers = getattr(backbone, "layers", None)
+    if not isinstance(layers, nn.ModuleList) or not len(layers):
+        raise ValueError(
+            f"no decoder layers found in {type(base).__name__} (expected <model>.layers, as in "
+            "Qwen2 and Llama): learner.compile and learner.num_ranks > 1 work layer by layer"
+        )
+    return layers
+
+
+def serving_dtype_and_pad(model_path: str, export_dtype: str | None) -> tuple[torch.dtype, int]:
+    """(the dtype the engines serve in, the pad token id) of the model at ``model_path``.
+
+    The serving dtype is ``export_dtype`` (``model.dtype``) when given, else the model config's
+    ``dtype``, else bfloat16. Read before the model is loaded: loading in float32 rewrites the
+    config's ``dtype``.
+    """
+    # lazy: importing learner needs only torch (the package docstring); transformers loads
+    # when a learner is built
+    from transformers import AutoConfig
+
+    hf_config = AutoConfig.from_pretrained(model_path)
+    served = export_dtype or getattr(hf_config, "dtype", None)
+    dtype = to_dtype(served) if served is not None else torch.bfloat16
+    return dtype, getattr(hf_config, "pad_token_id", None) or 0
 
 
 def autocast(device: torch.device, dtype: torch.dtype | None):
@@ -48,7 +84,7 @@ def autocast(device: torch.device, dtype: torch.dtype | None):
 
 def load_causal_lm(model_path: str, dtype: torch.dtype) -> nn.Module:
     """The HF causal LM at ``model_path`` in ``dtype``, with the KV cache off (training)."""
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM  # lazy: as in serving_dtype_and_pad
 
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
     model.config.use_cache = False
@@ -76,10 +112,12 @@ def compile_layers(model: nn.Module) -> int:
     dynamic: every micro-batch has its own length.
     """
     layers = decoder_layers(model)
-    # Inductor's CPU kernels read the thread count at run time, not at compile time: the
-    # learner narrows and widens its threads (async.learner_threads_during_rollout).
+    # lazy: inductor's config pulls in the compiler (about a second to import), which only
+    # learner.compile uses
     import torch._inductor.config as inductor
 
+    # Inductor's CPU kernels read the thread count at run time, not at compile time: the
+    # learner narrows and widens its threads (async.learner_threads_during_rollout).
     inductor.cpp.dynamic_threads = True
     for layer in layers:
         layer.compile(dynamic=True)
@@ -99,6 +137,7 @@ def to_dtype(value: object) -> torch.dtype:
 
 
 def _wrap_lora(model: nn.Module, config: LearnerConfig) -> nn.Module:
+    # lazy: peft is needed only with lora.enabled, and importing learner needs only torch
     from peft import LoraConfig as PeftLoraConfig
     from peft import get_peft_model
 
@@ -136,6 +175,6 @@ def load_tokenizer(model_path: str):
     root = Path(model_path)
     if not any((root / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
         return None
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # lazy: as in serving_dtype_and_pad
 
     return AutoTokenizer.from_pretrained(model_path)

@@ -6,7 +6,7 @@ layer for each forward and backward). Each train step's micro-batches are dealt 
 ranks, so N ranks also split the step's compute.
 
 The loss does not depend on N. Every micro-batch's loss is already normalised by the whole
-step's counts (``learner.py``), so the step's gradient is the *sum* of the micro-batches'
+step's counts (``step.py``), so the step's gradient is the *sum* of the micro-batches'
 gradients, whichever rank ran them: the reduce-scatter sums (divide factor 1) instead of
 FSDP's default average, and the metrics are summed across ranks the same way.
 
@@ -27,31 +27,19 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.distributed.tensor import DTensor
 
 from common.rendezvous import store_client, use_interface
 from common.types import ProcessGroupSpec, TrainSample
 from learner.batching import pack_micro_batches, prompt_groups, sample_length
-
-
-def decoder_layers(model: nn.Module) -> nn.ModuleList:
-    """The decoder layers of an HF causal LM (under a peft wrapper too): the units that are
-    compiled (``learner.compile``) and sharded one by one."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    backbone = getattr(base, getattr(base, "base_model_prefix", "model"), None)
-    layers = getattr(backbone, "layers", None)
-    if not isinstance(layers, nn.ModuleList) or not len(layers):
-        raise ValueError(
-            f"no decoder layers found in {type(base).__name__} (expected <model>.layers, as in "
-            "Qwen2 and Llama): learner.compile and learner.num_ranks > 1 work layer by layer"
-        )
-    return layers
+from learner.policy import decoder_layers
 
 
 def full(tensor: Tensor) -> Tensor:
     """The whole tensor of a ``DTensor`` shard (a collective: every rank must call it in the
     same order), or the tensor itself."""
-    from torch.distributed.tensor import DTensor
-
     return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
 
 
@@ -120,9 +108,6 @@ class Ranks:
         the model itself when there is one rank); gradients summed across ranks."""
         if not self.sharded:
             return model
-        from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.fsdp import FSDPModule, fully_shard
-
         mesh = init_device_mesh(device.type, (self.size,))
         for layer in decoder_layers(model):
             fully_shard(layer, mesh=mesh)

@@ -1,22 +1,10 @@
-"""One learner step, measured: ``python -m learner.bench --preset qwen2.5-1.5b [--lora] ...``.
+"""One learner step, measured: ``python -m learner.bench`` (its ``--help`` says what and how).
 
-Builds a model of a given architecture and size from its config with random weights (no
-download), feeds the real :class:`~learner.learner.Learner` a GRPO batch of random tokens with
-the shape of a rollout (prompts x G samples x completion tokens, non-zero advantages so every
-token has a gradient) and times full ``train_step`` calls: forward, backward, optimiser, plus
-the reference forward when ``--beta > 0``. Prints step time, trained tokens/s, peak memory
-(CUDA: ``max_memory_allocated``; CPU: the process's peak resident set) and utilisation: the
-step's model FLOP/s over the peak a large matrix product reaches in the step's dtype on the same
-device, measured in the same run (``flops.py``).
-
-This answers "does my configuration fit, and how fast is it" before renting a cluster: the
-memory of a step depends on shapes and dtypes, not on what the weights have learnt. With
-``--ranks N`` the step runs on N learner ranks (FSDP2, one process each, gloo on CPU and NCCL on
-GPU) and each rank reports its own peak memory, step time and ``state_gib``: the parameters,
-gradients and AdamW state it holds (its shards), the part of the memory that sharding divides
-by N. Learner
-options not on the command line keep :class:`common.config.LearnerConfig`'s defaults; any can
-be set with ``--learner.key value``.
+Builds a model of a public shape with random weights (no download), feeds the real
+:class:`~learner.learner.Learner` a random GRPO batch with a rollout's shape and times whole
+``train_step`` calls; utilisation is the step's model FLOP/s (``learner/flops.py``) over the peak
+a large matrix product reaches in the same run. With ``--ranks N`` the step runs on N learner
+ranks (FSDP2), one process each, spawned here.
 """
 
 from __future__ import annotations
@@ -31,7 +19,48 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
+import torch.multiprocessing as mp
+
+from common.config import ConfigError, LearnerConfig, load_config
+from common.rendezvous import LOOPBACK, GroupStore
+from common.types import ProcessGroupSpec, TrainSample
 from learner.flops import learner_peak_flops
+from learner.learner import Learner
+
+DESCRIPTION = """\
+Time one learner step on a model of a public shape with random weights (no download).
+
+Builds the preset's model with random bf16 weights and feeds the real Learner a random GRPO
+batch shaped like one rollout: PROMPTS prompts x GROUP samples of PROMPT_LEN + COMPLETION_LEN
+tokens, advantages +1 / -1 so that every completion token has a gradient. It times whole train
+steps: forward, backward and the AdamW step, plus the reference's forward when --beta > 0. The
+learner runs on the GPU when CUDA is available, else on the CPU with --threads threads.
+
+It answers "does my configuration fit, and how fast is it" before renting a cluster: the memory
+of a step depends on shapes and dtypes, not on what the weights have learnt. It prints one JSON
+object on stdout (each step's time goes to stderr)."""
+
+EPILOG = """\
+what the JSON reports:
+  step_s                median time of the timed steps (--steps, after --warmup untimed ones)
+  tokens_per_s          the batch's completion tokens / step_s
+  peak_memory_gib       CUDA: max_memory_allocated; CPU: the process's peak resident set
+  state_gib             parameters + gradients + AdamW state this process holds
+  model_tflop_per_step  model FLOPs of one step (learner/flops.py; padding not counted)
+  achieved_tflops       model_tflop_per_step / step_s
+  peak_tflops           the best of three large matrix products in the step's dtype on the
+                        same device and threads, measured in this run (x the ranks)
+  utilisation           achieved_tflops / peak_tflops
+  learner               the learner config the step ran with
+
+With --ranks N each rank is a process holding 1/N of the state (gloo on CPU, NCCL on GPU); the
+numbers are the slowest rank's, peak_memory_gib and state_gib the largest rank's, and "ranks"
+lists every rank's step_s, peak_memory_gib and state_gib.
+
+The learning rate is 1e-6; learner options without a flag here keep LearnerConfig's defaults.
+Any learner option can be set as --learner.KEY VALUE, which wins over the flags above, e.g.
+--learner.lora.alpha 32. Measured runs: docs/benchmarks.md, "One learner step"."""
 
 # Shapes of public checkpoints (their config.json), for random-weight stand-ins.
 PRESETS: dict[str, dict[str, Any]] = {
@@ -58,7 +87,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 def build_random_model(preset: str, root: Path) -> Path:
     """A Qwen2 model of ``preset``'s shape with random bf16 weights, saved under ``root``."""
-    import torch
+    # lazy: importing learner needs only torch; transformers loads when a model is built
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     config = Qwen2Config(**PRESETS[preset], max_position_embeddings=32768, dtype="bfloat16")
@@ -72,10 +101,6 @@ def build_random_model(preset: str, root: Path) -> Path:
 
 def random_batch(prompts: int, group: int, prompt_len: int, completion_len: int, vocab: int):
     """TrainSamples shaped like one rollout batch; advantages alternate sign within a group."""
-    import torch
-
-    from common.types import TrainSample
-
     generator = torch.Generator().manual_seed(0)
     samples = []
     for p in range(prompts):
@@ -89,9 +114,8 @@ def random_batch(prompts: int, group: int, prompt_len: int, completion_len: int,
     return samples
 
 
-def peak_memory_gib(device) -> float:
-    import torch
-
+def peak_memory_gib(device: torch.device) -> float:
+    """The process's peak memory on ``device`` so far (see ``EPILOG``)."""
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**30
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB
@@ -100,7 +124,6 @@ def peak_memory_gib(device) -> float:
 def state_gib(learner) -> float:
     """GiB of parameters, gradients (one per trainable parameter, in its dtype) and optimiser
     state this process holds: local shards only when the learner is sharded."""
-    import torch
 
     def local(tensor: torch.Tensor) -> int:
         tensor = tensor.to_local() if hasattr(tensor, "to_local") else tensor
@@ -113,11 +136,8 @@ def state_gib(learner) -> float:
     return total / 2**30
 
 
-def learner_config(args: argparse.Namespace, overrides: list[str]):
-    import torch
-
-    from common.config import load_config
-
+def learner_config(args: argparse.Namespace, overrides: list[str]) -> LearnerConfig:
+    """The flags' learner options, then ``--learner.key value`` overrides on top."""
     learner_options = {
         "lr": 1e-6,
         "beta": args.beta,
@@ -139,10 +159,6 @@ def run(args: argparse.Namespace, overrides: list[str]) -> dict[str, Any]:
         path = build_random_model(args.preset, Path(root))
         if args.ranks == 1:
             return {**measure(args, config, path, None), "learner": config.model_dump()}
-        import torch.multiprocessing as mp
-
-        from common.rendezvous import LOOPBACK, GroupStore
-
         store = GroupStore(LOOPBACK)  # the ranks' store, served here while they run
         spawn_args = (args, config, path, store.address, Path(root))
         mp.spawn(_rank_main, args=spawn_args, nprocs=args.ranks, join=True)
@@ -160,10 +176,6 @@ def run(args: argparse.Namespace, overrides: list[str]) -> dict[str, Any]:
 
 
 def _rank_main(rank: int, args, config, path: Path, address: str, root: Path) -> None:
-    import torch
-
-    from common.types import ProcessGroupSpec
-
     if torch.cuda.is_available():
         torch.cuda.set_device(rank)
     backend = "nccl" if torch.cuda.is_available() else "gloo"
@@ -174,10 +186,6 @@ def _rank_main(rank: int, args, config, path: Path, address: str, root: Path) ->
 
 def measure(args: argparse.Namespace, config, path: Path, group) -> dict[str, Any]:
     """Warm-up and timed ``train_step`` calls of one learner (rank); its numbers."""
-    import torch
-
-    from learner.learner import Learner
-
     learner = Learner(str(path), config, group=group)
     vocab = PRESETS[args.preset]["vocab_size"]
     shape = (args.prompts, args.group, args.prompt_len, args.completion_len)
@@ -231,30 +239,77 @@ def _flatten(data: dict, prefix: str = "") -> list[str]:
     return flat
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """The description and epilog as written; every option that has a default shows it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.help and action.default not in (None, False, argparse.SUPPRESS):
+            return f"{action.help} (default: %(default)s)"
+        return action.help
+
+
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    parser = argparse.ArgumentParser(prog="python -m learner.bench", description=__doc__)
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="qwen2.5-1.5b")
-    parser.add_argument("--prompts", type=int, default=16)
-    parser.add_argument("--group", type=int, default=8, help="G samples per prompt")
-    parser.add_argument("--prompt-len", type=int, default=128)
-    parser.add_argument("--completion-len", type=int, default=512)
-    parser.add_argument("--beta", type=float, default=0.04, help="> 0 adds the reference")
-    parser.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16")
-    parser.add_argument("--gradient-checkpointing", action="store_true")
-    parser.add_argument("--micro-batch-tokens", type=int, default=8192)
-    parser.add_argument("--lora", action="store_true")
-    parser.add_argument("--lora-rank", type=int, default=16)
-    parser.add_argument("--threads", type=float, default=1.0, help="torch threads on CPU")
-    parser.add_argument("--ranks", type=int, default=1, help="learner ranks (FSDP2)")
-    parser.add_argument("--steps", type=int, default=2)
-    parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--out", help="also write the result as JSON here")
+    """The flags below, and the ``--learner.key value`` overrides left over."""
+    parser = argparse.ArgumentParser(
+        prog="python -m learner.bench",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=_HelpFormatter,
+    )
+    add = parser.add_argument
+    add(
+        "--preset",
+        choices=sorted(PRESETS),
+        default="qwen2.5-1.5b",
+        help="the model's shape: qwen2.5-1.5b and qwen2.5-coder-0.5b are the public "
+        "checkpoints' (their config.json), bench-20m is configs/bench.toml's model, tiny is for "
+        "tests",
+    )
+    add("--prompts", type=int, default=16, help="distinct prompts in the batch")
+    add("--group", type=int, default=8, help="G: samples per prompt")
+    add("--prompt-len", type=int, default=128, help="tokens of each prompt")
+    add("--completion-len", type=int, default=512, help="tokens of each completion, all trained")
+    add(
+        "--beta",
+        type=float,
+        default=0.04,
+        help="KL weight (learner.beta); > 0 adds the reference's forward to every step and, "
+        "without --lora, its copy of the weights to the memory",
+    )
+    add(
+        "--dtype",
+        choices=["bfloat16", "float32"],
+        default="bfloat16",
+        help="compute dtype (learner.dtype); bfloat16 runs under autocast over float32 master "
+        "weights",
+    )
+    add(
+        "--gradient-checkpointing",
+        action="store_true",
+        help="recompute activations in the backward pass: less memory, more time",
+    )
+    add(
+        "--micro-batch-tokens",
+        type=int,
+        default=8192,
+        help="padded-token budget of one micro-batch (learner.micro_batch_tokens)",
+    )
+    add("--lora", action="store_true", help="train a LoRA adapter instead of every weight")
+    add("--lora-rank", type=int, default=16, help="the adapter's rank, with --lora")
+    add("--threads", type=float, default=1.0, help="torch threads (learner.num_cpus)")
+    add(
+        "--ranks",
+        type=int,
+        default=1,
+        help="learner ranks (learner.num_ranks): FSDP2, one process each",
+    )
+    add("--steps", type=int, default=2, help="timed steps; step_s is their median")
+    add("--warmup", type=int, default=1, help="untimed steps before them")
+    add("--out", help="also write the JSON result to this file")
     return parser.parse_known_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
-    from common.config import ConfigError
-
     args, overrides = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         result = run(args, overrides)
