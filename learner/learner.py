@@ -76,6 +76,7 @@ class Learner:
         group: ProcessGroupSpec | None = None,
         resume_from: str | None = None,
     ) -> None:
+        # torch threads: learner.num_cpus, fewer while a rollout shares the cores (threads.py)
         self.threads = ComputeThreads(config.num_cpus)
         self.threads.apply()
         torch.manual_seed(seed)
