@@ -3,6 +3,8 @@
 Modules: ``rewards`` (terms and their sum), ``advantage`` (baselines, shaping, dynamic sampling),
 ``loss`` and ``kl_control``; the driver calls the first two, the learner the last two. Functions
 on lists and tensors plus small state holders; it imports ``common`` and torch, never a role.
+This file re-exports nothing: ``rewards`` must import without torch (a user's reward module at
+config load, the sandbox's ``reward``), and a package's ``__init__`` runs before any submodule.
 Below, ``section.key`` is a config option and ``algorithm.x`` a module.
 
 GRPO (Shao et al. 2024, "DeepSeekMath", section 4.1), the defaults: sample G completions per
@@ -53,74 +55,3 @@ reward aggregates its steps' scores, ``min`` by default after Lightman et al. 20
 ``algorithm.rewards.steps``) and user ``module:function`` terms. A multi-turn episode may
 discount its reward by the turn that solved it (``algorithm.rewards.episode``).
 """
-
-from algorithm.advantage import (
-    BaselineState,
-    GroupAccumulator,
-    KalmanBaseline,
-    dynamic_sample,
-    group_advantages,
-    is_informative,
-    kalman_advantages,
-    kalman_update,
-    kl_penalised_rewards,
-    kl_shaped_rewards,
-    masked_group_advantages,
-    step_advantages,
-    tie_noise,
-    zero_std_fraction,
-)
-from algorithm.kl_control import KlControl
-from algorithm.loss import grpo_loss, kl_divergence, sequence_kl, tis_weights
-from algorithm.rewards import (
-    ComposedReward,
-    RewardInput,
-    RewardTerm,
-    RewardTermError,
-    aggregate_steps,
-    build_reward,
-    discounted,
-    execution_reward,
-    format_term,
-    length_penalty,
-    load_user_term,
-    split_steps,
-    step_prefixes,
-    term_metrics,
-)
-
-__all__ = [
-    "BaselineState",
-    "ComposedReward",
-    "GroupAccumulator",
-    "KalmanBaseline",
-    "KlControl",
-    "RewardInput",
-    "RewardTerm",
-    "RewardTermError",
-    "aggregate_steps",
-    "build_reward",
-    "discounted",
-    "dynamic_sample",
-    "execution_reward",
-    "format_term",
-    "group_advantages",
-    "grpo_loss",
-    "is_informative",
-    "kalman_advantages",
-    "kalman_update",
-    "kl_divergence",
-    "kl_penalised_rewards",
-    "kl_shaped_rewards",
-    "length_penalty",
-    "load_user_term",
-    "masked_group_advantages",
-    "sequence_kl",
-    "split_steps",
-    "step_advantages",
-    "step_prefixes",
-    "term_metrics",
-    "tie_noise",
-    "tis_weights",
-    "zero_std_fraction",
-]

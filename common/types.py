@@ -71,7 +71,7 @@ class Completion:
         return len(self.token_ids) if self.loss_mask is None else sum(self.loss_mask)
 
 
-class Verdict(str, Enum):
+class Verdict(str, Enum):  # noqa: UP042 (StrEnum would change str() of verdicts in records)
     """Outcome of executing one completion (or one test) in the sandbox."""
 
     PASSED = "passed"

@@ -124,7 +124,7 @@ def _first_line(error: Exception) -> str:
 
 def _aborted(error: Exception, run_dir: Path) -> RunAborted:
     """Name the actor that died (Ray's error text has its ``name:``) and the step to resume at."""
-    from launch.fleet.weight_sync import LearnerTransmitError  # lazy: vLLM, as in _run
+    from launch.fleet.weight_sync import LearnerTransmitError  # lazy: Ray and torch, as in _run
 
     text = str(error)
     names = [line.split(":", 1)[1].strip() for line in text.splitlines() if "\tname:" in line]
@@ -148,7 +148,7 @@ def _restart_learner(error: Exception, config: Config, fleet, model_path: str, r
     state to continue from (the steps after the checkpoint are redone, as on --resume).
     Raises ``error`` again when it was not the learner, when ``learner.max_restarts`` are
     used up, or when there is no checkpoint to restart from."""
-    # lazy: Ray, torch and vLLM, as in _run
+    # lazy: Ray and torch, as in _run
     from launch.fleet.actors import learner_name
     from launch.fleet.weight_sync import LearnerTransmitError
 
@@ -204,7 +204,7 @@ def train(config: Config, resume: bool = False, overwrite: bool = False) -> Path
 
 def _run(config: Config, model_path: str, tokenizer, problems, resume: bool, overwrite: bool):
     """:func:`train` once the run directory is locked."""
-    # lazy: Ray, torch and vLLM (under the fleet and the driver) take seconds to import;
+    # lazy: Ray and torch (under the fleet and the driver) take seconds to import;
     # --help and config errors answer before any of them loads
     import ray
 

@@ -4,10 +4,10 @@ name the field, and writing the resolved config back as TOML."""
 from __future__ import annotations
 
 import json
+import tomllib
 from pathlib import Path
 from typing import Any
 
-import tomllib
 from pydantic import ValidationError
 
 from common.config.base import ConfigError

@@ -63,7 +63,7 @@ def run_ours(
 ) -> tuple[list[dict[str, float]], list[int]]:
     """K driver steps through a real fleet; each step's metric record (plus its wall time) and
     the problem indices drawn, in order (the prompts TRL gets)."""
-    # lazy: Ray, transformers and vLLM (under the fleet and the driver) take seconds to
+    # lazy: Ray, torch and transformers (under the fleet and the driver) take seconds to
     # import; --help and config errors answer first
     import ray
     from transformers import AutoTokenizer

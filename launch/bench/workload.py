@@ -6,10 +6,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import tomllib
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 from common.config import Config, ConfigError, apply_overrides, validate_config
 from launch.data.tiny_model import build_tokenizer

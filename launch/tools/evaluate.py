@@ -27,7 +27,6 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from actor.scorer import RewardScorer
 from common.config import ConfigError, ModelConfig, RolloutConfig, SandboxConfig, ScorerOptions
 from common.config.sandbox import ISOLATION_LEVELS, MIN_ISOLATION_HELP
 from common.datasets import DatasetError
@@ -110,6 +109,10 @@ def verifier_scores(
         summary = Path(verifier) / "verifier.json"
         trained = json.loads(summary.read_text()).get("max_length") if summary.is_file() else 0
         max_length = trained or 512
+    # lazy: the scorer loads torch (seconds); --help, user errors and runs without --rerank
+    # answer without it
+    from actor.scorer import RewardScorer
+
     scorer = RewardScorer(verifier, ScorerOptions(path=verifier, max_length=max_length))
     prompts = {p.problem_id: p.prompt for p in problems}
     return scorer.score(
