@@ -68,8 +68,21 @@ def short_run(tmp_path_factory, tiny_model_path):
     )
     before = set(glob.glob(os.path.join(tempfile.gettempdir(), "sandbox-*")))
     run_dir = train(config)
-    leaked = set(glob.glob(os.path.join(tempfile.gettempdir(), "sandbox-*"))) - before
-    return config, run_dir, leaked
+    new = set(glob.glob(os.path.join(tempfile.gettempdir(), "sandbox-*"))) - before
+    return config, run_dir, {path for path in new if not _pool_alive(path)}
+
+
+def _pool_alive(path: str) -> bool:
+    """Whether the process that made ``sandbox-<pid>-...`` still runs: then the directory is
+    another run's on this machine (a shared /tmp), not one this run left behind, since the
+    run's own pools have ended when ``train`` returns."""
+    try:
+        os.kill(int(os.path.basename(path).split("-")[1]), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
 
 
 def test_every_step_writes_the_metrics_interface(short_run):
