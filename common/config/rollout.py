@@ -144,8 +144,9 @@ class EpisodeConfig(Section):
     reward: Literal["final", "first_success_discounted"] = Field(
         "final",
         description="final: the last turn's reward; first_success_discounted: a success at "
-        "turn k earns discount^(k - 1) of its reward (an unsolved episode keeps its last "
-        "turn's), so an earlier success is worth more",
+        "turn k earns discount^(k - 1) of its reward, so an earlier success is worth more, and "
+        "an unsolved episode discount^(max_turns - 1) of its last turn's, so a near miss never "
+        "outranks a success at the last turn (algorithm/rewards/episode.py)",
     )
     discount: float = Field(0.9, gt=0, le=1, description="gamma of first_success_discounted")
     template: Literal["auto", "chat", "plain"] = Field(

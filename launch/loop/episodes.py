@@ -15,8 +15,8 @@ What the learner sees of a two-turn episode (``Completion.loss_mask``)::
 Feedback is context, like the prompt: no sampler logprob (0), no loss, no KL. Token ids are kept
 as generated and the feedback is tokenised on its own (nothing is re-tokenised), so the learner
 scores exactly the sequence the engine sampled from. The reward is the last turn's, or with
-``episode.reward = "first_success_discounted"`` that reward times ``discount^(turns - 1)``
-(``algorithm.rewards.episode``).
+``episode.reward = "first_success_discounted"`` a success's times ``discount^(turns - 1)`` and an
+unsolved episode's times ``discount^(max_turns - 1)`` (``algorithm.rewards.episode``).
 
 Feedback shows the failing test itself (any test runner would) but no other test's expected
 value, unless ``episode.show_tests``.

@@ -328,7 +328,8 @@ def test_multi_turn_episodes_with_a_discounted_reward(tmp_path, tiny_model_path)
     for row in rows:
         if row["reward"] is not None:
             solved = row["verdict"] == "passed"
-            expected = row["terms"]["execution"] * (0.5 ** (row["turns"] - 1) if solved else 1)
+            # a success at turn k: 0.5^(k-1); unsolved: as if it ran to the last turn (2)
+            expected = row["terms"]["execution"] * 0.5 ** ((row["turns"] if solved else 2) - 1)
             assert row["reward"] == pytest.approx(expected, rel=1e-12), row
 
 

@@ -305,9 +305,32 @@ def test_the_discounted_reward_rewards_an_earlier_success():
     eager = EpisodeConfig(reward="first_success_discounted", discount=0.5)
     assert discounted(1.0, 3, True, final) == 1.0
     assert [discounted(1.0, n, True, eager) for n in (1, 2, 3)] == [1.0, 0.5, 0.25]
-    # an unsolved episode keeps its last turn's reward: a late failure costs no less
-    assert discounted(0.5, 3, False, eager) == 0.5 and discounted(-0.2, 2, False, eager) == -0.2
     assert discounted(None, 2, True, eager) is None
+
+
+def test_an_unsolved_episode_is_discounted_as_if_it_ran_to_the_last_turn():
+    eager = EpisodeConfig(reward="first_success_discounted", discount=0.5, max_turns=3)
+    # the same factor whatever turn it stopped at: a late failure costs no less than an early one
+    assert discounted(0.5, 3, False, eager) == discounted(0.5, 1, False, eager) == 0.125
+    assert discounted(-0.2, 2, False, eager) == discounted(-0.2, 3, False, eager) == -0.05
+    assert discounted(0.5, 3, False, EpisodeConfig(max_turns=3)) == 0.5
+
+
+@pytest.mark.parametrize("discount", [0.5, 0.9, 0.99, 1.0])
+@pytest.mark.parametrize("max_turns", [1, 2, 3, 5])
+def test_no_unsolved_episode_outranks_a_success_at_any_turn(discount, max_turns):
+    """The issue's case: gamma 0.9, a success at turn 3 (0.81) below a 19/20 near miss (0.95)."""
+    episode = EpisodeConfig(
+        reward="first_success_discounted", discount=discount, max_turns=max_turns
+    )
+    turns = range(1, max_turns + 1)
+    latest_success = min(discounted(1.0, k, True, episode) for k in turns)
+    assert latest_success == discounted(1.0, max_turns, True, episode)
+    for total in (2, 3, 20):
+        for passed in range(total):  # unsolved: at least one test failed
+            for stopped in turns:
+                near_miss = discounted(passed / total, stopped, False, episode)
+                assert near_miss < latest_success, (passed, total, stopped)
 
 
 # ---- what a program's output can put into the next prompt ------------------------------------
