@@ -210,6 +210,7 @@ def parse_generic_row(row: dict, where: str) -> Problem:
         setup_code=_string(row, "setup_code", where),
         program_prefix=_string(row, "program_prefix", where),
         reference_solution=_string(row, "reference_solution", where),
+        source_task_id=_string(row, "source_task_id", where),
     )
 
 

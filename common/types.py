@@ -34,6 +34,9 @@ class Problem:
     setup_code: str = ""
     program_prefix: str = ""
     reference_solution: str = ""
+    #: the problem this task was derived from (a repair task's original; ``source_task_id`` in
+    #: a problems file), so splits by problem keep the two together; empty for an original
+    source_task_id: str = ""
 
 
 @dataclass(frozen=True)

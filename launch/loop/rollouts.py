@@ -9,7 +9,10 @@ JSON row in ``<run>/rollouts/``:
     multi-turn episode's whole transcript, feedback included), program (what the sandbox ran:
     the last turn's), finish_reason, num_tokens (the model's, feedback excluded), turns,
     verdict, tests_passed, tests_total, test_verdicts (one per test run), detail, reward
-    (None: no verdict, masked), terms ({reward term: value}), advantage (None: not trained on)
+    (None: no verdict, masked), terms ({reward term: value}), advantage (None: not trained on),
+    source_task_id (the problem a derived task, such as a repair task, was made from; None for
+    an original one), step_rows (how many rows the step wrote: the reader's check that the
+    step is whole)
 
 Rows go to ``rollouts-<sequence>-step<first step>.jsonl``; when a file grows past
 ``run.rollouts_file_mib`` it is gzipped (``.jsonl.gz``) and the next step opens the next file in
@@ -18,7 +21,10 @@ sequence, and the oldest files are deleted while all of them together exceed
 (``{"resumed_after": <checkpoint step>}``): :func:`read_rollouts` forgets what earlier files
 hold after that step (the abandoned part of the interrupted run) and keeps each step's rows from
 the latest file that has it. A crash mid-write can leave a file's last line cut; the reader
-skips it. It is what the verifier tools read, and what a user loads::
+skips it, and drops a step with fewer rows than its ``step_rows`` (a crash the run was never
+resumed from: a part of a step is not a sample of it). Several run directories read together
+keep every run's rows: steps are matched only within one directory. It is what the verifier
+tools read, and what a user loads::
 
     import pandas as pd
     from launch.loop.rollouts import read_rollouts
@@ -58,6 +64,8 @@ class RolloutWriter:
         self._marker = None if resumed_after is None else {"resumed_after": resumed_after}
 
     def write(self, step: int, rows: Iterable[dict[str, Any]]) -> None:
+        """Appends one whole step: every row carries the step's row count (``step_rows``)."""
+        rows = list(rows)
         if self._path is None:
             self._path = self._fresh(step)
         with self._path.open("a") as handle:
@@ -65,7 +73,7 @@ class RolloutWriter:
                 handle.write(json.dumps(self._marker) + "\n")
                 self._marker = None
             for row in rows:
-                handle.write(json.dumps(row) + "\n")
+                handle.write(json.dumps({**row, "step_rows": len(rows)}) + "\n")
         if self._path.stat().st_size > self.file_bytes:
             _gzip(self._path)
             self._path = None
@@ -104,14 +112,36 @@ def _sequence(path: Path) -> int:
 
 
 def read_rollouts(paths: str | Path | Sequence[str | Path]) -> Iterator[dict[str, Any]]:
-    """Every row of rollout directories and files (a directory's files in the order written,
-    then the next path's), in step order: after a resume marker, earlier files' steps beyond it
-    are forgotten, and a step written more than once comes from the latest file that has it.
+    """Every row of rollout directories and files, one run (directory) after another, each in
+    step order. Within a run (a directory, or files given from one directory, taken in the
+    order written): after a resume marker, earlier files' steps beyond it are forgotten, and a
+    step written more than once comes from the latest file that has it. Across runs nothing is
+    matched: two runs' step 3 are both kept. A step with fewer rows than its ``step_rows`` (cut
+    short by a crash the run was never resumed from) is dropped, not marked: a part of a step
+    is not a sample of it; rows written before ``step_rows`` existed are kept as they are.
     A malformed line other than a file's cut last one raises ``ValueError`` naming it."""
-    files: list[Path] = []
+    runs: dict[Path, dict[Path, None]] = {}  # run directory -> its files (an ordered set)
     for path in [paths] if isinstance(paths, (str, Path)) else paths:
         path = Path(path)
-        files += rollout_files(path) if path.is_dir() else [path]
+        files = rollout_files(path) if path.is_dir() else [path]
+        runs.setdefault(path if path.is_dir() else path.parent, {}).update(dict.fromkeys(files))
+    for run_files in runs.values():
+        by_step = _steps_of_run(sorted(run_files, key=_order))
+        for step in sorted(by_step):
+            if _whole(by_step[step]):
+                yield from by_step[step]
+
+
+def _order(path: Path) -> tuple[int, str]:
+    """A run's files in the order written; a file not named by the writer goes last."""
+    try:
+        return _sequence(path), path.name
+    except ValueError:
+        return 1 << 62, path.name
+
+
+def _steps_of_run(files: Sequence[Path]) -> dict[int, list[dict[str, Any]]]:
+    """One run's rows by step: resume markers honoured, each step from the latest file."""
     by_step: dict[int, list[dict[str, Any]]] = {}
     for file in files:
         in_file: dict[int, list[dict[str, Any]]] = {}
@@ -121,8 +151,13 @@ def read_rollouts(paths: str | Path | Sequence[str | Path]) -> Iterator[dict[str
             else:
                 in_file.setdefault(row["step"], []).append(row)
         by_step.update(in_file)
-    for step in sorted(by_step):
-        yield from by_step[step]
+    return by_step
+
+
+def _whole(rows: list[dict[str, Any]]) -> bool:
+    """Whether a step's rows are all it wrote (rows without ``step_rows`` cannot say: kept)."""
+    expected = rows[0].get("step_rows")
+    return expected is None or len(rows) >= expected
 
 
 def _rows(file: Path) -> list[dict[str, Any]]:
@@ -167,5 +202,6 @@ def step_rows(
                 "reward": group.rewards[k],
                 "terms": {name: values[k] for name, values in group.terms.items()},
                 "advantage": advantages[position],
+                "source_task_id": problem.source_task_id or None,
             }
             position += 1

@@ -86,17 +86,22 @@ def build_worker(args: argparse.Namespace, max_len: int):
     return RolloutWorker(args.model, rollout_config(args), model, seed=args.seed)
 
 
-def rerank(records: Sequence[dict], scores: Sequence[float]) -> float:
+def rerank(records: Sequence[dict], scores: Sequence[float], n: int = 1) -> float:
     """pass@1 of the sample the verifier ranks first in each problem (the earliest sample on a
-    tie); samples without a verdict are never chosen. NaN when no problem has one."""
+    tie); samples without a verdict are never chosen. Only problems with at least ``n`` judged
+    samples count: the problems pass@n averages over (``launch.loop.passk.mean_pass_at_k``
+    leaves out the others), so the two are comparable. NaN when no problem counts."""
     best: dict[str, tuple[float, bool]] = {}
+    judged: Counter = Counter()
     for record, score in zip(records, scores, strict=True):
         if record["verdict"] == Verdict.INFRA_ERROR.value:
             continue
         key = record["task_id"]
+        judged[key] += 1
         if key not in best or score > best[key][0]:
             best[key] = (score, bool(record["passed"]))
-    return sum(passed for _, passed in best.values()) / len(best) if best else math.nan
+    counted = [passed for key, (_, passed) in best.items() if judged[key] >= n]
+    return sum(counted) / len(counted) if counted else math.nan
 
 
 def verifier_scores(
@@ -166,7 +171,7 @@ def run_evaluation(args: argparse.Namespace, worker=None) -> dict:
         for record, score in zip(records, scores, strict=True):
             record["verifier_score"] = score
         summary["rerank"] = args.rerank
-        summary["reranked_pass@1"] = _finite(rerank(records, scores))
+        summary["reranked_pass@1"] = _finite(rerank(records, scores, args.n))
     _write(Path(args.out), records, summary)
     return summary
 
@@ -255,7 +260,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     add(
         "--rerank",
         help="a verifier (launch.train_verifier): also report the pass@1 of the "
-        "sample it ranks first per problem",
+        "sample it ranks first per problem (over the problems pass@n counts)",
     )
     add(
         "--rerank-max-length",

@@ -5,6 +5,9 @@ each prefix ``steps[:i]`` is continued ``samples`` times by the policy itself (t
 engine) and every continuation is executed against the problem's tests: the prefix's label is
 the fraction that pass, an estimate of "can this partial program still be completed into a
 correct one" (Wang et al. 2024, "Math-Shepherd"). The whole program's label is its own verdict.
+A continuation whose run is an infra error (the sandbox broke) is masked, not counted as a
+failure: the fraction is over the continuations that got a verdict, and a prefix with none
+has no label.
 A step that breaks the program drives the labels of every later prefix to 0; a verifier trained
 on ``prompt + prefix`` -> label scores each step, and the ``scorer`` reward term aggregates the
 step scores (``step_split``, ``step_aggregate = "min"``).
@@ -22,7 +25,14 @@ from dataclasses import dataclass
 
 from algorithm.rewards.steps import step_prefixes
 from common.prompts import build_program
-from common.types import Completion, ExecutionJob, ExecutionResult, Problem, RolloutRequest
+from common.types import (
+    Completion,
+    ExecutionJob,
+    ExecutionResult,
+    Problem,
+    RolloutRequest,
+    Verdict,
+)
 
 Generate = Callable[[list[RolloutRequest]], list[Completion]]
 Execute = Callable[[list[ExecutionJob]], list[ExecutionResult]]
@@ -81,12 +91,24 @@ def mc_step_labels(
         keys.append((p, -1))
     passed: dict[tuple[int, int], list[bool]] = {}
     for key, result in zip(keys, execute(jobs), strict=True):
-        passed.setdefault(key, []).append(result.passed)
+        passed.setdefault(key, [])
+        if result.verdict is not Verdict.INFRA_ERROR:  # masked: no verdict, not a failure
+            passed[key].append(result.passed)
+    return _labels(programs, passed, rule)
+
+
+def _labels(
+    programs: Sequence[tuple[Problem, str]], passed: dict[tuple[int, int], list[bool]], rule: str
+) -> list[StepLabel]:
+    """Each prefix's pass fraction over its judged continuations (the whole program: its own
+    verdict); a prefix none of whose runs got a verdict has no label and is left out."""
     labels = []
     for p, (problem, completion) in enumerate(programs):
         prefixes = step_prefixes(completion, rule)
         for i, prefix in enumerate(prefixes):
             outcomes = passed[(p, -1 if i == len(prefixes) - 1 else i)]
+            if not outcomes:
+                continue
             labels.append(
                 StepLabel(
                     problem.problem_id,

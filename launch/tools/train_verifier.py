@@ -18,7 +18,9 @@ docs/benchmarks.md, "Verifier on the demo's rollouts").
 
 Why split by problem: programs for one problem look alike, so a random split would grade the
 verifier on problems it trained on. The held-out problems (``--held-out``, a fraction of the
-distinct problem ids, chosen by ``--seed``) appear in no training example; accuracy, AUC and a
+distinct problem ids, chosen by ``--seed``) appear in no training example, and neither does a
+task derived from one (a repair task) or a problem with the same prompt text: each such family
+is on one side (``launch.tools.verifier_split``); accuracy, AUC and a
 calibration table are computed on their distinct programs (each program once, however often the
 policy wrote it) and printed, and saved with the split in ``verifier.json``; positives are the
 programs that pass, whatever ``--target``. The AUC is also printed among the programs that run
@@ -48,7 +50,7 @@ import logging
 import math
 import random
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +63,7 @@ from launch.help_format import DefaultsHelpFormatter
 from launch.loop.rollouts import read_rollouts
 from launch.tools.evaluate import build_worker, default_max_model_len, load_tokenizer
 from launch.tools.process_labels import mc_step_labels
+from launch.tools.verifier_split import SplitError, problem_families, split_families
 from sandbox.trusted.pool import SandboxPool
 
 logger = logging.getLogger("launch.train_verifier")
@@ -76,6 +79,15 @@ class VerifierError(ValueError):
 # ---- the examples --------------------------------------------------------------------------
 
 
+def judged_single_answer(row: dict[str, Any]) -> bool:
+    """Whether a record is one answer to its task with a verdict: not an infra error (no
+    verdict), a multi-turn transcript (feedback in it is not the model's program) or a
+    self-play role (its prompt is not the task's)."""
+    if row.get("verdict") in (None, "infra_error"):
+        return False
+    return row.get("turns", 1) == 1 and row.get("role", "solver") == "solver"
+
+
 def examples_from(rows: Sequence[dict[str, Any]], target: str) -> list[dict[str, Any]]:
     """One example per distinct (problem, prompt + completion), label from its fraction of tests
     passed (or its verdict); rows without a verdict (infra errors) are left out, and so are
@@ -88,9 +100,7 @@ def examples_from(rows: Sequence[dict[str, Any]], target: str) -> list[dict[str,
     syntax error, crash, timeout or limit."""
     seen: dict[tuple[str, str], dict[str, Any]] = {}
     for row in rows:
-        if row.get("verdict") in (None, "infra_error"):
-            continue
-        if row.get("turns", 1) > 1 or row.get("role", "solver") != "solver":
+        if not judged_single_answer(row):
             continue
         text = row["prompt"] + row["completion"]
         passed = row["verdict"] == "passed"
@@ -107,17 +117,19 @@ def examples_from(rows: Sequence[dict[str, Any]], target: str) -> list[dict[str,
 
 
 def split_by_problem(
-    problem_ids: Sequence[str], held_out: float, seed: int
+    problem_ids: Sequence[str],
+    held_out: float,
+    seed: int,
+    families: Mapping[str, str] | None = None,
 ) -> tuple[list[str], list[str]]:
-    """Training and held-out problem ids, disjoint; at least one of each."""
-    problems = sorted(set(problem_ids))
-    if len(problems) < 2:
-        raise VerifierError(
-            f"the records hold {len(problems)} problem(s); a split by problem needs at least 2"
-        )
-    random.Random(seed).shuffle(problems)
-    count = min(max(1, round(held_out * len(problems))), len(problems) - 1)
-    return sorted(problems[count:]), sorted(problems[:count])
+    """Training and held-out problem ids, disjoint; at least one of each. ``families`` (from
+    :func:`launch.tools.verifier_split.problem_families`; default: each problem alone) keeps
+    a problem, the tasks derived from it and the problems sharing its prompt on one side."""
+    families = families or {}
+    try:
+        return split_families({p: families.get(p, p) for p in problem_ids}, held_out, seed)
+    except SplitError as exc:
+        raise VerifierError(str(exc)) from None
 
 
 # ---- the metrics ---------------------------------------------------------------------------
@@ -290,7 +302,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     else:
         examples = examples_from(rows, args.target)
     train_ids, held_ids = split_by_problem([e["problem_id"] for e in examples], args.held_out,
-                                           args.seed)  # fmt: skip
+                                           args.seed, problem_families(rows))  # fmt: skip
     held = set(held_ids)
     training = [e for e in examples if e["problem_id"] not in held]
     evaluation = [e for e in examples if e["problem_id"] in held]
@@ -356,7 +368,7 @@ def process_examples(
     }
     distinct = {}
     for row in rows:
-        if row["problem_id"] in problems and row.get("verdict") not in (None, "infra_error"):
+        if row["problem_id"] in problems and judged_single_answer(row):
             distinct.setdefault((row["problem_id"], row["completion"]), row)
     if not distinct:
         raise VerifierError(f"--problems: none of the records' problems is in {args.problems}")

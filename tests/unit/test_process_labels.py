@@ -67,3 +67,20 @@ def test_a_one_step_program_needs_no_continuation():
         samples=8,
     )
     assert [(label.step, label.label) for label in labels] == [(1, 1.0)] and calls == []
+
+
+def test_infra_errors_are_masked_not_counted_as_failures():
+    """A continuation the sandbox could not judge leaves the fraction: 1 of the 3 judged
+    continuations passes, not 1 of 4; a whole program without a verdict has no label."""
+
+    def execute(jobs):
+        results = _execute(jobs)
+        results[0] = ExecutionResult(Verdict.INFRA_ERROR, 0, 1)  # the first continuation's
+        results[-1] = ExecutionResult(Verdict.INFRA_ERROR, 0, 1)  # the whole program's
+        return results
+
+    labels = mc_step_labels(
+        [(synthetic_problem(7), "7\n    x = 1\n")], _generate, execute, lambda t: [1], samples=4
+    )
+    # continuations of "7\n": "    x = 1" (infra error), "bad", "    pass" (passes), "bad"
+    assert [(label.step, label.label) for label in labels] == [(1, 1 / 3)]

@@ -116,6 +116,7 @@ def test_step_rows_carry_the_group_as_trained(tmp_path):
         "reward": 1.0,
         "terms": {"execution": 1.0},
         "advantage": 0.0,
+        "source_task_id": None,
     }
     assert (rows[1]["verdict"], rows[1]["reward"], rows[1]["advantage"]) == (
         "infra_error",
@@ -149,3 +150,35 @@ def test_a_line_cut_by_a_crash_is_skipped_and_a_broken_one_named(tmp_path):
     gz = rollout_files(cut)[0]
     gz.write_bytes(gz.read_bytes()[:-12])  # its end lost
     assert list(read_rollouts(cut)) == []
+
+
+def test_two_runs_read_together_keep_all_their_rows(tmp_path):
+    """Steps are matched (a resume's rewrite wins) only within one run directory: two runs of
+    three steps, four rows each, read back as 24 rows, the first run's then the second's."""
+    for run in ("a", "b"):
+        writer = RolloutWriter(tmp_path / run)
+        for step in (1, 2, 3):
+            writer.write(step, _rows(step, n=4, tag=run))
+    rows = list(read_rollouts([tmp_path / "a", tmp_path / "b"]))
+    assert len(rows) == 24
+    assert [(r["tag"], r["step"]) for r in rows[::4]] == [
+        (run, step) for run in ("a", "b") for step in (1, 2, 3)
+    ]
+    # files of one run given one by one are still one run (resume rewrites still win)
+    assert len(list(read_rollouts([*rollout_files(tmp_path / "a"), tmp_path / "b"]))) == 24
+
+
+def test_a_step_cut_short_by_a_crash_is_dropped(tmp_path):
+    """A run that died while writing step 3 and was never resumed: steps 1 and 2 are whole,
+    step 3 has fewer rows than it wrote (``step_rows``), so it is not read as a step."""
+    writer = RolloutWriter(tmp_path)
+    for step in (1, 2, 3):
+        writer.write(step, _rows(step, n=4))
+    path = rollout_files(tmp_path)[0]
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:-2]) + lines[-2][:10])  # two rows lost, one cut
+    assert [r["step"] for r in read_rollouts(tmp_path)][::4] == [1, 2]
+    assert all(r["step_rows"] == 4 for r in read_rollouts(tmp_path))
+    # rows written before step_rows existed cannot be checked: they are kept
+    path.write_text("".join(json.dumps({"step": 1, "sample": k}) + "\n" for k in range(2)))
+    assert len(list(read_rollouts(tmp_path))) == 2

@@ -3,6 +3,8 @@ trained on a small fixed record set that the ``scorer`` term loads unchanged."""
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import json
 import math
 
@@ -19,6 +21,7 @@ from launch.tools.train_verifier import (
     main,
     split_by_problem,
 )
+from launch.tools.verifier_split import problem_families
 
 
 def test_auc_counts_pairs_ordered_right_and_ties_as_half():
@@ -57,6 +60,42 @@ def test_split_by_problem_is_disjoint_seeded_and_never_empty():
         split_by_problem(["p0", "p0"], 0.2, 0)
 
 
+def test_a_problem_its_repair_tasks_and_its_prompt_twins_land_on_one_side():
+    """Records of 12 problems: p0..p5 each with two repair tasks (p0..p2's carry
+    ``source_task_id``, p3..p5's only the ``/repair/<k>`` id of older records), and q0..q5
+    whose prompts come in pairs (q0 = q1, q2 = q3, q4 = q5)."""
+    rows = []
+    for i in range(6):
+        rows.append({"problem_id": f"p{i}", "prompt": f"task {i}"})
+        for k in (1, 2):
+            repair = {"problem_id": f"p{i}/repair/{k}", "prompt": f"fix {i}.{k}"}
+            rows.append({**repair, "source_task_id": f"p{i}"} if i < 3 else repair)
+        rows.append({"problem_id": f"q{i}", "prompt": f"shared {i // 2}"})
+    families = problem_families(rows)
+    assert len(set(families.values())) == 6 + 3
+    ids = [row["problem_id"] for row in rows]
+    together = [[f"p{i}", f"p{i}/repair/1", f"p{i}/repair/2"] for i in range(6)]
+    together += [[f"q{i}", f"q{i + 1}"] for i in (0, 2, 4)]
+    for seed in range(100):
+        train, held = split_by_problem(ids, 0.3, seed, families)
+        assert set(train) | set(held) == set(ids) and not set(train) & set(held)
+        assert train and held
+        for family in together:
+            assert set(family) <= set(train) or set(family) <= set(held), (seed, family)
+    # one prompt for every problem: nothing can be held out without training on its prompt
+    with pytest.raises(VerifierError, match="1 family"):
+        split_by_problem(["a", "b"], 0.5, 0, problem_families(
+            [{"problem_id": "a", "prompt": "x"}, {"problem_id": "b", "prompt": "x"}]
+        ))  # fmt: skip
+
+
+def test_a_family_of_one_problem_each_splits_as_the_problems_would():
+    ids = [f"p{i}" for i in range(10)]
+    families = problem_families([{"problem_id": p, "prompt": p} for p in ids])
+    for seed in range(5):
+        assert split_by_problem(ids, 0.2, seed, families) == split_by_problem(ids, 0.2, seed)
+
+
 def _row(target: int, guess: int, step: int = 1) -> dict:
     passed = target == guess
     return {
@@ -81,6 +120,35 @@ def test_examples_are_distinct_programs_without_infra_errors():
     # not passed (the tightest bound the record gives; 0, the verdict, would be a looser one)
     stopped = {**_row(3, 4), "tests_passed": 2, "test_verdicts": ["passed", "passed", "failed"]}
     assert examples_from([stopped], "fraction")[0]["label"] == 0.5
+    # a transcript with feedback in it, or a self-play role's answer, is not one program
+    not_one_program = [{**_row(3, 3), "turns": 2}, {**_row(3, 3), "role": "fixer"}]
+    assert examples_from(not_one_program, "pass") == []
+
+
+def test_process_examples_leave_out_multi_turn_transcripts(monkeypatch, tmp_path):
+    """Only single answers reach the Monte Carlo labelling (a transcript's feedback is not
+    program text to continue)."""
+    from launch.tools import train_verifier
+
+    chosen = []
+    monkeypatch.setattr(train_verifier, "load_tokenizer", lambda path: None)
+    monkeypatch.setattr(train_verifier, "locate_model", lambda path, flag: path)
+    monkeypatch.setattr(train_verifier, "build_worker", lambda *a: argparse.Namespace(generate=0))
+    monkeypatch.setattr(train_verifier, "SandboxPool", lambda config: contextlib.nullcontext())
+
+    def labels(programs, *args):
+        chosen.extend(programs)
+        return []
+
+    monkeypatch.setattr(train_verifier, "mc_step_labels", labels)
+    args = argparse.Namespace(
+        policy=None, problems="synthetic", split=None, format="auto", seed=0, mc_programs=8,
+        dtype="float32", mc_samples=2, temperature=1.0, max_new_tokens=4, kv_cache_gib=1.0,
+        stop=None, max_model_len=64, step_split="line", workers=1,
+    )  # fmt: skip
+    rows = [_row(3, 4), {**_row(5, 6), "turns": 2, "completion": "6\n# Error\n6\n"}]
+    assert train_verifier.process_examples(args, rows, "model") == []
+    assert [(p.problem_id, text) for p, text in chosen] == [("synthetic/3", "4\n")]
 
 
 def test_a_verifier_trained_on_fixed_records_loads_as_a_scorer(tiny_model_path, tmp_path, capsys):
@@ -138,3 +206,23 @@ def test_rerank_takes_each_problems_top_scored_sample():
     assert rerank(records, scores) == pytest.approx(2 / 3)
     assert rerank(records[:2], [0.5, 0.5]) == 1.0  # a tie goes to the earliest sample
     assert math.isnan(rerank(records[4:5], [0.5]))
+
+
+def test_rerank_and_pass_at_n_count_the_same_problems():
+    """A problem with fewer than n judged samples (c: one lost to an infra error) has no pass@n
+    estimate, and so no reranked pass@1 either: both average over a and b."""
+    from launch.loop.evaluation import summarize
+    from launch.tools.evaluate import rerank
+
+    records = [
+        {"task_id": task, "passed": passed, "verdict": verdict}
+        for task, passed, verdict in [
+            ("a", False, "failed"), ("a", True, "passed"),
+            ("b", False, "failed"), ("b", False, "failed"),
+            ("c", True, "passed"), ("c", False, "infra_error"),
+        ]
+    ]  # fmt: skip
+    scores = [0.1, 0.9, 0.5, 0.4, 0.9, 0.1]
+    assert summarize(records, [2])["eval/pass@2"] == pytest.approx(1 / 2)  # a and b
+    assert rerank(records, scores, n=2) == pytest.approx(1 / 2)  # a: passes, b: fails
+    assert rerank(records, scores) == pytest.approx(2 / 3)  # n = 1: c counts too
