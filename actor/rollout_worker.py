@@ -153,7 +153,9 @@ class RolloutWorker:
                 if not output.finished or output.request_id not in by_id:
                     continue  # (a request of an earlier call abandoned mid-stream)
                 request, index = by_id[output.request_id]
-                completion = _to_completion(request, index, output, self.weight_version)
+                completion = _to_completion(
+                    request, index, output, self.weight_version, self.tokenizer
+                )
                 group = done.setdefault(request.request_id, [])
                 group.append(completion)
                 if len(group) == pending[request.request_id]:
@@ -323,7 +325,14 @@ def _sample_index(completion: Completion) -> int:
     return completion.sample_index
 
 
-def _to_completion(request: RolloutRequest, index: int, output, weight_version: int) -> Completion:
+def _to_completion(
+    request: RolloutRequest, index: int, output, weight_version: int, tokenizer
+) -> Completion:
+    """A finished vLLM request as a :class:`Completion` whose ``text`` is the decode of its
+    ``token_ids``, not vLLM's output text: on a stop string vLLM cuts the text at the string's
+    end while the last token may run past it, and the learner trains on (and the program and
+    the record should show) the tokens the model sampled. Special tokens are skipped, as vLLM
+    does, so an EOS adds no text."""
     sample = output.outputs[0]
     token_ids = list(sample.token_ids)
     logprobs = [step[token].logprob for step, token in zip(sample.logprobs, token_ids, strict=True)]
@@ -333,7 +342,9 @@ def _to_completion(request: RolloutRequest, index: int, output, weight_version: 
         prompt_token_ids=list(request.prompt_token_ids),
         token_ids=token_ids,
         sampler_logprobs=logprobs,
-        text=sample.text,
+        text=tokenizer.decode(
+            token_ids, skip_special_tokens=True, clean_up_tokenization_spaces=False
+        ),
         finish_reason=str(sample.finish_reason),
         weight_version=weight_version,
         temperature=request.temperature,

@@ -5,9 +5,10 @@ JSON row in ``<run>/rollouts/``:
 
     step, weight_version, problem_id, role (solver; saboteur or fixer with
     ``selfplay.saboteur``, whose prompt and problem id are the ones they were posed), group
-    (its position in the step), sample (its index in the group), prompt, completion (a
-    multi-turn episode's whole transcript, feedback included), program (what the sandbox ran:
-    the last turn's), finish_reason, num_tokens (the model's, feedback excluded), turns,
+    (its position in the step), sample (its index in the group), prompt, completion (the
+    decode of the sampled tokens; a multi-turn episode's whole transcript, feedback
+    included), program (what the sandbox ran: the last turn's), finish_reason, num_tokens
+    (the model's, feedback excluded), turns,
     verdict, tests_passed, tests_total, test_verdicts (one per test run), detail, reward
     (None: no verdict, masked), terms ({reward term: value}), advantage (None: not trained on),
     source_task_id (the problem a derived task, such as a repair task, was made from; None for
