@@ -101,7 +101,11 @@ class ExecutionResult:
     """The sandbox's judgement of one job.
 
     ``test_verdicts`` has one entry per test that was run; with a binary reward the sandbox stops
-    at the first failing test, so it can be shorter than ``tests_total``.
+    at the first failing test, so it can be shorter than ``tests_total``. ``wrong_answers``
+    counts the failed tests whose assertion ran and was false (a wrong value, or an ``exec``-form
+    test's own ``assert``), not those where the program raised (an ``AssertionError`` of its
+    own included), which fail the same: no reward reads it, only a bug's validity
+    (``launch.data.repairs``).
     """
 
     verdict: Verdict
@@ -110,6 +114,7 @@ class ExecutionResult:
     test_verdicts: list[Verdict] = field(default_factory=list)
     duration_ms: float = 0.0
     detail: str = ""
+    wrong_answers: int = 0
 
     @property
     def passed(self) -> bool:

@@ -83,7 +83,9 @@ class GroupCollector:
             data = config.data
             raw = load_raw(data.source, data.split, data.format, data.max_problems)
             template = rendered_template(data, tokenizer)
-            self.saboteur = Saboteur(config, raw, template, tokenizer, self.sample)
+            self.saboteur = Saboteur(
+                config, raw, template, tokenizer, self.sample, self._execute_with
+            )
         scorers = getattr(fleet, "scorers", None) or {}
         self.reward = build_reward(
             config.reward,
@@ -148,6 +150,12 @@ class GroupCollector:
 
     def _execute(self, jobs: list[ExecutionJob]) -> list[ExecutionResult]:
         return ray.get(self._judge(jobs))
+
+    def _execute_with(
+        self, jobs: list[ExecutionJob], stop_at_first_failure: bool
+    ) -> list[ExecutionResult]:
+        """The sandbox's results for ``jobs``, stopping as told (the saboteur's bug checks)."""
+        return ray.get(self.fleet.sandbox.run(jobs, stop_at_first_failure=stop_at_first_failure))
 
     def _names(self) -> list[str]:
         return [term.name for term in self.reward.terms]

@@ -2,12 +2,15 @@
 
 With ``selfplay.saboteur`` on, ``selfplay.saboteur_prompts`` of each step's prompts go to the
 saboteur role: the prompt holds a training problem's reference program and asks for a changed
-program that still runs but fails at least one of the problem's tests. The sandbox decides
-whether a bug is *valid*: the program runs through the tests without an error and gives a
-wrong answer in at least one. The first ``selfplay.bugs_per_group`` distinct valid bugs of each
-saboteur group (distinct by normalised AST) become repair prompts, the same as
-``launch.make_repairs`` writes, and each is posed to a *fixer* group of G samples in the same
-step, rewarded by execution against the original tests.
+program that still runs but fails at least one of the problem's tests. A problem is posed only
+once its reference has passed every test (run once, kept). The sandbox decides whether a bug is
+*valid*, by the rule ``launch.make_repairs`` follows (:class:`launch.data.repairs.BugJudge`):
+not the reference once normalised; it loads, every test runs to a verdict and it gives a wrong
+answer in at least one, without raising (an ``assert`` of its own included); a second run fails
+the same tests. The first ``selfplay.bugs_per_group`` distinct valid bugs of each saboteur group
+(distinct by normalised AST) become repair prompts, the same as ``launch.make_repairs`` writes,
+and each is posed to a *fixer* group of G samples in the same step, rewarded by execution
+against the original tests.
 
 Rewards: a fixer's is its execution reward; a saboteur's is validity times how hard its bug was
 for the fixers, ``1 - solve rate`` of the bug's fixer group, and 0 for an invalid bug. A valid
@@ -25,9 +28,9 @@ from dataclasses import replace
 
 from common.config import Config
 from common.prompts import encode_prompt, render_prompt, special_strings
-from common.types import ExecutionResult, Problem, Verdict
+from common.types import Problem, Verdict
 from launch.data.mutations import normalised
-from launch.data.repairs import reference_program, repair_prompt
+from launch.data.repairs import BugCheck, BugJudge, Execute, reference_program, repair_prompt
 
 METRICS = (
     "selfplay/bug_valid_frac",
@@ -48,24 +51,18 @@ Change it so that it still runs but fails at least one test of the task. Write t
 changed program."""
 
 
-def is_valid_bug(result: ExecutionResult) -> bool:
-    """The program still runs and gives a wrong answer: a test's assertion failed, and no test
-    raised, timed out or ran out of memory first (a crash is no bug anyone must look for)."""
-    return result.verdict is Verdict.FAILED
-
-
 def saboteur_rewards(
-    results: list[ExecutionResult], keys: list[str | None], hardness: dict[str, float]
+    checks: list[BugCheck], keys: list[str | None], hardness: dict[str, float]
 ) -> list[float | None]:
     """Each saboteur sample's reward: 0 for an invalid bug, ``hardness`` of its bug (by
     normalised program, ``keys``) when a fixer group measured it, else None (masked). A
     wrong-answer program without a key (one no fixer can be shown, see :func:`_key`) is no
     valid bug: 0."""
     rewards: list[float | None] = []
-    for result, key in zip(results, keys, strict=True):
-        if result.verdict is Verdict.INFRA_ERROR:
+    for check, key in zip(checks, keys, strict=True):
+        if check.status == "infra_error":
             rewards.append(None)  # the sandbox broke: nothing is known about the bug
-        elif not is_valid_bug(result):
+        elif not check.valid:
             rewards.append(0.0)
         else:
             rewards.append(hardness.get(key) if key is not None else 0.0)
@@ -89,17 +86,25 @@ class Saboteur:
     """Poses the saboteur and fixer prompts of one step (see the module docstring).
 
     ``raw`` are the training problems with their task text (not rendered), in the order of the
-    collector's; ``sample(tag, indices, posed=...)`` is the collector's sampling.
+    collector's; ``sample(tag, indices, posed=...)`` is the collector's sampling and
+    ``execute(jobs, stop_at_first_failure)`` its sandbox, which checks the bugs.
     """
 
     def __init__(
-        self, config: Config, raw: list[Problem], template: str, tokenizer, sample: Callable
+        self,
+        config: Config,
+        raw: list[Problem],
+        template: str,
+        tokenizer,
+        sample: Callable,
+        execute: Execute,
     ) -> None:
         self.config = config
         self.raw = raw
         self.template = template
         self.tokenizer = tokenizer
         self.sample = sample
+        self.judge = BugJudge(execute)
         self.markup = special_strings(tokenizer)
 
     def _pose(self, problem: Problem, text: str, suffix: str) -> Problem | None:
@@ -120,7 +125,8 @@ class Saboteur:
             [_key(position, program, self.markup) for program in group.programs]
             for position, group in enumerate(saboteurs)
         ]
-        fix_indices, fix_posed, fix_keys = self._fixer_tasks(indices, saboteurs, keys_of)
+        checks_of = self._check_bugs(indices, saboteurs, keys_of)
+        fix_indices, fix_posed, fix_keys = self._fixer_tasks(indices, saboteurs, keys_of, checks_of)
         fixers = self.sample(f"{step}.fixer", fix_indices, posed=fix_posed) if fix_posed else []
         hardness = {}
         solved = judged = 0
@@ -132,12 +138,12 @@ class Saboteur:
             solved += sum(r.passed for r in verdicts)
             judged += len(verdicts)
         valid = total = 0
-        for group, keys in zip(saboteurs, keys_of, strict=True):
+        for group, keys, checks in zip(saboteurs, keys_of, checks_of, strict=True):
             group.role = "saboteur"
-            group.rewards = saboteur_rewards(group.results, keys, hardness)
+            group.rewards = saboteur_rewards(checks, keys, hardness)
             group.terms = {}
-            judged_bugs = [r for r in group.results if r.verdict is not Verdict.INFRA_ERROR]
-            valid += sum(is_valid_bug(r) for r in judged_bugs)
+            judged_bugs = [c for c in checks if c.status != "infra_error"]
+            valid += sum(c.valid for c in judged_bugs)
             total += len(judged_bugs)
         for group in fixers:
             group.role = "fixer"
@@ -150,13 +156,15 @@ class Saboteur:
         return saboteurs + fixers, metrics
 
     def _saboteur_tasks(self, indices: list[int]) -> tuple[list[int], list[Problem]]:
-        """The problems of ``indices`` that have a reference to break and room for an answer,
-        and their saboteur prompts."""
+        """The problems of ``indices`` that have a reference to break, which passes its tests,
+        and room for an answer, and their saboteur prompts."""
+        indices = [i for i in indices if self.raw[i].reference_solution.strip()]
+        references = self.judge.references([self.raw[i] for i in indices])
         posed, kept = [], []
-        for i in indices:
+        for i, reference in zip(indices, references, strict=True):
             raw = self.raw[i]
-            if not raw.reference_solution.strip():
-                continue  # nothing correct to break
+            if not reference.passed:
+                continue  # nothing correct to break (or the sandbox broke: not this step)
             program = reference_program(raw).rstrip()
             task = self._pose(
                 raw, SABOTEUR_PROMPT.format(task=raw.prompt, program=program), "saboteur"
@@ -166,20 +174,38 @@ class Saboteur:
                 kept.append(i)
         return kept, posed
 
-    def _fixer_tasks(
+    def _check_bugs(
         self, indices: list[int], saboteurs: list, keys_of: list[list[str | None]]
+    ) -> list[list[BugCheck]]:
+        """Each saboteur sample's bug check, group by group. The sampling's own results do not
+        decide: they may stop at the first failing test (a binary reward) and come from the
+        result cache, while a valid bug needs every test's verdict, twice."""
+        candidates = [
+            (self.raw[index], program)
+            for index, group in zip(indices, saboteurs, strict=True)
+            for program in group.programs
+        ]
+        checks = iter(self.judge.check(candidates))
+        return [[next(checks) for _ in keys] for keys in keys_of]
+
+    def _fixer_tasks(
+        self,
+        indices: list[int],
+        saboteurs: list,
+        keys_of: list[list[str | None]],
+        checks_of: list[list[BugCheck]],
     ) -> tuple[list[int], list[Problem], list[str]]:
         """The repair prompts of each saboteur group's first ``selfplay.bugs_per_group`` distinct
         valid bugs that leave room for an answer: (problem indices, prompts, bug keys)."""
         fix_indices, fix_posed, fix_keys = [], [], []
-        for index, group, keys in zip(indices, saboteurs, keys_of, strict=True):
+        for index, group, keys, checks in zip(indices, saboteurs, keys_of, checks_of, strict=True):
             chosen: list[str] = []
-            for program, key, result in zip(group.programs, keys, group.results, strict=True):
+            for program, key, check in zip(group.programs, keys, checks, strict=True):
                 if len(chosen) == self.config.selfplay.bugs_per_group:
                     break
-                if key is None or key in chosen or not is_valid_bug(result):
+                if key is None or key in chosen or not check.valid:
                     continue
-                text = repair_prompt(self.raw[index], program, result)
+                text = repair_prompt(self.raw[index], program, check.result)
                 task = self._pose(self.raw[index], text, f"fix{len(chosen) + 1}")
                 if task is None:
                     continue

@@ -4,9 +4,12 @@
 
 For every problem with a reference solution, the mutation operators of ``launch.data.mutations``
 rewrite one place of the reference at a time. A mutant becomes a repair task only when the
-sandbox says it is a bug: it compiles, the reference passes every test, and the mutant fails at
-least one (a mutant that still passes is an equivalent program, not a bug). Mutants equal to
-the reference or to another mutant once normalised (``ast.dump``) are dropped. Up to
+sandbox says it is a valid bug, by the rule the self-play saboteur's bugs follow too
+(``launch.data.repairs``): the reference passes every test; the mutant loads, every test runs to
+a verdict and it gives a wrong answer in at least one, without raising; and a second run fails
+the same tests (a mutant that still passes is an equivalent program, not a bug; one that
+crashes is no bug a fixer must look for). Mutants equal to the reference or to another mutant
+once normalised (``ast.dump``) are dropped. Up to
 ``--per-problem`` bugs are kept per problem, spread over the operators; which ones is fixed by
 ``--seed``.
 
@@ -34,14 +37,16 @@ from typing import Any
 from common.config import SandboxConfig
 from common.config.sandbox import ISOLATION_LEVELS, MIN_ISOLATION_HELP
 from common.datasets import DatasetError, load_dataset
-from common.types import ExecutionJob, Problem, Verdict
+from common.types import Problem
 from launch.data.mutations import OPERATORS, count_sites, mutate, normalised
-from launch.data.repairs import reference_program, repair_prompt
+from launch.data.repairs import BugJudge, Execute, reference_program, repair_prompt
 from launch.help_format import DefaultsHelpFormatter
 from sandbox.trusted.pool import SandboxIsolationError, SandboxPool
 
 #: Mutants checked in the sandbox per bug wanted: most candidates are kept, some are not bugs.
 CANDIDATES_PER_BUG = 4
+#: The column a rejected mutant is counted in, by its check's status (the rest: ``invalid``).
+REJECTED = {"infra_error": "infra_error", "still_passes": "still_passes"}
 
 
 def candidates(source: str, count: int, seed: str) -> list[tuple[str, str]]:
@@ -77,13 +82,9 @@ def _program(problem: Problem, code: str) -> str:
     return f"{problem.setup_code}\n{code}" if problem.setup_code else code
 
 
-def _job(problem: Problem, code: str) -> ExecutionJob:
-    return ExecutionJob(code, problem.tests, problem.setup_code)
-
-
 def make_repairs(
     problems: Sequence[Problem],
-    execute,
+    execute: Execute,
     per_problem: int,
     seed: int,
     quota: Mapping[str, int] | None = None,
@@ -97,7 +98,8 @@ def make_repairs(
     usable = [
         p for p in problems if p.reference_solution.strip() and wanted.get(p.problem_id, 0) > 0
     ]
-    references = execute([_job(p, reference_program(p)) for p in usable], False)
+    judge = BugJudge(execute)
+    references = judge.references(usable)
     pending: list[tuple[Problem, str, str]] = []
     for problem, result in zip(usable, references, strict=True):
         if not result.passed:
@@ -108,14 +110,12 @@ def make_repairs(
             f"{seed}/{problem.problem_id}",
         ):
             pending.append((problem, operator, mutant))
-    results = execute([_job(p, mutant) for p, _, mutant in pending], True)
+    checks = judge.check([(problem, mutant) for problem, _, mutant in pending])
     rows: list[dict[str, Any]] = []
     kept: Counter = Counter()
-    for (problem, operator, mutant), result in zip(pending, results, strict=True):
-        if result.verdict is Verdict.INFRA_ERROR:
-            counts[operator]["infra_error"] += 1
-        elif result.passed:
-            counts[operator]["still_passes"] += 1
+    for (problem, operator, mutant), check in zip(pending, checks, strict=True):
+        if not check.valid:
+            counts[operator][REJECTED.get(check.status, "invalid")] += 1
         elif kept[problem.problem_id] >= wanted[problem.problem_id]:
             counts[operator]["surplus"] += 1
         else:
@@ -123,7 +123,7 @@ def make_repairs(
             kept[problem.problem_id] += 1
             rows.append({
                 "id": f"{problem.problem_id}/repair/{kept[problem.problem_id]}",
-                "prompt": repair_prompt(problem, mutant, result),
+                "prompt": repair_prompt(problem, mutant, check.result),
                 "tests": list(problem.tests),
                 "setup_code": problem.setup_code,
                 "reference_solution": problem.reference_solution,
@@ -137,11 +137,11 @@ def make_repairs(
 
 
 def format_counts(counts: dict[str, Counter], rows: list[dict], problems: int) -> str:
-    lines = ["operator          kept  still passes  surplus  infra"]
+    lines = ["operator          kept  still passes  invalid  surplus  infra"]
     for operator, c in counts.items():
         lines.append(
-            f"{operator:<16} {c['kept']:>5}  {c['still_passes']:>12}  {c['surplus']:>7}  "
-            f"{c['infra_error']:>5}"
+            f"{operator:<16} {c['kept']:>5}  {c['still_passes']:>12}  {c['invalid']:>7}  "
+            f"{c['surplus']:>7}  {c['infra_error']:>5}"
         )
     covered = len({row["source_task_id"] for row in rows})
     lines.append(

@@ -8,7 +8,8 @@ source the server could not compile, or too large for it, travels as text and is
 under the child's limits, as before.
 
 It only ever *reports*: ``loaded`` once the program and setup code ran, one ``test`` record
-per test (canonical values, or for ``exec``-form tests whether the statement raised) and
+per test (canonical values, or for ``exec``-form tests whether the statement raised, and
+whether an ``AssertionError`` came from the test's own statement or from the program) and
 ``end``. The verdict is decided elsewhere, from these records and from what the worker saw
 happen to the process; nothing the child prints or returns as an exit code counts. Records go
 to a dedicated pipe (fd 3) as length-prefixed JSON.
@@ -167,17 +168,51 @@ def _load(code: Source, setup_code: Source, namespace: dict) -> dict | None:
     return None
 
 
+_TRACEBACK = BaseException.__dict__["__traceback__"]  # read past a subclass's own property
+
+
+def _codes_within(code: types.CodeType) -> list[types.CodeType]:
+    """``code`` and the code objects nested in it (a test's lambdas and comprehensions)."""
+    found = [code]
+    for const in code.co_consts:
+        if type(const) is types.CodeType:
+            found += _codes_within(const)
+    return found
+
+
+def _raised_by(exc: BaseException, code: types.CodeType) -> bool:
+    """Whether the innermost frame of ``exc``'s traceback ran ``code`` (the test's own
+    statement), not the program's code the test called. Reads C-level attributes only."""
+    try:
+        tb = _TRACEBACK.__get__(exc)
+        if tb is None:
+            return False
+        while tb.tb_next is not None:
+            tb = tb.tb_next
+        innermost = tb.tb_frame.f_code
+        return any(innermost is nested for nested in _codes_within(code))
+    except BaseException:
+        return False
+
+
 def _run_test(index: int, part: dict, namespace: dict, clean_builtins: dict) -> dict:
+    code = None
     try:
         if part["kind"] == "exec":
-            exec(_code(part["src"], "<test>", "exec"), namespace)
+            code = _code(part["src"], "<test>", "exec")
+            exec(code, namespace)
             return {"t": "test", "i": index, "ok": True}
         scope = dict(namespace)
         scope["__builtins__"] = clean_builtins  # builtins patched by the program do not apply
         values = [canonicalise(eval(_code(src, "<test>", "eval"), scope)) for src in part["exprs"]]
         return {"t": "test", "i": index, "values": values}
     except BaseException as exc:
-        return {"t": "test", "i": index, **_describe(exc)}
+        record = {"t": "test", "i": index, **_describe(exc)}
+        # The test's own assertion failed, not one the program raised while the test called
+        # it: the verdict is the same (failed), but only the former is a wrong answer.
+        if code is not None and record["kind"] == "assert" and _raised_by(exc, code):
+            record["own"] = True
+        return record
 
 
 def run(code: Source, setup_code: Source, parts: list[dict]) -> None:

@@ -57,6 +57,7 @@ class Judgement:
         self.plans = plans
         self.stop_at_first_failure = stop_at_first_failure
         self.verdicts: list[Verdict] = []
+        self.wrong: list[bool] = []  # per judged test: failed by a wrong answer (see finish)
         self.loaded = False
         self.load_verdict: Verdict | None = None
         self.detail = ""
@@ -102,11 +103,16 @@ class Judgement:
             self._note(f"program: {why}")
         elif len(self.verdicts) < len(self.plans):
             self._note(f"test {len(self.verdicts)}: {why}")
-            self.verdicts.append(Verdict.FAILED)
+            self._append(Verdict.FAILED, wrong=False)
+
+    def _append(self, verdict: Verdict, wrong: bool) -> None:
+        self.verdicts.append(verdict)
+        self.wrong.append(wrong)
 
     def _judge_test(self, record: dict) -> None:
         plan = self.plans[len(self.verdicts)]
         verdict = Verdict.FAILED
+        wrong = False
         if "kind" in record:
             if not _known(record["kind"]):
                 self._tampered("a record the harness never sends")
@@ -114,24 +120,30 @@ class Judgement:
             verdict = _KIND_VERDICT[record["kind"]]
             if verdict is Verdict.SYNTAX_ERROR:
                 verdict = Verdict.RUNTIME_ERROR
+            # An exec-form test's own assert statement failed; any other AssertionError was
+            # raised by the program (a value-form test holds no assert the child runs).
+            wrong = plan.form == "exec" and record["kind"] == "assert" and record.get("own") is True
             self._note(f"test {len(self.verdicts)}: {_text(record.get('exc'))}")
         elif plan.form == "exec":
             verdict = Verdict.PASSED if record.get("ok") is True else Verdict.FAILED
         else:
-            verdict = self._compare(plan, record.get("values"))
-        self.verdicts.append(verdict)
+            verdict, wrong = self._compare(plan, record.get("values"))
+        self._append(verdict, wrong)
 
-    def _compare(self, plan: testplan.TestPlan, values: object) -> Verdict:
+    def _compare(self, plan: testplan.TestPlan, values: object) -> tuple[Verdict, bool]:
+        """The trusted assertion on the child's values, and whether a failure is a wrong
+        answer (the assertion ran and was false, not a malformed record or a value it could
+        not judge)."""
         if not isinstance(values, list) or len(values) != len(plan.child["exprs"]):
             self._note(f"test {len(self.verdicts)}: malformed record")
-            return Verdict.FAILED
+            return Verdict.FAILED, False
         try:
             rebuilt = [rebuild(v) for v in values]
             if testplan.judge(plan, rebuilt):
-                return Verdict.PASSED
+                return Verdict.PASSED, False
         except Exception as exc:  # a rebuilt value the assertion cannot handle fails it
             self._note(f"test {len(self.verdicts)}: {type(exc).__name__} while judging")
-            return Verdict.FAILED
+            return Verdict.FAILED, False
         # What the candidate computed, for the feedback of a multi-turn episode: the program's
         # own output (never an expected value), shortened without building a huge repr.
         try:
@@ -139,7 +151,7 @@ class Judgement:
         except Exception:  # reprlib falls back on repr(), which a value may still refuse
             got = "a value that cannot be shown"
         self._note(f"test {len(self.verdicts)}: assertion failed, got {got}")
-        return Verdict.FAILED
+        return Verdict.FAILED, True
 
     def _note(self, text: str) -> None:
         if not self.detail:
@@ -167,7 +179,10 @@ class Judgement:
         overall = next((v for v in verdicts if v is not Verdict.PASSED), Verdict.PASSED)
         if total == 0 and not self.loaded:
             overall = _ending_verdict(status, signum)
-        return ExecutionResult(overall, passed, total, verdicts, duration_ms, self.detail)
+        wrong_answers = sum(self.wrong[: len(verdicts)])  # a test the process ended in is none
+        return ExecutionResult(
+            overall, passed, total, verdicts, duration_ms, self.detail, wrong_answers
+        )
 
 
 def _ending_verdict(status: str, signum: int) -> Verdict:

@@ -9,28 +9,47 @@ import pytest
 
 from common.config import Config
 from common.types import Completion, ExecutionResult, Verdict
+from launch.data.repairs import RERUN, BugCheck, is_wrong_answer
 from launch.data.tasks import synthetic_problems
 from launch.loop.groups import Group
-from launch.loop.saboteur import METRICS, Saboteur, is_valid_bug, saboteur_rewards
+from launch.loop.saboteur import METRICS, Saboteur, saboteur_rewards
 
-WRONG = ExecutionResult(Verdict.FAILED, 1, 4, [Verdict.PASSED, Verdict.FAILED])
+P, F = Verdict.PASSED, Verdict.FAILED
+WRONG = ExecutionResult(F, 1, 4, [P, F, F, F], wrong_answers=3)
 CRASH = ExecutionResult(Verdict.RUNTIME_ERROR, 0, 4, [Verdict.RUNTIME_ERROR])
 SYNTAX = ExecutionResult(Verdict.SYNTAX_ERROR, 0, 4)
 PASS = ExecutionResult(Verdict.PASSED, 4, 4, [Verdict.PASSED] * 4)
 BROKEN = ExecutionResult(Verdict.INFRA_ERROR, 0, 4)
+OWN_ASSERT = ExecutionResult(F, 1, 4, [P, F, F, F], wrong_answers=2)  # raised in one test
+AT_LOAD = ExecutionResult(F, 0, 4, [])  # an AssertionError before the tests
+STOPPED = ExecutionResult(F, 1, 4, [P, F], wrong_answers=1)  # stopped at the first failure
 
 
-def test_only_a_wrong_answer_is_a_valid_bug():
-    assert [is_valid_bug(r) for r in (WRONG, CRASH, SYNTAX, PASS, BROKEN)] == [
-        True, False, False, False, False,
+def test_only_a_wrong_answer_in_every_failed_test_of_a_full_run_is_a_bug():
+    results = (WRONG, CRASH, SYNTAX, PASS, BROKEN, OWN_ASSERT, AT_LOAD, STOPPED)
+    assert [is_wrong_answer(r) for r in results] == [
+        True, False, False, False, False, False, False, False,
     ]  # fmt: skip
 
 
 def test_saboteur_rewards_are_the_fixers_failure_rate_or_masked():
-    results = [WRONG, WRONG, WRONG, CRASH, PASS, BROKEN]
+    statuses = ["valid", "valid", "valid", "not_a_wrong_answer", "still_passes", "infra_error"]
     keys = ["a", "a", "b", "c", "d", "e"]
     # "a" measured (fixers solved a quarter of it), "b" valid but not measured
-    assert saboteur_rewards(results, keys, {"a": 0.75}) == [0.75, 0.75, None, 0.0, 0.0, None]
+    checks = [BugCheck(status) for status in statuses]
+    assert saboteur_rewards(checks, keys, {"a": 0.75}) == [0.75, 0.75, None, 0.0, 0.0, None]
+
+
+class ScriptedSandbox:
+    """Stands in for the sandbox the bugs are checked in: each program's result by its text
+    (a rerun's too), PASS for any other (the references); records the calls."""
+
+    def __init__(self, results: dict[str, ExecutionResult]) -> None:
+        self.results, self.calls = results, []
+
+    def __call__(self, jobs, stop_at_first_failure):
+        self.calls.append(([job.code for job in jobs], stop_at_first_failure))
+        return [self.results.get(job.code.removesuffix(RERUN), PASS) for job in jobs]
 
 
 class ScriptedSampler:
@@ -77,7 +96,9 @@ def test_valid_distinct_bugs_get_fixer_groups_and_the_saboteur_their_difficulty(
         }
     )
     sampler = ScriptedSampler(bugs, fixes=[1, 4])
-    groups, metrics = Saboteur(config, raw, "plain", tiny_tokenizer, sampler).collect(7, [3, 5])
+    sandbox = ScriptedSandbox(dict(bug for group in bugs for bug in group))
+    saboteur = Saboteur(config, raw, "plain", tiny_tokenizer, sampler, sandbox)
+    groups, metrics = saboteur.collect(7, [3, 5])
 
     (tag, indices, posed), (fix_tag, fix_indices, fix_posed) = sampler.calls
     assert (tag, indices, fix_tag, fix_indices) == ("7.saboteur", [3, 5], "7.fixer", [3, 3])
@@ -98,6 +119,11 @@ def test_valid_distinct_bugs_get_fixer_groups_and_the_saboteur_their_difficulty(
         "selfplay/fixer_groups": 2.0,
         "selfplay/saboteur_groups": 2.0,
     }
+    # the references first, then every bug in full (never stopped early), and the valid ones again
+    (references, _), (first, stop), (again, stop_again) = sandbox.calls
+    assert len(references) == 2 and len(first) == 8 and not stop and not stop_again
+    assert again == [header + "4\n" + RERUN, header + "4  # same bug\n" + RERUN,
+                     header + "5\n" + RERUN]  # fmt: skip
 
 
 def test_a_bug_carrying_chat_markup_is_never_shown_to_fixers(tiny_tokenizer):
@@ -115,7 +141,8 @@ def test_a_bug_carrying_chat_markup_is_never_shown_to_fixers(tiny_tokenizer):
         }
     )
     sampler = ScriptedSampler(bugs, fixes=[2])
-    groups, _ = Saboteur(config, raw, "plain", tiny_tokenizer, sampler).collect(1, [3])
+    sandbox = ScriptedSandbox(dict(bugs[0]))
+    groups, _ = Saboteur(config, raw, "plain", tiny_tokenizer, sampler, sandbox).collect(1, [3])
     (_, _, _), (_, fix_indices, fix_posed) = sampler.calls
     assert fix_indices == [3] and "<|im_start|>" not in fix_posed[0].prompt
     assert groups[0].rewards == [0.0, 0.5, 0.0, 0.0]
@@ -124,7 +151,8 @@ def test_a_bug_carrying_chat_markup_is_never_shown_to_fixers(tiny_tokenizer):
 def test_a_prompt_without_room_for_an_answer_is_not_posed(tiny_tokenizer):
     config = Config.model_validate({"selfplay": {"saboteur": True}, "model": {"max_model_len": 64}})
     sampler = ScriptedSampler([], fixes=[])
-    saboteur = Saboteur(config, synthetic_problems(), "plain", tiny_tokenizer, sampler)
+    sandbox = ScriptedSandbox({})
+    saboteur = Saboteur(config, synthetic_problems(), "plain", tiny_tokenizer, sampler, sandbox)
     groups, metrics = saboteur.collect(1, [3])
     assert groups == [] and metrics == dict.fromkeys(METRICS, 0.0)
     assert sampler.calls == []
@@ -158,7 +186,7 @@ class JudgeSeven:
     def run(self, jobs, stop_at_first_failure):
         results = []
         for job in jobs:
-            value = job.code.rsplit("return ", 1)[-1].strip()
+            value = job.code.rsplit("return ", 1)[-1].split("\n")[0].strip()
             if not value.isdigit():
                 results.append(CRASH)
             elif value == "7":
