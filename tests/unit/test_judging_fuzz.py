@@ -128,7 +128,8 @@ class Stream:
         if pick == 0 and honest is not None:
             record["values"] = honest
         elif pick == 1:
-            record.update(kind=rng.choice(KINDS[:4]), exc=self.text())
+            # ``own``: the test's own assert raised (an exec-form test's wrong answer)
+            record.update(kind=rng.choice(KINDS[:4]), exc=self.text(), own=index % 2 == 0)
         elif pick == 2:
             record["ok"] = rng.choice([True, False, 1, "true"])
         else:  # as many values as the test asks for, mostly
@@ -228,6 +229,7 @@ def check_result(result: ExecutionResult, total: int) -> None:
     assert result.verdict in Verdict and result.verdict is not Verdict.INFRA_ERROR
     assert result.tests_total == total and len(result.test_verdicts) <= total
     assert result.tests_passed == sum(v is Verdict.PASSED for v in result.test_verdicts)
+    assert 0 <= result.wrong_answers <= sum(v is Verdict.FAILED for v in result.test_verdicts)
     assert len(result.detail) <= 300
     result.detail.encode("utf-8")  # written to logs and prompts later: no lone surrogate
 
