@@ -20,11 +20,11 @@ from pathlib import Path
 from common.config import Config, ConfigError, load_config
 from common.datasets import DatasetError
 from common.durable import JsonlError, LockHeld, exclusive_lock, read_jsonl, rewrite_jsonl
+from common.help_format import DefaultsHelpFormatter
 from common.prompts import PromptError
 from launch.data.model_source import locate_model
 from launch.data.problems import load_problems
 from launch.data.tiny_model import build_tiny_model
-from launch.help_format import DefaultsHelpFormatter
 from launch.loop.checkpoint import (
     CHECKPOINTS,
     LATEST,

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from common.config import Config, ConfigError
+from common.help_format import DefaultsHelpFormatter
 from launch.bench import timeline
 from launch.bench.trl import import_trl, run_trl, summarize_trl
 from launch.bench.workload import (
@@ -50,7 +51,6 @@ from launch.bench.workload import (
     model_parameters,
 )
 from launch.data.problems import load_problems
-from launch.help_format import DefaultsHelpFormatter
 from launch.loop.metrics import mean_present
 from launch.train import prepare_run_dir
 from learner.flops import learner_peak_flops

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from common.durable import atomic_write_text
-from launch.help_format import DefaultsHelpFormatter
+from common.help_format import DefaultsHelpFormatter
 
 logger = logging.getLogger(__name__)
 

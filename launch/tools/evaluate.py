@@ -30,11 +30,11 @@ from pathlib import Path
 from common.config import ConfigError, ModelConfig, RolloutConfig, SandboxConfig, ScorerOptions
 from common.config.sandbox import ISOLATION_LEVELS, MIN_ISOLATION_HELP
 from common.datasets import DatasetError
+from common.help_format import DefaultsHelpFormatter
 from common.prompts import PromptError, encode_prompt
 from common.types import Problem, Verdict
 from launch.data.model_source import locate_model
 from launch.data.problems import load_rendered
-from launch.help_format import DefaultsHelpFormatter
 from launch.loop.evaluation import EvalError, sample_and_score, summarize
 from launch.loop.passk import parse_ks
 from sandbox.trusted.pool import SandboxIsolationError, SandboxPool

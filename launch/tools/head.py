@@ -24,7 +24,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from launch.help_format import DefaultsHelpFormatter
+from common.help_format import DefaultsHelpFormatter
 
 #: The environment variable Ray reads for the authentication mode, and the one naming a token
 #: file in place of ``~/.ray/auth_token`` (``ray/_private/authentication/``, Ray's C++ loader).

@@ -37,10 +37,10 @@ from typing import Any
 from common.config import SandboxConfig
 from common.config.sandbox import ISOLATION_LEVELS, MIN_ISOLATION_HELP
 from common.datasets import DatasetError, load_dataset
+from common.help_format import DefaultsHelpFormatter
 from common.types import Problem
 from launch.data.mutations import OPERATORS, count_sites, mutate, normalised
 from launch.data.repairs import BugJudge, Execute, reference_program, repair_prompt
-from launch.help_format import DefaultsHelpFormatter
 from sandbox.trusted.pool import SandboxIsolationError, SandboxPool
 
 #: Mutants checked in the sandbox per bug wanted: most candidates are kept, some are not bugs.

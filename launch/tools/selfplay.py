@@ -42,10 +42,10 @@ from typing import Any
 from common.config import Config, ConfigError, load_config
 from common.datasets import DatasetError
 from common.durable import JsonlError, append_jsonl, read_jsonl, repair_tail
+from common.help_format import DefaultsHelpFormatter
 from common.prompts import PromptError
 from launch.data.problems import load_raw
 from launch.data.tasks import SYNTHETIC_SOURCES
-from launch.help_format import DefaultsHelpFormatter
 from launch.tools.make_repairs import make_repairs
 from launch.train import resolve_model
 from sandbox.trusted.pool import SandboxIsolationError, SandboxPool

@@ -56,10 +56,10 @@ from typing import Any
 
 from common.config import ConfigError, SandboxConfig
 from common.datasets import DatasetError
+from common.help_format import DefaultsHelpFormatter
 from common.prompts import encode_prompt
 from launch.data.model_source import locate_model
 from launch.data.problems import load_rendered
-from launch.help_format import DefaultsHelpFormatter
 from launch.loop.rollouts import read_rollouts
 from launch.tools.evaluate import build_worker, default_max_model_len, load_tokenizer
 from launch.tools.process_labels import mc_step_labels

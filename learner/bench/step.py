@@ -23,6 +23,7 @@ import torch
 import torch.multiprocessing as mp
 
 from common.config import ConfigError, LearnerConfig, load_config
+from common.help_format import DefaultsHelpFormatter
 from common.rendezvous import LOOPBACK, GroupStore
 from common.types import ProcessGroupSpec, TrainSample
 from learner.flops import learner_peak_flops
@@ -239,22 +240,13 @@ def _flatten(data: dict, prefix: str = "") -> list[str]:
     return flat
 
 
-class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """The description and epilog as written; every option that has a default shows it."""
-
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        if action.help and action.default not in (None, False, argparse.SUPPRESS):
-            return f"{action.help} (default: %(default)s)"
-        return action.help
-
-
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     """The flags below, and the ``--learner.key value`` overrides left over."""
     parser = argparse.ArgumentParser(
         prog="python -m learner.bench",
         description=DESCRIPTION,
         epilog=EPILOG,
-        formatter_class=_HelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
     )
     add = parser.add_argument
     add(

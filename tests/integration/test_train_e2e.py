@@ -11,6 +11,7 @@ import pytest
 
 from common.config import load_config
 from launch.loop.metrics import read_metrics
+from sandbox.trusted.pool import _alive
 
 pytestmark = pytest.mark.integration
 
@@ -69,20 +70,14 @@ def short_run(tmp_path_factory, tiny_model_path):
     before = set(glob.glob(os.path.join(tempfile.gettempdir(), "sandbox-*")))
     run_dir = train(config)
     new = set(glob.glob(os.path.join(tempfile.gettempdir(), "sandbox-*"))) - before
-    return config, run_dir, {path for path in new if not _pool_alive(path)}
+    # A directory whose pool process still runs is another run's on this machine (a shared /tmp),
+    # not one this run left behind: the run's own pools have ended when ``train`` returns.
+    return config, run_dir, {path for path in new if not _alive(_pool_pid(path))}
 
 
-def _pool_alive(path: str) -> bool:
-    """Whether the process that made ``sandbox-<pid>-...`` still runs: then the directory is
-    another run's on this machine (a shared /tmp), not one this run left behind, since the
-    run's own pools have ended when ``train`` returns."""
-    try:
-        os.kill(int(os.path.basename(path).split("-")[1]), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's live process
-        return True
-    return True
+def _pool_pid(path: str) -> int:
+    """The pool process named by ``sandbox-<pid>-<pid namespace>-<random>``."""
+    return int(os.path.basename(path).split("-")[1])
 
 
 def test_every_step_writes_the_metrics_interface(short_run):
