@@ -80,6 +80,10 @@ class RolloutWorker:
         # The engine's half of the run's weight transport (``actor/receivers.py``).
         self.receiver = make_receiver(transport)
         self._calls = 0  # makes engine request ids unique across calls
+        # rollout.colocate: what the engine has let go of while the learner steps (vLLM's
+        # sleep tags), and whether its weights were discarded (level 2) and not loaded since.
+        self._asleep: set[str] = set()
+        self._discarded = False
         start = time.perf_counter()
         with _thread_binding(rollout):
             self.llm = LLM(
@@ -96,6 +100,7 @@ class RolloutWorker:
                 **_parallel_options(rollout),
                 **_lora_options(lora_rank),
                 **_scheduler_options(rollout, model),
+                **_sleep_options(rollout),
             )
         self.tokenizer = self.llm.get_tokenizer()
         logger.info(
@@ -129,6 +134,7 @@ class RolloutWorker:
         that finished at least one group (groups finishing together travel together: a yield
         costs a Ray object); each group is in seed order.
         """
+        self._check_awake()
         if self.weight_version < min_version:
             raise StaleWeightsError(
                 f"rollout worker {self.worker_index} serves weight version "
@@ -189,16 +195,61 @@ class RolloutWorker:
                 f"rollout worker {self.worker_index} receives {self.receiver.name} updates, "
                 f"got {update.transport}"
             )
+        if "weights" in self._asleep:
+            raise RuntimeError(
+                f"rollout worker {self.worker_index}: a weight update must reach awake weights "
+                "(wake(['weights']) first)"
+            )
         started_at, start = time.time(), time.perf_counter()
         loaded = self.receiver.receive(self.llm, update)
         self.llm.reset_prefix_cache()
         self.weight_version = update.version
+        self._discarded = False
         return {
             **loaded,
             "seconds": time.perf_counter() - start,
             "version": float(update.version),
             "started_at": started_at,  # wall clock: lets a caller on this host time the dispatch
         }
+
+    def sleep(self, level: int) -> float:
+        """Let go of the engine's device memory while the learner on the same GPU steps
+        (``rollout.colocate``): at level 1 its KV cache (the weights wait in host memory), at
+        level 2 its weights too. vLLM pauses the scheduler and forgets the prefix cache
+        either way; a vLLM-CPU worker frees nothing ("sleep mode is not supported on CPU").
+        The seconds it took."""
+        start = time.perf_counter()
+        self.llm.sleep(level=level)
+        self._asleep = {"weights", "kv_cache"}
+        self._discarded = level >= 2
+        return time.perf_counter() - start
+
+    def wake(self, tags: list[str] | None = None) -> float:
+        """Take back what :meth:`sleep` let go of: ``["weights"]`` before a weight update
+        (the update must reach resident weights), ``["kv_cache"]`` after it (the cache is
+        allocated once the update's buffers are gone), None for both. The engine schedules
+        again once all is back. The seconds it took (0 when awake already, as after a
+        restart)."""
+        wanted = self._asleep & set(tags or self._asleep)
+        if not wanted:
+            return 0.0
+        start = time.perf_counter()
+        self.llm.wake_up(sorted(wanted))
+        self._asleep -= wanted
+        if not self._asleep and self._discarded:
+            # Level 2 without an update since: what the engine holds is no model. A version
+            # below every fleet's makes it refuse to generate until the fleet reloads it.
+            logger.warning("rollout worker %d woke without weights", self.worker_index)
+            self.weight_version = -1
+        return time.perf_counter() - start
+
+    def _check_awake(self) -> None:
+        """A sleeping engine's scheduler is paused: a generation would wait for ever."""
+        if self._asleep:
+            raise RuntimeError(
+                f"rollout worker {self.worker_index} is asleep ({sorted(self._asleep)} let "
+                "go): wake it before generating"
+            )
 
     def join_transfer(self, init_info: dict) -> None:
         """Join the ``collective`` transport's group (blocks until every member joined)."""
@@ -214,6 +265,7 @@ class RolloutWorker:
         """
         from vllm import SamplingParams  # lazy: vllm
 
+        self._check_awake()
         sequences = [list(s.prompt_token_ids) + list(s.completion_token_ids) for s in samples]
         params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0)
         outputs = self.llm.generate(
@@ -282,6 +334,20 @@ def _transfer_options(transport: str, rollout: RolloutConfig) -> dict:
     from vllm.config import WeightTransferConfig  # lazy: vllm
 
     return {"weight_transfer_config": WeightTransferConfig(backend=backend_for(rollout.num_gpus))}
+
+
+def _sleep_options(rollout: RolloutConfig) -> dict:
+    """``rollout.colocate`` on a GPU: vLLM's sleep mode (its cumem allocator, so that
+    ``sleep`` can hand memory back), and the engine's share of the card as its memory budget,
+    since vLLM refuses to start when less than ``gpu_memory_utilization`` of the card is free
+    and the learner holds the rest. vLLM-CPU has no sleep mode (it refuses
+    ``enable_sleep_mode``); its ``sleep`` and ``wake_up`` calls work without. Not run on a
+    GPU here yet."""
+    from vllm.platforms import current_platform  # lazy: vllm
+
+    if not rollout.colocate or current_platform.is_cpu():
+        return {}
+    return {"enable_sleep_mode": True, "gpu_memory_utilization": rollout.num_gpus}
 
 
 def _lora_options(rank: int) -> dict:

@@ -35,6 +35,7 @@ from learner.batching import collate, validate_samples
 from learner.export import export_metadata, export_state_dict, iter_export
 from learner.flops import forward_flops, model_config_shape, spans, step_flops
 from learner.logprobs import can_share_prompts
+from learner.offload import OptimizerOffload
 from learner.policy import (
     build_policy,
     compile_layers,
@@ -105,6 +106,8 @@ class Learner:
             total_steps=total_steps,
         )
         self.optimizer, self.trainable = self.trainer.optimizer, self.trainer.trainable
+        # learner.offload_optimizer: the state's trips to host memory (offload.py)
+        self.offloader = OptimizerOffload(self.optimizer)
         self.kl_control = KlControl(
             config.kl_control,
             config.beta,
@@ -168,6 +171,16 @@ class Learner:
         micro-batches (``threads.py``).
         """
         self.threads.request(threads)
+
+    def offload_optimizer(self) -> float:
+        """Move the optimiser state to host memory until :meth:`reload_optimizer`, so a
+        colocated engine has its device memory while it generates (``offload.py``); the
+        seconds it took. Every rank moves its own shards."""
+        return self.offloader.offload()["seconds"]
+
+    def reload_optimizer(self) -> float:
+        """The optimiser state back on the learner's device before a step; the seconds."""
+        return self.offloader.reload()["seconds"]
 
     @property
     def weight_version(self) -> int:
@@ -361,6 +374,7 @@ class Learner:
 
     def _restore(self, path: Path, state: dict) -> None:
         """Optimiser state and counters from checkpoint ``path`` (weights already loaded)."""
+        self.offloader.reload()  # loading puts the state on the device: nothing stays away
         self.trainer.restore(path, state, int(state["step"]))
         self._weight_version, self.step = int(state["weight_version"]), int(state["step"])
         # Checkpoints from before the schedules have no beta: the config's fixed one.

@@ -104,6 +104,13 @@ class SpeedKnobs(Section):
         description="torch.compile each decoder layer of the policy (dynamic shapes); the "
         "first steps pay the compilation (docs/benchmarks.md, one learner step)",
     )
+    offload_optimizer: Literal["never", "while_generating"] = Field(
+        "never",
+        description="rollout.colocate: move the AdamW state (its moments) to pinned host "
+        "memory after each step and back before the next, so the engine sharing the GPU has "
+        "that memory while it generates (colocate/offload_s, colocate/reload_s). On CPU "
+        "learners the state already lives in host memory: nothing moves",
+    )
 
 
 class ResourceKnobs(Section):
@@ -180,6 +187,7 @@ _SAVED_ORDER = (
     "num_gpus",
     "max_restarts",
     "num_ranks",
+    "offload_optimizer",
 )
 
 

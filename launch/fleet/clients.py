@@ -119,6 +119,14 @@ class LearnerClient:
         ]
         ray.get(calls)
 
+    def offload_optimizer(self) -> float:
+        """Every rank's optimiser state to host memory; the slowest rank's seconds."""
+        return max(self.get(call) for call in self._fan_out("offload_optimizer"))
+
+    def reload_optimizer(self) -> float:
+        """Every rank's optimiser state back on its device; the slowest rank's seconds."""
+        return max(self.get(call) for call in self._fan_out("reload_optimizer"))
+
     def save_checkpoint(self, path: str) -> None:
         """Every rank writes its part (rank 0 the weights, each its optimiser shard)."""
         for call in self._fan_out("save_checkpoint", path):

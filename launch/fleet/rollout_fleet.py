@@ -52,6 +52,12 @@ class RolloutFleet:
         # whenever the actors change (launch/fleet/weight_sync.py); None for the object store.
         self.transfer: TransferGroup | None = None
         self._transmits: list[Any] = []
+        # rollout.colocate: the engines sleep while the learner steps; the next push wakes
+        # them around its load (_queue_load), and wake_s is the slowest engine's wake.
+        self.asleep = False
+        self.wake_s = 0.0
+        self.sleeps = self.wakes = 0  # fleet-wide, so far (colocate/sleeps, colocate/wakes)
+        self._wakes: dict[int, list[Any]] = {}
 
     # -- membership -------------------------------------------------------------------------
     def _spawn(self) -> Any:
@@ -120,11 +126,47 @@ class RolloutFleet:
         exists, so a push queued while the learner exports costs no round trip after it.
         """
         self.latest_update = update_ref
-        actors = enumerate(self.actors)
-        pending = {i: actor.update_weights.remote(update_ref) for i, actor in actors}
+        pending = {i: self._queue_load(i, update_ref) for i in range(len(self.actors))}
+        self.asleep = False
         if self.transfer is not None:  # the learner's side of the same broadcast
             self._transmits = self.transfer.transmit()
         return pending
+
+    def _queue_load(self, index: int, update_ref: Any) -> Any:
+        """Queue actor ``index``'s load of the update; a sleeping engine's weights wake
+        before it and its KV cache after it (an actor runs its calls in order), as vLLM's
+        RL examples do: the update reaches resident weights, and the cache is allocated only
+        once the update's buffers are gone."""
+        actor = self.actors[index]
+        if not self.asleep:
+            return actor.update_weights.remote(update_ref)
+        wake_weights = actor.wake.remote(["weights"])
+        load = actor.update_weights.remote(update_ref)
+        self._wakes[index] = [wake_weights, actor.wake.remote(["kv_cache"])]
+        return load
+
+    def sleep(self, level: int) -> float:
+        """Every engine asleep while the learner on its GPU steps (``rollout.colocate``); the
+        slowest engine's seconds. An actor that died meanwhile comes back awake (Ray restarts
+        it), and the next push recovers it."""
+        self.asleep = True
+        self.sleeps += 1
+        seconds = _values([actor.sleep.remote(level) for actor in self.actors])
+        return max(seconds, default=0.0)
+
+    def wake(self) -> float:
+        """Every engine awake without a push (before a generation the driver asks for while
+        they sleep); the slowest engine's seconds."""
+        self.asleep = False
+        self.wakes += 1
+        return max(_values([actor.wake.remote(None) for actor in self.actors]), default=0.0)
+
+    def _finish_wakes(self) -> None:
+        """Wait for the wakes :meth:`_queue_load` queued; ``wake_s``: the slowest engine's."""
+        wakes, self._wakes = self._wakes, {}
+        if wakes:
+            self.wake_s = max(sum(_values(refs)) for refs in wakes.values())
+            self.wakes += 1
 
     def finish_push(self, pending: dict[int, Any]) -> dict[str, float]:
         """Wait for the loads :meth:`start_push` queued; an actor that died meanwhile is
@@ -170,6 +212,7 @@ class RolloutFleet:
             raise broke  # the learner's side: restarting it re-forms the group and pushes
         for index in lost:
             loads.append(self._recover(index))  # it reloads latest_update, this update
+        self._finish_wakes()
         version = max(load["version"] for load in loads)
         self.version = int(version)
         return {"version": version, "load_s": max(load["seconds"] for load in loads)}
@@ -192,6 +235,8 @@ class RolloutFleet:
         A share whose actor fails mid-stream is retried, after recovery, for the requests
         whose groups had not arrived yet; groups already yielded are kept.
         """
+        if self.asleep:
+            self.wake()
         count = len(self.actors)
         streams = {}
         for index in range(count):
@@ -265,6 +310,18 @@ def _recoverable() -> tuple[type[Exception], ...]:
     """Errors of a generation call that recovering the actor (restart wait, latest weights)
     and retrying its share can fix: the actor died, or came back from a restart stale."""
     return (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError, StaleWeightsError)
+
+
+def _values(refs: list[Any]) -> list[float]:
+    """The values of calls on rollout actors, leaving out those whose actor died (its
+    restart is recovered by the next push or generation)."""
+    values = []
+    for ref in refs:
+        try:
+            values.append(ray.get(ref))
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
+            logger.warning("a rollout actor died during sleep or wake: %s", type(exc).__name__)
+    return values
 
 
 def _groups(completions: list[Completion]) -> list[list[Completion]]:

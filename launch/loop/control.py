@@ -23,6 +23,7 @@ import signal
 import stat
 import sys
 import threading
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -54,11 +55,35 @@ def check_rollout_actors(value: object) -> int:
     return value
 
 
+def check_fixed_size(wanted: int, fixed_size: int | None) -> None:
+    """:class:`ControlError` when a colocated run (``fixed_size``: its engines) is asked for
+    another number of engines."""
+    if fixed_size is not None and wanted != fixed_size:
+        raise ControlError(
+            f"the run colocates its {fixed_size} engine(s) with its learner "
+            "ranks (rollout.colocate), one per rank, so it cannot resize to "
+            f"{wanted}; it keeps {fixed_size}"
+        )
+
+
+def colocated_engines(run_dir: Path) -> int | None:
+    """The number of engines of the run in ``run_dir`` when it colocates them with its learner
+    ranks (its saved ``config.toml``), else None."""
+    try:
+        rollout = tomllib.loads((run_dir / "config.toml").read_text()).get("rollout", {})
+    except (OSError, tomllib.TOMLDecodeError):
+        return None
+    return int(rollout.get("num_actors", 1)) if rollout.get("colocate") else None
+
+
 class ControlFile:
     """Reads ``control.json`` when it changes; returns the requested rollout fleet size."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, fixed_size: int | None = None) -> None:
         self.path = path
+        # rollout.colocate: each engine shares a bundle with a learner rank, so the fleet
+        # keeps its size; a request for another is reported and ignored.
+        self.fixed_size = fixed_size
         self._seen: int | None = None  # the mtime (ns) of the request last read
         self._unreadable: str | None = None  # the last reason the file could not be looked at
 
@@ -78,7 +103,9 @@ class ControlFile:
             return None
         self._seen = info.st_mtime_ns
         try:
-            return check_rollout_actors(self._read(info).get("rollout_actors"))
+            wanted = check_rollout_actors(self._read(info).get("rollout_actors"))
+            check_fixed_size(wanted, self.fixed_size)
+            return wanted
         except (OSError, ValueError) as exc:  # ControlError, JSON and UTF-8 errors included
             _warn(self.path, str(exc))
             return None
@@ -112,6 +139,10 @@ def request_resize(run_dir: Path, rollout_actors: int) -> Path:
         raise ValueError(f"--rollout-actors: {exc}") from None
     if not run_dir.is_dir():
         raise FileNotFoundError(f"{run_dir} is not a run directory")
+    try:
+        check_fixed_size(rollout_actors, colocated_engines(run_dir))
+    except ControlError as exc:
+        raise ValueError(f"--rollout-actors: {exc}") from None
     path = run_dir / CONTROL_FILE
     atomic_write_text(path, json.dumps({"rollout_actors": rollout_actors}) + "\n")
     return path

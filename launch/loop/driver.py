@@ -37,6 +37,7 @@ from launch.data.problems import load_rendered
 from launch.fleet.actors import start_metrics
 from launch.fleet.fleet import Fleet
 from launch.loop.checkpoint import DriverState, save_checkpoint
+from launch.loop.colocation import Colocation
 from launch.loop.control import CONTROL_FILE, ControlFile, install_stop_handler
 from launch.loop.episodes import episode_metrics
 from launch.loop.evaluation import evaluate
@@ -111,7 +112,9 @@ class Driver:
         if state is not None and self.baseline is not None:
             self.baseline.load_state_dict(state.baseline)
         self.eval_problems = self._load_eval_problems() if config.eval.every else []
-        self.control = ControlFile(run_dir / CONTROL_FILE)
+        self.colocation = Colocation.of(config, fleet)  # one GPU per engine and learner rank
+        fixed = config.rollout.num_actors if self.colocation else None
+        self.control = ControlFile(run_dir / CONTROL_FILE, fixed_size=fixed)
         self._stop_signal: int | None = None
         self.probe = ParityProbe(config.weights.parity_probe)
         run = config.run
@@ -279,6 +282,8 @@ class Driver:
         record.update(batch.term_means)
         if self.baseline is not None:
             record.update(self.baseline.stats())
+        if self.colocation is not None:
+            record.update(self.colocation.metrics())
         return record
 
     def _train_and_sync(self, samples: list[TrainSample]) -> tuple[dict, dict[str, float]]:
@@ -297,15 +302,20 @@ class Driver:
                 ("time/train_s", "time/weight_sync_s", "time/weight_export_s"), 0.0
             )
             return self._measure_parity(self._start_probe()), marks
-        runs_ahead = self._batches.runs_ahead
+        runs_ahead, colocation = self._batches.runs_ahead, self.colocation
+        if colocation is not None:
+            colocation.before_train()  # the engines sleep while the learner steps
         start = time.perf_counter()
         metrics_ref, update = self.fleet.learner.train_and_export(samples)
         # Async: queue the loads only after training. Queued early, a load could reach an
         # engine before the producer's generation of the next batch, which would then wait
-        # for this step (no overlap).
-        pending = None if runs_ahead else self.fleet.rollout.start_push(update)
-        probe = None if runs_ahead else self._start_probe()
+        # for this step (no overlap). Colocated: the learner offloads before the engines wake.
+        late = runs_ahead or colocation is not None
+        pending = None if late else self.fleet.rollout.start_push(update)
+        probe = None if late else self._start_probe()
         metrics = self.fleet.learner.get(metrics_ref)
+        if colocation is not None:
+            colocation.after_train()
         trained = time.perf_counter()
         if pending is None:
             pending = self.fleet.rollout.start_push(update)
