@@ -14,7 +14,8 @@ One step, synchronous (every completion is on-policy for the weights the learner
 
 With ``async.max_staleness >= 1`` steps 1-3 of the next step run while the learner does 4-5
 (see ``pipeline.py``): the batch's groups are checked against the learner's weight version,
-stale ones dropped and counted, and the rest trained on with the TIS correction.
+stale ones dropped and counted, and the rest trained on with the TIS correction. With
+``rollout.colocate`` the engines sleep while the learner does 4-5 (``colocation.py``).
 """
 
 from __future__ import annotations
@@ -296,6 +297,8 @@ class Driver:
         In async mode the push queues behind the generation in progress (an engine runs one
         call at a time): ``time/weight_sync_s`` then counts the engines' own load time and the
         queueing is ``time/push_wait_s``. Without samples nothing changed, nothing is pushed.
+        Colocated, the engines sleep before the step and the push (after the learner's
+        offload) wakes them.
         """
         if not samples:
             marks = dict.fromkeys(

@@ -8,7 +8,9 @@ Modes are composed into a few short runs so the tier stays within CI's budget:
   engine step's token budget (``rollout.max_num_batched_tokens``), full fine-tuning with
   beta = 0, a cosine learning rate with warmup and AdamW betas from config, the LM head in
   one piece (``logprob_chunk_tokens = 0``), tie noise, the failure-focused curriculum,
-  evaluation during training; then ``python -m launch.evaluate``
+  evaluation during training, the engine colocated with the learner (``rollout.colocate``:
+  one placement-group bundle for both, the engine asleep at level 2 while the learner steps,
+  the optimiser state in host memory while the engine generates); then ``python -m launch.evaluate``
   on MBPP's test split with the run's checkpoint, its samples reranked by a verifier;
 - ``adapter``: LoRA with only the adapter pushed, async K = 1, the Kalman baseline, the
   easy-to-hard curriculum, vLLM's separate engine process;
@@ -149,8 +151,19 @@ def test_mbpp_with_long_prompts_trains_and_evaluates(tmp_path, tiny_model_path):
         "--eval.every", "2",
         "--eval.max_problems", "4",
         "--eval.n", "2",
+        "--rollout.colocate", "true",
+        "--rollout.sleep_level", "2",
+        "--learner.offload_optimizer", "while_generating",
     )  # fmt: skip
     metrics = _check_run(run_dir, 3)
+    # colocated: every step slept after generating, reloaded and offloaded the optimiser state
+    # around the learner's step, and woke with the push (an engine refuses an update while its
+    # weights sleep and a generation while anything does, so a finished run took its turns in
+    # that order)
+    for m in metrics:
+        assert m["colocate/sleeps"] == m["colocate/wakes"] == m["step"], m
+        for phase in ("sleep", "reload", "offload", "wake"):
+            assert m[f"colocate/{phase}_s"] >= 0, phase
     # 8 prompts x 8 samples of 270-700 tokens each: far more than one engine step's budget (on
     # 04f65d3, without that key, vLLM's CPU default of 4096 tokens chunked them and crashed)
     assert min(m["train/num_samples"] for m in metrics) > 0

@@ -65,6 +65,12 @@ def short_run(tmp_path_factory, tiny_model_path):
             "4",
             "--eval.k",
             "[1, 4]",
+            # The engine and the learner in one placement-group bundle, taking turns (the
+            # engine asleep while the learner steps): it must learn as well.
+            "--rollout.colocate",
+            "true",
+            "--learner.offload_optimizer",
+            "while_generating",
         ],
     )
     before = set(glob.glob(os.path.join(tempfile.gettempdir(), "sandbox-*")))
@@ -87,6 +93,7 @@ def test_every_step_writes_the_metrics_interface(short_run):
     for record in records:
         assert record.keys() >= REQUIRED_METRICS, REQUIRED_METRICS - record.keys()
     assert [r["weight_version"] for r in records] == list(range(1, config.run.steps + 1))
+    assert [r["colocate/wakes"] for r in records] == list(range(1, config.run.steps + 1))
 
 
 def test_run_directory_has_config_checkpoint_and_curve(short_run):
