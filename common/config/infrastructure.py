@@ -104,6 +104,14 @@ class RayConfig(Section):
         description="local cluster only; 0: the machine's CPUs, or what the run's actors ask for "
         "when that is more",
     )
+    gpu_memory_gib: float = Field(
+        0.0,
+        ge=0,
+        description="memory of one GPU of the cluster (e.g. 79 for an 80 GB H100, whose 81,559 "
+        "MiB nvidia-smi shows): the memory plan printed before a GPU run starts refuses a "
+        "colocated config that cannot fit it, and warns when a learner or an engine alone "
+        "exceeds it; 0: unknown, the plan is printed but not enforced",
+    )
     group_interface: str = Field(
         "",
         description="network interface (e.g. 'eth0', the same name on every node) where the "

@@ -97,6 +97,15 @@ class SpeedKnobs(Section):
         "float32", description="dtype=bfloat16: fp32 master weights + autocast, or pure bf16"
     )
     micro_batch_tokens: int = Field(8192, ge=16, description="token budget of one micro-batch")
+    memory_gib: float = Field(
+        0.0,
+        ge=0,
+        description="a learner rank's memory target: when set, the micro-batch token budget is "
+        "derived from it (the target minus the rank's weights, gradients, AdamW state and "
+        "reference, over the activation bytes per token of the model's shape: common/memory.py) "
+        "instead of micro_batch_tokens, so long completions cannot push a step past it; "
+        "0: micro_batch_tokens",
+    )
     dtype: Literal["float32", "bfloat16"] = "float32"
     gradient_checkpointing: bool = False
     compile: bool = Field(
@@ -118,6 +127,11 @@ class ResourceKnobs(Section):
 
     num_cpus: float = Field(1.0, ge=0, description="per learner rank")
     num_gpus: float = Field(0.0, ge=0, description="per learner rank")
+    offload_optimizer: Literal["never", "while_generating"] = Field(
+        "never",
+        description="while_generating: the AdamW moments move to host memory while a colocated "
+        "engine generates (rollout.colocate), leaving the card to the engine",
+    )
     max_restarts: int = Field(
         3,
         ge=0,
@@ -179,6 +193,7 @@ _SAVED_ORDER = (
     "reference",
     "master_dtype",
     "micro_batch_tokens",
+    "memory_gib",
     "dtype",
     "gradient_checkpointing",
     "compile",

@@ -1,0 +1,392 @@
+"""GPU memory of a run, by arithmetic on the model's shape: the learner's state and activations,
+and the vLLM engine's weights and KV cache.
+
+Pure arithmetic (no torch): the memory plan (``launch/fleet/memory_plan.py``) runs it before
+anything starts, and the learner derives its micro-batch token budget from ``learner.memory_gib``
+with it. Counts follow what the code keeps today, read from the modules named at each function;
+every constant below says where it comes from. None of it is a measurement: docs/scaling.md
+compares it with the learner peaks measured on an H200 (issue 34's table).
+
+Activations follow Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
+Transformer Models", section 4.1): count, per token and decoder layer, the bytes of every
+tensor autograd saves for backward. Their 34h assumes a GPT block (LayerNorm, GeLU MLP of 4h,
+dropout); the count here is redone for a Qwen2/Llama block as HF transformers runs it (RMSNorm,
+SwiGLU MLP, grouped-query attention, no dropout) with a fused SDPA kernel (flash or memory-
+efficient: no (s x s) score matrix is kept; with a padding mask HF repeats K and V to every head
+before the kernel, so they are counted at full width) and this learner's precision (fp32 master
+weights under bf16 autocast keep the residual stream in fp32, and autocast casts a linear's
+input once per linear).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from common.config import LearnerConfig
+
+GIB = 1 << 30
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+#: A CUDA context with cuBLAS loaded, per process on a card (the learner's and the engine's
+#: each): what ``nvidia-smi`` shows for an idle torch process on recent cards is 0.3-0.6 GiB.
+#: An estimate, not measured here; it is outside torch's ``max_memory_allocated``.
+CUDA_CONTEXT_GIB = 0.5
+#: vLLM's memory beyond weights and KV cache: activations of its profile run at
+#: max_num_batched_tokens, sampler buffers, CUDA graphs. vLLM logs it at start-up ("non-KV
+#: cache memory"); a rounded-up estimate for 0.5B-7B models, not measured here. Sleep mode
+#: frees only what its own allocator tagged (weights, KV cache), so a sleeping engine keeps it
+#: (vLLM docs, features/sleep_mode).
+ENGINE_RUNTIME_GIB = 1.0
+#: float32 (rows, vocab) tensors alive at the peak of one LM-head chunk's backward, counted in
+#: learner/logprobs.py ``_token_logprobs_and_entropy``: the log-softmax output and its exp (kept
+#: for the entropy's backward) plus three gradients of that size.
+LOGIT_TENSORS_AT_PEAK = 5
+#: torch's foreach AdamW (the default on CUDA) holds one parameter-sized temporary (the square
+#: root of the second moment) while it steps: counted from torch/optim/adamw.py.
+ADAMW_TEMPORARIES = 1
+#: Measured learner peaks exceed the count below by up to ~0.6 MB per micro-batch token under
+#: gradient checkpointing (issue 34's H200 rows; docs/scaling.md compares them): an allowance of
+#: 4 bytes x vocabulary per token covers them until a per-phase breakdown explains it.
+UNEXPLAINED_BYTES_PER_TOKEN_PER_VOCAB = 4
+#: ``learner.share_prompts`` (in effect without checkpointing and compile) keeps each prompt's
+#: keys and values gathered out to its rows for the completion pass: the H200 rows of issue 34
+#: measured 70.5 against 65.2 GiB without it (1.5B, micro-batch 8192), +16% of the activations.
+SHARED_PROMPTS_FACTOR = 1.16
+#: Rows the attention mask is counted at when the caller does not know (model.max_model_len is
+#: better): HF turns a padding mask into a (rows, 1, T, T) bias per layer, 2 B x T per token.
+DEFAULT_ROW_TOKENS = 2048
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What memory depends on in a decoder-only model: its HF ``config.json`` numbers."""
+
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    tied_embeddings: bool
+    qkv_bias: bool = True
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> ModelShape:
+        """From an HF ``config.json`` dict (Qwen2, Llama and alike)."""
+        required = ("hidden_size", "num_hidden_layers", "num_attention_heads")
+        missing = [k for k in (*required, "intermediate_size", "vocab_size") if k not in config]
+        if missing:
+            raise ValueError(f"the model's config.json has no {missing[0]!r}: not a decoder LM")
+        hidden, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
+        return cls(
+            hidden=hidden,
+            layers=int(config["num_hidden_layers"]),
+            heads=heads,
+            kv_heads=int(config.get("num_key_value_heads") or heads),
+            head_dim=int(config.get("head_dim") or hidden // heads),
+            intermediate=int(config["intermediate_size"]),
+            vocab=int(config["vocab_size"]),
+            tied_embeddings=bool(config.get("tie_word_embeddings", False)),
+            # Qwen2 always has q/k/v biases (its config has no key for them); Llama-likes say.
+            qkv_bias=bool(config.get("attention_bias", config.get("model_type") == "qwen2")),
+        )
+
+    @property
+    def q_dim(self) -> int:
+        return self.heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        return self.kv_heads * self.head_dim
+
+    def linear_shapes(self) -> dict[str, tuple[int, int]]:
+        """(in, out) of each linear of one decoder layer, by its HF name."""
+        h, i = self.hidden, self.intermediate
+        return {
+            "q_proj": (h, self.q_dim),
+            "k_proj": (h, self.kv_dim),
+            "v_proj": (h, self.kv_dim),
+            "o_proj": (self.q_dim, h),
+            "gate_proj": (h, i),
+            "up_proj": (h, i),
+            "down_proj": (i, h),
+        }
+
+    @property
+    def layer_parameters(self) -> int:
+        linears = sum(a * b for a, b in self.linear_shapes().values())
+        bias = self.q_dim + 2 * self.kv_dim if self.qkv_bias else 0
+        return linears + bias + 2 * self.hidden  # two RMSNorms
+
+    @property
+    def embedding_parameters(self) -> int:
+        return self.vocab * self.hidden
+
+    @property
+    def parameters(self) -> int:
+        """Every parameter: embedding, layers, final norm, and an untied LM head."""
+        head = 0 if self.tied_embeddings else self.embedding_parameters
+        return self.embedding_parameters + self.layers * self.layer_parameters + self.hidden + head
+
+    def lora_parameters(self, rank: int, targets: list[str]) -> int:
+        """Adapter parameters: rank x (in + out) per targeted linear per layer (peft)."""
+        shapes = self.linear_shapes()
+        per_layer = sum(rank * sum(shapes[name]) for name in targets if name in shapes)
+        return self.layers * per_layer
+
+    def kv_bytes_per_token(self, dtype: str) -> int:
+        """KV cache per token: keys and values of every layer, in the engine's dtype."""
+        return 2 * self.layers * self.kv_dim * DTYPE_BYTES[dtype]
+
+
+@dataclass(frozen=True)
+class Precision:
+    """Bytes per element of this learner's tensors (learner/policy.py ``precision``)."""
+
+    param: int  # parameters, gradients, AdamW moments; also the residual stream
+    compute: int  # matmul outputs (bf16 under autocast)
+    autocast: bool  # fp32 master weights under bf16 autocast: linears cast their inputs
+
+    @classmethod
+    def of(cls, learner: LearnerConfig) -> Precision:
+        compute = DTYPE_BYTES[learner.dtype]
+        param = compute if learner.master_dtype == "same" else 4
+        return cls(param=param, compute=compute, autocast=param != compute)
+
+
+@dataclass(frozen=True)
+class LearnerState:
+    """Bytes one learner rank keeps on its device besides activations."""
+
+    weights: int  # the policy (frozen base included under LoRA)
+    gradients: int  # of the trainable parameters, alive from backward to the optimiser step
+    optimiser: int  # AdamW's two moments
+    reference: int  # the frozen reference copy (beta > 0, full fine-tuning, frozen_copy)
+    autocast_copies: int  # bf16 copies of fp32 weights autocast keeps through forward/backward
+    optimiser_temporaries: int  # foreach AdamW's temporaries while it steps
+    context: int = int(CUDA_CONTEXT_GIB * GIB)
+
+    @property
+    def backward(self) -> int:
+        """Held through the backward pass, activations aside."""
+        return (
+            self.weights
+            + self.gradients
+            + self.optimiser
+            + self.reference
+            + self.autocast_copies
+            + self.context
+        )
+
+    @property
+    def optimiser_step(self) -> int:
+        """Held while AdamW steps (activations freed, autocast's cache gone)."""
+        return (
+            self.weights
+            + self.gradients
+            + self.optimiser
+            + self.reference
+            + self.optimiser_temporaries
+            + self.context
+        )
+
+    def between_steps(self, optimiser_offloaded: bool = False) -> int:
+        """Held while the engine generates: gradients are freed after each step (set to None),
+        the moments too when ``learner.offload_optimizer`` moves them to the host."""
+        optimiser = 0 if optimiser_offloaded else self.optimiser
+        return self.weights + optimiser + self.reference + self.context
+
+
+def learner_state(
+    shape: ModelShape,
+    learner: LearnerConfig,
+    reference_dtype: str | None = None,
+) -> LearnerState:
+    """One rank's state: FSDP2 shards weights, gradients, moments and the reference over
+    ``learner.num_ranks`` (learner/sharding.py); the unsharded root unit is not counted.
+
+    Reference, as learner/reference.py keeps it today: built only when beta > 0; under LoRA the
+    base with the adapter off (no copy); ``frozen_copy`` a deep copy of the policy in the
+    parameter dtype; ``precomputed`` only on the host. ``reference_dtype`` counts the copy in
+    another dtype (a bf16 reference)."""
+    precision = Precision.of(learner)
+    params, p = shape.parameters, precision.param
+    lora = learner.lora
+    trainable = lora_count = shape.lora_parameters(lora.rank, lora.target_modules)
+    if not lora.enabled:
+        trainable, lora_count = params, 0
+    reference = 0
+    if learner.beta > 0 and not lora.enabled and learner.reference == "frozen_copy":
+        reference = params * (DTYPE_BYTES[reference_dtype] if reference_dtype else p)
+    matmul = params - (0 if shape.tied_embeddings else shape.embedding_parameters)
+    ranks = learner.num_ranks
+    return LearnerState(
+        weights=(params + lora_count) * p // ranks,
+        gradients=trainable * p // ranks,
+        optimiser=2 * trainable * p // ranks,
+        reference=reference // ranks,
+        autocast_copies=2 * matmul // ranks if precision.autocast else 0,
+        optimiser_temporaries=ADAMW_TEMPORARIES * trainable * p // ranks,
+    )
+
+
+def layer_activation_bytes(
+    shape: ModelShape, learner: LearnerConfig, row_tokens: int = DEFAULT_ROW_TOKENS
+) -> int:
+    """Bytes one decoder layer saves for backward per token (the module docstring's count)."""
+    precision = Precision.of(learner)
+    r, c, h, i = precision.param, precision.compute, shape.hidden, shape.intermediate
+    norms = 2 * (2 * r * h)  # each RMSNorm keeps its input and its normalised output
+    # q, k, v each cast the norm's output under autocast; otherwise they share it
+    attention_input = 3 * c * h if precision.autocast else r * h
+    # q, K and V repeated to every head, the kernel's output, o_proj's (contiguous) input, and
+    # the padding mask as a bf16 bias (2 B x row length per token)
+    attention = attention_input + 3 * c * h + 2 * c * h + 2 * row_tokens
+    mlp_input = 2 * c * h if precision.autocast else r * h
+    mlp = mlp_input + 4 * c * i  # gate out, SiLU out, up out, their product
+    lora = 0
+    if learner.lora.enabled:  # each adapter's lora_A casts the input again; lora_A's output
+        shapes = shape.linear_shapes()
+        targets = [n for n in learner.lora.target_modules if n in shapes]
+        cast = c if precision.autocast else 0
+        lora = sum(cast * shapes[n][0] + c * learner.lora.rank for n in targets)
+    return norms + attention + mlp + lora
+
+
+def activation_bytes_per_token(
+    shape: ModelShape, learner: LearnerConfig, row_tokens: int = DEFAULT_ROW_TOKENS
+) -> int:
+    """Activation bytes of the policy's forward + backward per micro-batch token, at the peak
+    of the backward pass.
+
+    Without checkpointing every layer's saved tensors, plus one layer's worth for the gradients
+    of the layer being differentiated. With ``gradient_checkpointing`` (HF's, per decoder layer)
+    each layer keeps only its input (the residual stream), and one layer is recomputed at a time
+    (its saved tensors and its gradients). ``logprob_chunk_tokens = 0`` adds the full-vocabulary
+    float32 logits of every token (learner/logprobs.py: no recompute); with chunks they are a
+    fixed cost (:func:`logit_bytes`). Plus the allowance the measurements asked for.
+    """
+    layer = layer_activation_bytes(shape, learner, row_tokens)
+    residual = Precision.of(learner).param * shape.hidden
+    if learner.gradient_checkpointing:
+        saved = shape.layers * residual + 2 * layer
+    else:
+        saved = (shape.layers + 1) * layer
+        if learner.share_prompts and not learner.compile:
+            saved = int(saved * SHARED_PROMPTS_FACTOR)
+    final = 3 * residual  # the final norm's input and output, the hidden states the head reads
+    logits = 0
+    if learner.logprob_chunk_tokens <= 0:
+        logits = LOGIT_TENSORS_AT_PEAK * 4 * shape.vocab
+    return saved + final + logits + UNEXPLAINED_BYTES_PER_TOKEN_PER_VOCAB * shape.vocab
+
+
+def logit_bytes(shape: ModelShape, learner: LearnerConfig, micro_batch_tokens: int) -> int:
+    """The LM head's float32 logits at their peak, chunked: one chunk of
+    ``logprob_chunk_tokens`` rows recomputed in backward (0: counted per token instead)."""
+    chunk = learner.logprob_chunk_tokens
+    if chunk <= 0:
+        return 0
+    return LOGIT_TENSORS_AT_PEAK * 4 * shape.vocab * min(chunk, micro_batch_tokens)
+
+
+def learner_step_peak(
+    shape: ModelShape,
+    learner: LearnerConfig,
+    micro_batch_tokens: int,
+    *,
+    reference_dtype: str | None = None,
+    row_tokens: int = DEFAULT_ROW_TOKENS,
+) -> int:
+    """One rank's peak over a train step: the backward of a full micro-batch, or AdamW's step."""
+    state = learner_state(shape, learner, reference_dtype)
+    per_token = activation_bytes_per_token(shape, learner, row_tokens)
+    backward = (
+        state.backward
+        + micro_batch_tokens * per_token
+        + logit_bytes(shape, learner, micro_batch_tokens)
+    )
+    return max(backward, state.optimiser_step)
+
+
+class MemoryTargetError(ValueError):
+    """``learner.memory_gib`` leaves no room for a micro-batch."""
+
+
+#: The range a derived micro-batch budget is clamped to. Below it a micro-batch holds a few
+#: rows of an MBPP step and the step runs nearly row by row; above it (2^18) no rollout batch
+#: of the shipped configs needs more than one micro-batch.
+MIN_MICRO_BATCH_TOKENS = 256
+MAX_MICRO_BATCH_TOKENS = 1 << 18
+
+
+def micro_batch_budget(
+    shape: ModelShape,
+    learner: LearnerConfig,
+    *,
+    reference_dtype: str | None = None,
+    row_tokens: int = DEFAULT_ROW_TOKENS,
+) -> int:
+    """The micro-batch token budget that keeps one rank's step under ``learner.memory_gib``:
+    (target - state held through backward - the LM head's chunk) / activation bytes per token,
+    clamped to [MIN_MICRO_BATCH_TOKENS, MAX_MICRO_BATCH_TOKENS]. Raises
+    :class:`MemoryTargetError` when the target cannot hold the smallest."""
+    target = int(learner.memory_gib * GIB)
+    state = learner_state(shape, learner, reference_dtype)
+    fixed = state.backward + logit_bytes(shape, learner, MAX_MICRO_BATCH_TOKENS)
+    per_token = activation_bytes_per_token(shape, learner, row_tokens)
+    tokens = (target - fixed) // per_token
+    if tokens < MIN_MICRO_BATCH_TOKENS or state.optimiser_step > target:
+        need = max(fixed + MIN_MICRO_BATCH_TOKENS * per_token, state.optimiser_step)
+        raise MemoryTargetError(
+            f"learner.memory_gib ({learner.memory_gib:g}) cannot hold a micro-batch of "
+            f"{MIN_MICRO_BATCH_TOKENS} tokens: the state alone is {gib(state.backward)} GiB "
+            f"(weights {gib(state.weights)}, gradients {gib(state.gradients)}, AdamW "
+            f"{gib(state.optimiser)}, reference {gib(state.reference)}); it needs at least "
+            f"{gib(need)} GiB, or LoRA / master_dtype = 'same'"
+        )
+    return int(min(tokens, MAX_MICRO_BATCH_TOKENS))
+
+
+@dataclass(frozen=True)
+class EngineMemory:
+    """One vLLM engine's bytes on one of its GPUs."""
+
+    weights: int
+    kv_cache: int
+    runtime: int = int(ENGINE_RUNTIME_GIB * GIB)
+    context: int = int(CUDA_CONTEXT_GIB * GIB)
+
+    @property
+    def awake(self) -> int:
+        return self.weights + self.kv_cache + self.runtime + self.context
+
+    @property
+    def asleep(self) -> int:
+        """What a sleeping engine keeps on the GPU: level 1 moves the weights to host memory and
+        frees the KV cache, level 2 frees both (vLLM docs, features/sleep_mode); on the GPU the
+        two are the same, and what the sleep allocator never tagged stays."""
+        return self.runtime + self.context
+
+
+def engine_memory(
+    shape: ModelShape, model_dtype: str, kv_cache_gib: float, tensor_parallel_size: int = 1
+) -> EngineMemory:
+    """The engine as actor/rollout_worker.py builds it: weights in ``model.dtype`` split over
+    its tensor-parallel GPUs, and ``kv_cache_memory_bytes = rollout.kv_cache_gib`` per worker
+    (vLLM then skips its memory profiling and reserves exactly that)."""
+    weights = shape.parameters * DTYPE_BYTES[model_dtype] // tensor_parallel_size
+    return EngineMemory(weights=weights, kv_cache=int(kv_cache_gib * GIB))
+
+
+def kv_cache_tokens(shape: ModelShape, model_dtype: str, kv_cache_gib: float) -> int:
+    """Tokens a KV cache of ``kv_cache_gib`` holds (keys and values of every layer)."""
+    return int(kv_cache_gib * GIB) // shape.kv_bytes_per_token(model_dtype)
+
+
+def gib(num_bytes: float) -> str:
+    """Bytes as GiB with one decimal, for one-line messages."""
+    return f"{num_bytes / GIB:.1f}"

@@ -1,0 +1,156 @@
+"""common/memory.py: parameter counts of the public shapes, the learner's state as the code keeps
+it, activations against issue 34's H200 measurements, the micro-batch budget from a memory
+target, and the engine's bytes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from common.config import load_config
+from common.memory import (
+    GIB,
+    MAX_MICRO_BATCH_TOKENS,
+    MemoryTargetError,
+    ModelShape,
+    activation_bytes_per_token,
+    engine_memory,
+    kv_cache_tokens,
+    learner_state,
+    learner_step_peak,
+    micro_batch_budget,
+)
+
+CONFIGS = Path(__file__).parent / "model_configs"
+
+
+def shape(name: str) -> ModelShape:
+    """A public model's shape from its config.json (tests/unit/model_configs/)."""
+    return ModelShape.from_config(json.loads((CONFIGS / f"{name}.json").read_text()))
+
+
+def learner(*overrides: str):
+    """The learner config of bf16 autocast with fp32 masters and a reference (beta 0.04), as
+    learner.bench ran issue 34's rows, plus ``--learner.key value`` overrides."""
+    base = ["--learner.dtype", "bfloat16", "--learner.beta", "0.04"]
+    pairs = [f"--learner.{word}" if i % 2 == 0 else word for i, word in enumerate(overrides)]
+    return load_config(None, base + pairs).learner
+
+
+@pytest.mark.parametrize(
+    ("name", "parameters"),
+    [
+        ("qwen2.5-coder-0.5b", 494_032_768),  # the model card's 0.49B
+        ("qwen2.5-coder-1.5b", 1_543_714_304),  # 1.54B
+        ("qwen2.5-7b", 7_615_616_512),  # 7.61B, untied, vocabulary 152,064
+    ],
+)
+def test_parameter_counts_match_the_public_models(name, parameters):
+    assert shape(name).parameters == parameters
+
+
+def test_lora_count_matches_peft_on_the_users_0_5b():
+    # the seed note's peft print: "trainable params: 8,798,208" (r16 on all seven linears)
+    targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    assert shape("qwen2.5-coder-0.5b").lora_parameters(16, targets) == 8_798_208
+
+
+def test_from_config_names_a_missing_key():
+    with pytest.raises(ValueError, match="'intermediate_size'"):
+        ModelShape.from_config({"hidden_size": 8, "num_hidden_layers": 1,
+                                "num_attention_heads": 1, "vocab_size": 8})  # fmt: skip
+
+
+def test_full_fine_tuning_state_is_20_bytes_per_parameter_plus_autocast_copies():
+    params = shape("qwen2.5-coder-1.5b").parameters
+    state = learner_state(shape("qwen2.5-coder-1.5b"), learner())
+    assert (state.weights, state.gradients, state.optimiser) == (4 * params, 4 * params, 8 * params)
+    assert state.reference == 4 * params  # a frozen fp32 deep copy (learner/reference.py)
+    assert state.autocast_copies == 2 * params  # tied: every parameter is a matmul weight
+    assert learner_state(shape("qwen2.5-coder-1.5b"), learner(), "bfloat16").reference == 2 * params
+
+
+def test_reference_costs_nothing_without_beta_under_lora_or_precomputed():
+    model = shape("qwen2.5-coder-1.5b")
+    assert learner_state(model, learner("beta", "0")).reference == 0
+    assert learner_state(model, learner("lora.enabled", "true")).reference == 0
+    assert learner_state(model, learner("reference", "precomputed")).reference == 0
+
+
+def test_pure_bf16_halves_the_state_and_ranks_shard_it():
+    model = shape("qwen2.5-coder-1.5b")
+    mixed = learner_state(model, learner())
+    pure = learner_state(model, learner("master_dtype", "same"))
+    assert pure.weights * 2 == mixed.weights and pure.autocast_copies == 0
+    sharded = learner_state(model, learner("num_ranks", "4", "num_gpus", "1"))
+    assert sharded.optimiser == mixed.optimiser // 4
+
+
+def test_lora_state_is_the_base_plus_the_adapters_training_state():
+    model = shape("qwen2.5-coder-0.5b")
+    state = learner_state(model, learner("lora.enabled", "true", "lora.rank", "16"))
+    adapters = model.lora_parameters(16, ["q_proj", "k_proj", "v_proj", "o_proj"])
+    assert state.weights == 4 * (model.parameters + adapters)
+    assert state.gradients == 4 * adapters and state.optimiser == 8 * adapters
+
+
+def test_checkpointing_and_chunked_logits_cut_activations_per_token():
+    model = shape("qwen2.5-coder-1.5b")
+    full = activation_bytes_per_token(model, learner())
+    checkpointed = activation_bytes_per_token(model, learner("gradient_checkpointing", "true"))
+    whole_logits = activation_bytes_per_token(model, learner("logprob_chunk_tokens", "0"))
+    assert checkpointed < full / 3
+    assert whole_logits - full == 5 * 4 * model.vocab  # float32 logits kept for every token
+
+
+#: Issue 34's table, measured with learner.bench on an H200 (16 prompts x 8 x (128 + 512)
+#: tokens unless said, beta 0.04, bf16 autocast, fp32 masters): (shape, learner overrides,
+#: row length, micro-batch budget, measured peak GiB).
+MEASURED = [
+    ("qwen2.5-coder-1.5b", (), 640, 8192, 70.5),
+    ("qwen2.5-coder-1.5b", ("share_prompts", "false"), 640, 8192, 65.2),
+    ("qwen2.5-coder-1.5b", ("gradient_checkpointing", "true"), 640, 8192, 42.5),
+    ("qwen2.5-coder-1.5b", ("gradient_checkpointing", "true"), 640, 4096, 38.3),
+    ("qwen2.5-coder-1.5b", ("gradient_checkpointing", "true"), 896, 16384, 47.5),
+    ("qwen2.5-coder-0.5b", ("lora.enabled", "true", "lora.rank", "16"), 640, 8192, 23.5),
+    ("qwen2.5-coder-0.5b", ("lora.enabled", "true", "lora.rank", "16",
+                            "gradient_checkpointing", "true"), 640, 8192, 12.0),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "overrides", "row", "budget", "measured"), MEASURED)
+def test_step_peak_is_within_15_percent_of_the_h200_measurements(
+    name, overrides, row, budget, measured
+):
+    tokens = budget // row * row  # whole rows of one length fill a micro-batch
+    context = 0.5  # the plan counts a CUDA context; max_memory_allocated does not
+    peak = learner_step_peak(shape(name), learner(*overrides), tokens, row_tokens=row) / GIB
+    assert 0.95 * measured <= peak - context <= 1.15 * measured
+
+
+def test_the_derived_budget_fills_the_memory_target_and_no_more():
+    model = shape("qwen2.5-coder-1.5b")
+    config = learner("gradient_checkpointing", "true", "memory_gib", "36")
+    budget = micro_batch_budget(model, config)
+    assert learner_step_peak(model, config, budget) <= 36 * GIB
+    assert learner_step_peak(model, config, budget + 64) > 36 * GIB
+
+
+def test_the_budget_is_clamped_and_an_impossible_target_refused_in_one_line():
+    model = shape("qwen2.5-coder-0.5b")
+    roomy = learner("lora.enabled", "true", "gradient_checkpointing", "true", "memory_gib", "500")
+    assert micro_batch_budget(model, roomy) == MAX_MICRO_BATCH_TOKENS
+    with pytest.raises(MemoryTargetError, match=r"learner\.memory_gib \(20\) cannot hold") as err:
+        micro_batch_budget(shape("qwen2.5-coder-1.5b"), learner("memory_gib", "20"))
+    assert "\n" not in str(err.value)
+
+
+def test_engine_bytes_are_weights_in_the_serving_dtype_and_the_kv_cache_as_passed():
+    model = shape("qwen2.5-coder-1.5b")
+    engine = engine_memory(model, "bfloat16", kv_cache_gib=16)
+    assert engine.weights == 2 * model.parameters and engine.kv_cache == 16 * GIB
+    assert engine.asleep < engine.awake - engine.weights - engine.kv_cache + 1
+    # keys and values of 28 layers x 2 KV heads x 128 in bf16: 28 KiB per token
+    assert kv_cache_tokens(model, "bfloat16", 1.0) == GIB // (2 * 28 * 256 * 2)
