@@ -18,6 +18,7 @@ sender reads the policy through ``export_tensors``, ``iter_export`` or ``save_ad
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -28,6 +29,7 @@ from torch import Tensor
 from algorithm.kl_control import KlControl
 from algorithm.loss import sequence_kl
 from common.config import LearnerConfig
+from common.memory import GIB, ModelShape, learner_step_peak, micro_batch_budget
 from common.transport import DEFAULT_BUCKET_BYTES, transport_for
 from common.types import ProcessGroupSpec, TrainSample, WeightUpdate
 from learner import checkpoint
@@ -37,6 +39,7 @@ from learner.flops import forward_flops, model_config_shape, spans, step_flops
 from learner.logprobs import can_share_prompts
 from learner.offload import OptimizerOffload
 from learner.policy import (
+    base_model_of,
     build_policy,
     compile_layers,
     load_causal_lm,
@@ -49,6 +52,8 @@ from learner.senders import make_sender
 from learner.sharding import Ranks
 from learner.step import Trainer
 from learner.threads import ComputeThreads
+
+logger = logging.getLogger(__name__)
 
 
 class Learner:
@@ -104,6 +109,7 @@ class Learner:
             pad_token_id=pad_token_id,
             seed=seed,
             total_steps=total_steps,
+            micro_batch_tokens=self._micro_batch_tokens(),
         )
         self.optimizer, self.trainable = self.trainer.optimizer, self.trainer.trainable
         # learner.offload_optimizer: the state's trips to host memory (offload.py)
@@ -149,6 +155,25 @@ class Learner:
             and can_share_prompts(self.model)
         )
         return state
+
+    def _micro_batch_tokens(self) -> int:
+        """The micro-batch token budget: ``learner.micro_batch_tokens``, or with
+        ``learner.memory_gib`` the one whose step peak fits that target by the arithmetic of
+        ``common/memory.py`` on this model's shape (logged once). Refuses (ValueError, one
+        line) a target below the learner's state."""
+        config = self.config
+        if not config.memory_gib:
+            return config.micro_batch_tokens
+        shape = ModelShape.from_config(base_model_of(self.model).config.to_dict())
+        budget = micro_batch_budget(shape, config)
+        logger.info(
+            "learner.memory_gib %g: micro-batches of %d tokens (a step's peak %.1f GiB by "
+            "common/memory.py's arithmetic)",
+            config.memory_gib,
+            budget,
+            learner_step_peak(shape, config, budget) / GIB,
+        )
+        return budget
 
     def _build_reference(self, model_path: str, param_dtype: torch.dtype) -> Reference | None:
         """pi_ref from the initial policy (beta > 0). With several ranks a frozen copy is

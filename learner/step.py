@@ -63,8 +63,12 @@ class Trainer:
         pad_token_id: int,
         seed: int,
         total_steps: int,
+        micro_batch_tokens: int | None = None,
     ) -> None:
         self.model, self.config, self.root, self.reference = model, config, root, reference
+        # The token budget of one micro-batch: learner.micro_batch_tokens, or what the learner
+        # derived from learner.memory_gib (``Learner._micro_batch_tokens``).
+        self.micro_batch_tokens = micro_batch_tokens or config.micro_batch_tokens
         self.ranks, self.device, self.autocast_dtype = ranks, device, autocast_dtype
         self.threads, self.share_prompts = threads, share_prompts
         self.temperature, self.pad_token_id, self.seed = temperature, pad_token_id, seed
@@ -102,7 +106,7 @@ class Trainer:
         """This rank's micro-batches of ``samples`` (``Ranks.plan``), collated on the device,
         each with its weight: 1, or 0 for a padding copy that only keeps the ranks' collectives
         in step. Before each, the training thread takes up the latest thread count."""
-        budget = self.config.micro_batch_tokens
+        budget = self.micro_batch_tokens
         deal = self.ranks.plan(samples, budget, self.share_prompts)
         for indices, weight in zip(deal.micro_batches, deal.weights, strict=True):
             self.threads.apply()
