@@ -25,6 +25,7 @@ from common.prompts import PromptError
 from launch.data.model_source import locate_model
 from launch.data.problems import load_problems
 from launch.data.tiny_model import build_tiny_model
+from launch.fleet.memory_plan import check_memory_plan
 from launch.loop.checkpoint import (
     CHECKPOINTS,
     LATEST,
@@ -186,6 +187,7 @@ def train(config: Config, resume: bool = False, overwrite: bool = False) -> Path
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     # The model and the problems first: a mistake in either leaves no run directory behind.
     model_path = resolve_model(config)
+    check_memory_plan(config, model_path)  # GPU runs: what each card will hold, or a refusal
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_path)
     except OSError as exc:  # a hub download that failed, or files missing from the directory

@@ -22,6 +22,7 @@ CLIS = [
     "launch.head",
     "sandbox.check",
     "sandbox.bench",
+    "launch.fleet.memory_plan",
 ]
 HEAVY = ("torch", "ray", "vllm", "transformers")
 

@@ -1,0 +1,113 @@
+"""The memory plan (launch/fleet/memory_plan.py): the shipped one-GPU configs fit their cards by
+its arithmetic, an impossible colocated config is refused in one line with the numbers and what
+to change (exit status 2 through launch.train), and CPU runs have no plan."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+
+import pytest
+
+from common.config import ConfigError, load_config
+from launch.fleet.memory_plan import check_memory_plan, fit_table, plan_memory, read_shape
+from launch.train import main
+from tests.conftest import REPO_ROOT
+from tests.unit.test_memory import CONFIGS, shape
+
+ONE_GPU = {
+    "qwen2.5-coder-1.5b-mbpp-1gpu.toml": ("qwen2.5-coder-1.5b", 80),
+    "qwen2.5-coder-0.5b-lora-mbpp-1gpu.toml": ("qwen2.5-coder-0.5b", 10),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ONE_GPU))
+def test_the_shipped_one_gpu_configs_fit_their_cards(name):
+    model, card = ONE_GPU[name]
+    config = load_config(REPO_ROOT / "configs" / name)
+    assert config.rollout.colocate and 0 < config.ray.gpu_memory_gib <= card
+    plan = plan_memory(config, shape(model))
+    assert plan.refusal is None and not plan.warnings
+    assert plan.lines[-1].endswith("GiB: fits")
+
+
+def test_a_full_fine_tune_of_1_5b_colocated_on_10_gib_is_refused_in_one_line():
+    config = load_config(
+        REPO_ROOT / "configs" / "qwen2.5-coder-1.5b-mbpp-1gpu.toml",
+        ["--ray.gpu_memory_gib", "10", "--learner.memory_gib", "0"],
+    )
+    refusal = plan_memory(config, shape("qwen2.5-coder-1.5b")).refusal
+    assert refusal is not None and "\n" not in refusal
+    assert "rollout.colocate needs 44.6 GiB on a 10 GiB card (ray.gpu_memory_gib)" in refusal
+    assert "learner step 43.1 + sleeping engine 1.5" in refusal
+    assert "learner.lora.enabled = true" in refusal
+
+
+def test_an_engine_that_peaks_is_told_the_kv_cache_that_fits():
+    config = load_config(
+        REPO_ROOT / "configs" / "qwen2.5-coder-0.5b-lora-mbpp-1gpu.toml",
+        ["--rollout.kv_cache_gib", "12"],
+    )
+    refusal = plan_memory(config, shape("qwen2.5-coder-0.5b")).refusal
+    assert refusal is not None
+    assert "rollout.kv_cache_gib <= 4.6 (now 12)" in refusal
+
+
+def test_an_unknown_card_is_printed_but_not_enforced():
+    config = load_config(
+        REPO_ROOT / "configs" / "qwen2.5-coder-1.5b-mbpp-1gpu.toml",
+        ["--ray.gpu_memory_gib", "0", "--learner.memory_gib", "0"],
+    )
+    plan = plan_memory(config, shape("qwen2.5-7b"))
+    assert plan.refusal is None
+    assert "not enforced: ray.gpu_memory_gib = 0" in plan.lines[-1]
+
+
+def test_a_learner_on_its_own_gpu_that_exceeds_the_card_is_a_warning():
+    config = load_config(
+        REPO_ROOT / "configs" / "qwen2.5-coder-1.5b-mbpp.toml", ["--ray.gpu_memory_gib", "39.4"]
+    )
+    plan = plan_memory(config, shape("qwen2.5-coder-1.5b"))
+    assert plan.refusal is None
+    assert ["learner step" in w and "39.4 GiB card" in w for w in plan.warnings] == [True]
+
+
+def test_cpu_runs_have_no_plan(caplog):
+    with caplog.at_level(logging.INFO, logger="launch.memory_plan"):
+        check_memory_plan(load_config(None, []), "/nonexistent/model")
+    assert not caplog.records
+
+
+def test_read_shape_takes_a_directory_or_its_config_json(tmp_path):
+    shutil.copy(CONFIGS / "qwen2.5-7b.json", tmp_path / "config.json")
+    assert read_shape(str(tmp_path)) == read_shape(str(tmp_path / "config.json"))
+    assert read_shape(str(tmp_path)).vocab == 152064
+
+
+def test_launch_train_exits_2_on_a_refused_plan(tmp_path, capsys):
+    model = tmp_path / "model"
+    model.mkdir()
+    shutil.copy(CONFIGS / "qwen2.5-coder-1.5b.json", model / "config.json")
+    argv = ["--config", str(REPO_ROOT / "configs" / "qwen2.5-coder-1.5b-mbpp-1gpu.toml"),
+            "--model.path", str(model), "--ray.gpu_memory_gib", "10",
+            "--run.output_dir", str(tmp_path / "runs")]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: memory plan: rollout.colocate needs") and err.count("\n") == 1
+    assert not (tmp_path / "runs").exists()
+
+
+def test_the_table_says_the_users_40_gb_card_cannot_hold_1_5b_with_a_reference():
+    rows = {
+        tuple(cell.strip() for cell in row.split("|")[1:4]): row
+        for row in fit_table().splitlines()[2:]
+    }
+    assert len(rows) == 12
+    assert rows[("Qwen2.5-Coder-1.5B", "full", "yes")].rstrip(" |").split("|")[-3].strip() == "no"
+    assert rows[("Qwen2.5-7B", "LoRA r16", "yes")].split("|")[-2].strip() == "both"
+
+
+def test_config_errors_come_back_as_config_errors(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(ConfigError, match=r"model\.path: cannot read the model's shape"):
+        read_shape(str(tmp_path))
