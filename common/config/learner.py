@@ -127,11 +127,6 @@ class ResourceKnobs(Section):
 
     num_cpus: float = Field(1.0, ge=0, description="per learner rank")
     num_gpus: float = Field(0.0, ge=0, description="per learner rank")
-    offload_optimizer: Literal["never", "while_generating"] = Field(
-        "never",
-        description="while_generating: the AdamW moments move to host memory while a colocated "
-        "engine generates (rollout.colocate), leaving the card to the engine",
-    )
     max_restarts: int = Field(
         3,
         ge=0,

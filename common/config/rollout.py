@@ -70,19 +70,11 @@ class RolloutConfig(Section):
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
     stop: list[str] = Field(default_factory=list, description="stop strings (kept in the output)")
-    kv_cache_gib: float = Field(1.0, gt=0, description="CPU engines only: KV cache size")
+    kv_cache_gib: float = Field(
+        1.0, gt=0, description="the engine's KV cache size (vLLM's kv_cache_memory_bytes)"
+    )
     num_cpus: float = Field(1.0, ge=0)
     num_gpus: float = Field(0.0, ge=0)
-    colocate: bool = Field(
-        False,
-        description="the rollout actor and a learner rank share each GPU (fractional num_gpus); "
-        "the engine sleeps while the learner steps",
-    )
-    sleep_level: Literal[1, 2] = Field(
-        1,
-        description="colocate: vLLM's sleep level while the learner steps (1: weights to host "
-        "memory, KV cache freed; 2: both freed)",
-    )
     enforce_eager: bool = True
     max_num_batched_tokens: int = Field(
         0,
