@@ -61,10 +61,14 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 
 
 def resolve_model(config: Config) -> str:
-    """A local model directory for ``model.path``; ``builtin:tiny`` is built offline once."""
+    """A local model directory for ``model.path``, which every actor gets (they run offline):
+    ``builtin:tiny`` is built offline once; a hub name is its snapshot in the local cache, or
+    is downloaded once by the driver (hub on) to ``run.output_dir/_models/hub/<owner>--<name>``,
+    which every node of a cluster reads (docs/cluster.md)."""
+    models = Path(config.run.output_dir) / "_models"
     if config.model.path == "builtin:tiny":
-        return str(build_tiny_model(Path(config.run.output_dir) / "_models" / "tiny").resolve())
-    return locate_model(config.model.path)
+        return str(build_tiny_model(models / "tiny").resolve())
+    return locate_model(config.model.path, download_dir=(models / "hub").resolve())
 
 
 def prepare_run_dir(config: Config, overwrite: bool) -> Path:

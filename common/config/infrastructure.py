@@ -112,6 +112,14 @@ class RayConfig(Section):
         "colocated config that cannot fit it, and warns when a learner or an engine alone "
         "exceeds it; 0: unknown, the plan is printed but not enforced",
     )
+    start_timeout_s: float = Field(
+        900.0,
+        gt=0,
+        description="the longest the driver waits for an actor (or the run's placement group) "
+        "to start: one Ray cannot place, or whose engine is still loading by then, fails the "
+        "run with its name and what it asked for instead of hanging it. Generous, since a 7B "
+        "vLLM engine on a cold node takes minutes",
+    )
     group_interface: str = Field(
         "",
         description="network interface (e.g. 'eth0', the same name on every node) where the "

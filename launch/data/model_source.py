@@ -4,6 +4,13 @@ Checked once on the driver, before any actor starts, so a model that cannot be l
 clear line instead of a transformers ``OSError`` traceback from inside an actor. ``launch``
 defaults to ``HF_HUB_OFFLINE=1`` (no download behind the user's back, and CI machines have no
 network), so a hub name must already be in the local cache, or the user opts into downloading.
+
+A hub name always reaches the actors as a local directory: they run offline
+(``launch.fleet.cluster.ACTOR_ENV``), so one that had to fetch the model itself would fail, and
+each node fetching its own copy would download it once per node. A cached name resolves to its
+snapshot directory in the cache; with the hub on, the driver downloads an uncached one once,
+into a directory the caller names (``launch.train``: under ``run.output_dir``, which every node
+reads on a cluster).
 """
 
 from __future__ import annotations
@@ -13,14 +20,24 @@ from pathlib import Path
 
 from common.config import ConfigError
 
+#: Written into a download directory once the whole snapshot is in: a directory without it
+#: may hold half a model (an interrupted download), which a later offline run must not use.
+DOWNLOADED = ".downloaded"
+
 
 def hub_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "0").strip().lower() in ("1", "true", "yes", "on")
 
 
-def locate_model(path: str, field: str = "model.path") -> str:
-    """``path`` when transformers and vLLM can load it from here; else a ConfigError naming
-    ``field`` and the ways out (a local directory, a download, or the hub switched on)."""
+def locate_model(path: str, field: str = "model.path", download_dir: Path | None = None) -> str:
+    """A directory transformers and vLLM can load ``path`` from; else a ConfigError naming
+    ``field`` and the ways out (a local directory, a download, or the hub switched on).
+
+    A hub name resolves to its snapshot in the local cache, else to its copy in
+    ``download_dir`` (``<owner>--<name>``), downloaded there now when the hub is on. Without a
+    ``download_dir`` an uncached name is returned as it is, for callers that load the model in
+    this process (which may then download it into the cache).
+    """
     local = Path(path).expanduser()
     if local.is_dir():
         if not (local / "config.json").is_file():
@@ -32,15 +49,49 @@ def locate_model(path: str, field: str = "model.path") -> str:
         raise ConfigError(
             f"{field}: {path} is not a local directory, nor a Hugging Face hub name (owner/name)"
         )
-    # lazy: needed for a hub name only; launch.train imports this module to check model.path
-    from huggingface_hub import try_to_load_from_cache
-
-    if isinstance(try_to_load_from_cache(path, "config.json"), str):
-        return path  # in the local cache: loads offline
+    target = None if download_dir is None else Path(download_dir) / path.replace("/", "--")
+    if target is not None and (target / DOWNLOADED).is_file():
+        return str(target)
+    cached = cached_snapshot(path)
+    if cached is not None:
+        return cached
     if hub_offline():
         raise ConfigError(
             f"{field}: {path} is neither a local directory nor in the local Hugging Face cache, "
             f"and the hub is off (HF_HUB_OFFLINE=1): download it first (hf download {path}) "
             "or give its local directory; HF_HUB_OFFLINE=0 lets the run download it"
         )
-    return path
+    if target is None:
+        return path
+    return download(path, target, field)
+
+
+def cached_snapshot(repo_id: str) -> str | None:
+    """The snapshot directory of ``repo_id``'s main revision in the local Hugging Face cache
+    (``HF_HUB_CACHE``), when it holds the model's config.json; else None. Never goes online."""
+    # lazy: needed for a hub name only; launch.train imports this module to check model.path
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        folder = snapshot_download(repo_id, local_files_only=True)
+    except LocalEntryNotFoundError:
+        return None
+    return folder if (Path(folder) / "config.json").is_file() else None
+
+
+def download(repo_id: str, target: Path, field: str = "model.path") -> str:
+    """Download ``repo_id``'s snapshot into ``target`` (resuming a partial one; the hub's
+    progress bars show) and mark it complete; a failure is a ConfigError naming ``field``."""
+    # lazy: as in cached_snapshot
+    from huggingface_hub import snapshot_download
+
+    try:
+        snapshot_download(repo_id, local_dir=target)
+    except Exception as exc:  # any hub or network error: one line for the user, not a traceback
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ConfigError(f"{field}: cannot download {repo_id} from the hub: {first}") from None
+    if not (target / "config.json").is_file():
+        raise ConfigError(f"{field}: {repo_id} on the hub has no config.json: not a model")
+    (target / DOWNLOADED).write_text(repo_id + "\n")
+    return str(target)

@@ -29,6 +29,7 @@ from common.transport import transport_for
 from common.types import ProcessGroupSpec
 from launch.fleet.clients import LearnerClient, SandboxClient
 from launch.fleet.cluster import ACTOR_ENV
+from launch.fleet.preflight import Starting, asks_text, wait_placed, wait_started
 from launch.fleet.scorer import resolve_scorer_path
 from launch.loop.telemetry import DashboardMetrics
 from learner.learner import Learner
@@ -117,7 +118,11 @@ class Placement:
         bundle_of = {name: index[i] for name, i in bundle_of.items() if i in index}
         strategy = "pack" if strategy == "none" else strategy
         group = placement_group([bundles[i] for i in kept], strategy=strategy.upper())
-        ray.get(group.ready(), timeout=600)
+        holders: dict[int, list[str]] = {}
+        for name, i in bundle_of.items():
+            holders.setdefault(i, []).append(name)
+        named = {" + ".join(names): bundles[kept[i]] for i, names in holders.items()}
+        wait_placed(group, named, config.ray.start_timeout_s)
         return cls(group, bundle_of)
 
     def strategy_for(self, name: str) -> Any:
@@ -131,6 +136,11 @@ class Placement:
 def learner_name(run_id: str, rank: int) -> str:
     """Rank 0 keeps the single learner's name; the others are numbered after it."""
     return f"learner-{run_id}" if rank == 0 else f"learner-{run_id}-{rank}"
+
+
+def rollout_name(run_id: str, index: int) -> str:
+    """Rollout actor ``index``'s name (indices are never reused within a run)."""
+    return f"rollout-{run_id}-{index}"
 
 
 def wait_until_gone(names: list[str], timeout_s: float = 120) -> None:
@@ -237,7 +247,7 @@ def start_rollout_worker(
     gives it the current weights."""
     rollout = config.rollout
     options = actor_options(
-        f"rollout-{run_id}-{index}", rollout.num_cpus, rollout.num_gpus, placement
+        rollout_name(run_id, index), rollout.num_cpus, rollout.num_gpus, placement
     )
     cls = ray.remote(max_restarts=-1, max_task_retries=0)(RolloutWorker)
     return cls.options(**options).remote(
@@ -255,16 +265,20 @@ def start_scorers(config: Config, run_id: str) -> dict[str, Any]:
     """One ready scorer actor per learned-scorer term, by term name (empty when none).
 
     Each asks for its term's ``num_cpus``/``num_gpus``; ``builtin:tiny-scorer`` is built offline
-    under ``run.output_dir/_models`` first, like ``builtin:tiny``.
+    under ``run.output_dir/_models`` first, like ``builtin:tiny``. Waits at most
+    ``ray.start_timeout_s`` for them.
     """
-    handles = {}
+    handles, starting = {}, []
     for name, options in config.reward.scorer_terms().items():
         path = resolve_scorer_path(options.path, Path(config.run.output_dir) / "_models")
+        actor = f"scorer-{run_id}-{name}"
         remote_cls = ray.remote(**SERVICE_RESTARTS)(RewardScorer).options(
-            **actor_options(f"scorer-{run_id}-{name}", options.num_cpus, options.num_gpus)
+            **actor_options(actor, options.num_cpus, options.num_gpus)
         )
-        handles[name] = remote_cls.remote(path, options)
-    ray.get([handle.__ray_ready__.remote() for handle in handles.values()])
+        handle = handles[name] = remote_cls.remote(path, options)
+        asks = asks_text(options.num_cpus, options.num_gpus)
+        starting.append(Starting(actor, handle.__ray_ready__.remote(), handle, asks))
+    wait_started(starting, config.ray.start_timeout_s)
     return handles
 
 

@@ -24,7 +24,8 @@ import ray
 from actor.rollout_worker import StaleWeightsError
 from common.config import Config
 from common.types import Completion, RolloutRequest, TrainSample
-from launch.fleet.actors import start_rollout_worker
+from launch.fleet.actors import rollout_name, start_rollout_worker
+from launch.fleet.preflight import Starting, asks_text, wait_started
 from launch.fleet.weight_sync import LearnerTransmitError
 
 if TYPE_CHECKING:
@@ -72,7 +73,9 @@ class RolloutFleet:
         self.resize(count)
 
     def resize(self, count: int) -> None:
-        """Grow or shrink to ``count`` actors; new ones get the latest weights before serving."""
+        """Grow or shrink to ``count`` actors; new ones get the latest weights before serving.
+        New engines have ``ray.start_timeout_s`` to come up (:class:`PlacementError` names
+        those that did not)."""
         if count < 1:
             raise ValueError(f"the rollout fleet needs at least one actor, got {count}")
         if count == len(self.actors):
@@ -84,14 +87,25 @@ class RolloutFleet:
             if self.transfer is not None:  # the rest keep their weights: a smaller group
                 self.transfer.form(self.actors)
         else:
+            first = self._next_index
             new = [self._spawn() for _ in range(count - len(self.actors))]
-            ray.get([actor.ready.remote() for actor in new])
+            self._wait_started(new, first)
             if self.latest_update is not None and self.transfer is None:
                 ray.get([actor.update_weights.remote(self.latest_update) for actor in new])
             self.actors.extend(new)
             if self.transfer is not None:
                 self.reform()
         logger.info("rollout fleet resized to %d actor(s)", count)
+
+    def _wait_started(self, new: list[Any], first: int) -> None:
+        """Wait for the engines just spawned (indices from ``first`` on) to be up."""
+        rollout = self.config.rollout
+        asks = asks_text(rollout.num_cpus, rollout.num_gpus)
+        starting = [
+            Starting(rollout_name(self.run_id, first + i), actor.ready.remote(), actor, asks)
+            for i, actor in enumerate(new)
+        ]
+        wait_started(starting, self.config.ray.start_timeout_s)
 
     def reform(self) -> dict[str, float]:
         """Form the collective transport's group again from the learner and every actor, then

@@ -1,0 +1,420 @@
+"""Before and while a run's actors start: can the cluster hold what the config asks for, and
+waits that end with the names of the actors that did not come up.
+
+Without this a config asking for more than the cluster has (two GPUs on a one-GPU machine)
+hangs: Ray keeps the actor that does not fit pending forever, and the driver waits on it. So
+:func:`check_resources` compares, before anything starts, the actors the run asks for
+(:func:`run_asks`, a pure function of the config) with the nodes Ray reports
+(:func:`shortfall`, a pure function of both), and refuses a config that cannot be placed in one
+line naming what it needs and what the cluster has. Every later wait for an actor
+(:func:`wait_started`) ends by ``ray.start_timeout_s`` with the late actors' names, what they
+asked for, and whether Ray could not place them or they are still loading.
+
+The check counts each node's *total* resources: an actor that fits the cluster but waits for
+resources other jobs hold is the timeout's business, not a refusal. A cluster with an
+autoscaler (Ray reports its node types' limits, the same signal Ray Train's worker group uses)
+is only warned about when its current nodes fall short, and refused when even its limits do.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+
+from common.config import Config, ConfigError
+
+logger = logging.getLogger(__name__)
+
+#: Placement-group strategies that may put several bundles on one node, or spread them, as
+#: Ray finds room: for them the check is a packing of every actor onto the nodes.
+SOFT_STRATEGIES = ("pack", "spread")
+_EPS = 1e-9  # resources are floats (fractional GPUs): compare with a tolerance
+_NODES_SHOWN = 6  # a message lists this many nodes, then counts the rest
+
+
+class PlacementError(ConfigError):
+    """The cluster cannot hold the run's actors: found before they start, or when they did not
+    start within ``ray.start_timeout_s``."""
+
+
+@dataclass(frozen=True)
+class Ask:
+    """What one kind of actor asks Ray for: ``count`` actors of ``num_cpus``/``num_gpus`` each.
+
+    ``grouped``: each gets a bundle of the run's placement group (``launch.fleet.actors``'
+    ``Placement``), so a strict strategy constrains it. ``section`` is the config table whose
+    ``num_cpus``/``num_gpus`` set it, for the message; ``note`` says why an actor asks for
+    several GPUs.
+    """
+
+    role: str
+    count: int
+    num_cpus: float
+    num_gpus: float
+    grouped: bool
+    section: str
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Node:
+    """One live node's total resources, by the address Ray knows it by."""
+
+    address: str
+    num_cpus: float
+    num_gpus: float
+
+
+@dataclass(frozen=True)
+class Shortfall:
+    """Why the asks do not fit the nodes: one line (``text: hint``) and the run's totals, which
+    an autoscaler's limits are compared with."""
+
+    text: str
+    hint: str
+    needs: dict[str, float]
+
+    def __str__(self) -> str:
+        return f"{self.text}: {self.hint}"
+
+
+def run_asks(config: Config) -> list[Ask]:
+    """Every actor of the run that asks for resources, as ``Placement.create`` and the
+    ``start_*`` functions of ``launch.fleet.actors`` start them (the metrics actor asks for
+    nothing and is left out)."""
+    learner, rollout, strategy = config.learner, config.rollout, config.ray.placement
+    note = ""
+    if rollout.tensor_parallel_size > 1:
+        note = f"tensor_parallel_size {rollout.tensor_parallel_size}"
+    asks = [
+        Ask(
+            "learner",
+            learner.num_ranks,
+            learner.num_cpus,
+            learner.num_gpus,
+            grouped=strategy != "none" or learner.num_ranks > 1,
+            section="learner",
+        ),
+        Ask(
+            "rollout",
+            rollout.num_actors,
+            rollout.num_cpus,
+            rollout.num_gpus,
+            grouped=strategy != "none",
+            section="rollout",
+            note=note,
+        ),
+        Ask("sandbox", 1, config.sandbox.num_cpus, 0.0, False, "sandbox"),
+    ]
+    for name, options in config.reward.scorer_terms().items():
+        section = f"reward.terms.{name}.options"
+        asks.append(Ask(f"scorer {name}", 1, options.num_cpus, options.num_gpus, False, section))
+    return [ask for ask in asks if ask.num_cpus > 0 or ask.num_gpus > 0]
+
+
+def shortfall(asks: list[Ask], nodes: list[Node], strategy: str) -> Shortfall | None:
+    """Why ``asks`` cannot be placed on ``nodes`` under ``ray.placement = strategy``, or None.
+
+    In order: a total the cluster lacks; one actor bigger than every node (a tensor-parallel
+    engine's GPUs must share a node); a strict strategy the nodes cannot honour; and last a
+    best-fit packing of every actor onto the nodes, the placement group's first.
+    """
+    for resource in ("GPU", "CPU"):
+        need, have = _total(asks, resource), sum(_amount(n, resource) for n in nodes)
+        if need > have + _EPS:
+            return _total_shortfall(asks, nodes, resource, need, have)
+    for ask in asks:
+        if not any(_fits(node, ask.num_cpus, ask.num_gpus) for node in nodes):
+            return _actor_too_big(asks, ask, nodes)
+    return _strict_shortfall(asks, nodes, strategy) or _packing_shortfall(asks, nodes, strategy)
+
+
+def _amount(node: Node, resource: str) -> float:
+    return node.num_gpus if resource == "GPU" else node.num_cpus
+
+
+def _each(ask: Ask, resource: str) -> float:
+    return ask.num_gpus if resource == "GPU" else ask.num_cpus
+
+
+def _total(asks: list[Ask], resource: str) -> float:
+    return sum(ask.count * _each(ask, resource) for ask in asks)
+
+
+def _fits(node: Node, num_cpus: float, num_gpus: float) -> bool:
+    return node.num_cpus + _EPS >= num_cpus and node.num_gpus + _EPS >= num_gpus
+
+
+def _count(amount: float, resource: str) -> str:
+    """``1 GPU``, ``2 GPUs``, ``0.5 GPU``."""
+    return f"{amount:g} {resource}{'' if amount == 1 else 's'}"
+
+
+def _breakdown(asks: list[Ask], resource: str) -> str:
+    """``learner 1 x 1, rollout 2 x 1, sandbox 4``: who asks for ``resource``, count x each
+    for the roles that have several actors."""
+    parts = []
+    for ask in asks:
+        each = _each(ask, resource)
+        if each > 0:
+            several = ask.role in ("learner", "rollout") or ask.count > 1
+            parts.append(
+                f"{ask.role} {ask.count} x {each:g}" if several else f"{ask.role} {each:g}"
+            )
+    return ", ".join(parts)
+
+
+def _nodes_text(nodes: list[Node], resource: str) -> str:
+    """``node 10.0.0.1: 1, node 10.0.0.2: 0`` (the first few, then how many more)."""
+    shown = [f"node {n.address}: {_amount(n, resource):g}" for n in nodes[:_NODES_SHOWN]]
+    if len(nodes) > _NODES_SHOWN:
+        shown.append(f"{len(nodes) - _NODES_SHOWN} more nodes")
+    return ", ".join(shown) or "no live node"
+
+
+def _needs(asks: list[Ask]) -> dict[str, float]:
+    return {resource: _total(asks, resource) for resource in ("CPU", "GPU")}
+
+
+def _total_shortfall(
+    asks: list[Ask], nodes: list[Node], resource: str, need: float, have: float
+) -> Shortfall:
+    text = (
+        f"the run needs {_count(need, resource)} ({_breakdown(asks, resource)}) and the "
+        f"cluster has {have:g} ({_nodes_text(nodes, resource)})"
+    )
+    return Shortfall(text, _hint(asks, resource, have), _needs(asks))
+
+
+def _hint(asks: list[Ask], resource: str, have: float) -> str:
+    """What to change when the cluster lacks ``resource`` in all."""
+    if resource == "CPU":
+        return (
+            "lower the num_cpus above, or add nodes (a local cluster: ray.num_cpus = 0 offers "
+            "what the actors ask for)"
+        )
+    if have <= 0:
+        return (
+            "the cluster has no GPU: set the num_gpus above to 0 to run on CPU, or join a "
+            "cluster with GPUs (ray.address)"
+        )
+    roles = {ask.role for ask in asks if ask.num_gpus > 0}
+    if {"learner", "rollout"} <= roles:
+        return "set rollout.colocate = true to share one GPU, or add a GPU node"
+    return "lower rollout.num_actors or learner.num_ranks, or add a GPU node"
+
+
+def _actor_too_big(asks: list[Ask], ask: Ask, nodes: list[Node]) -> Shortfall:
+    """One actor of ``ask`` fits no node (its resources must all be on one)."""
+    note = f" ({ask.note})" if ask.note else ""
+    text = (
+        f"a {ask.role} actor asks for {_count(ask.num_gpus, 'GPU')} and "
+        f"{_count(ask.num_cpus, 'CPU')} on one node{note} and no node has both (GPUs: "
+        f"{_nodes_text(nodes, 'GPU')}; CPUs: {_nodes_text(nodes, 'CPU')})"
+    )
+    hint = f"lower {ask.section}.num_gpus or {ask.section}.num_cpus, or add a larger node"
+    if ask.note:
+        hint = "lower rollout.tensor_parallel_size and rollout.num_gpus, or add a larger node"
+    return Shortfall(text, hint, _needs(asks))
+
+
+def _strict_shortfall(asks: list[Ask], nodes: list[Node], strategy: str) -> Shortfall | None:
+    """``strict_pack`` needs the placement group on one node, ``strict_spread`` a node per
+    bundle."""
+    grouped = [ask for ask in asks if ask.grouped]
+    bundles = sum(ask.count for ask in grouped)
+    if strategy == "strict_pack":
+        cpus, gpus = _total(grouped, "CPU"), _total(grouped, "GPU")
+        if not any(_fits(node, cpus, gpus) for node in nodes):
+            text = (
+                f"ray.placement = 'strict_pack' puts the placement group's {bundles} bundles "
+                f"({_count(gpus, 'GPU')}, {_count(cpus, 'CPU')}) on one node and no node has "
+                f"that much (GPUs: {_nodes_text(nodes, 'GPU')}; CPUs: {_nodes_text(nodes, 'CPU')})"
+            )
+            return Shortfall(text, "use ray.placement = 'pack'", _needs(asks))
+    if strategy == "strict_spread" and bundles > len(nodes):
+        text = (
+            f"ray.placement = 'strict_spread' puts each of the placement group's {bundles} "
+            f"bundles on its own node and the cluster has {len(nodes)} node(s)"
+        )
+        return Shortfall(text, "use ray.placement = 'spread', or add nodes", _needs(asks))
+    return None
+
+
+def _packing_shortfall(asks: list[Ask], nodes: list[Node], strategy: str) -> Shortfall | None:
+    """Best fit of every actor onto the nodes, the placement group's bundles first (they are
+    reserved before any other actor starts), biggest first. A heuristic: it may miss a packing
+    Ray would find only in contrived mixes of sizes, and Ray's own scheduler packs no better."""
+    if strategy == "strict_pack":  # the group is one unit: _strict_shortfall found it a node
+        grouped = [ask for ask in asks if ask.grouped]
+        whole = Ask("placement group", 1, _total(grouped, "CPU"), _total(grouped, "GPU"), True, "")
+        asks = [whole, *(ask for ask in asks if not ask.grouped)]
+    free = {n.address: [n.num_cpus, n.num_gpus] for n in nodes}
+    spread_used: set[str] = set()
+    units = [(not ask.grouped, -ask.num_gpus, -ask.num_cpus, ask) for ask in asks]
+    for _, _, _, ask in sorted(units, key=lambda u: u[:3]):
+        for _ in range(ask.count):
+            strict_spread = ask.grouped and strategy == "strict_spread"
+            room = [
+                (cpus_gpus[1], cpus_gpus[0], address)
+                for address, cpus_gpus in free.items()
+                if _fits(Node(address, *cpus_gpus), ask.num_cpus, ask.num_gpus)
+                and not (strict_spread and address in spread_used)
+            ]
+            if not room:
+                text = (
+                    f"the run's actors do not fit on the cluster's nodes together: a {ask.role} "
+                    f"actor ({_count(ask.num_gpus, 'GPU')}, {_count(ask.num_cpus, 'CPU')}) finds "
+                    f"no room left (GPUs: {_breakdown(asks, 'GPU') or 'none'} on "
+                    f"{_nodes_text(nodes, 'GPU')})"
+                )
+                return Shortfall(text, "lower what the actors ask for, or add nodes", _needs(asks))
+            address = min(room)[2]
+            free[address][0] -= ask.num_cpus
+            free[address][1] -= ask.num_gpus
+            if strict_spread:
+                spread_used.add(address)
+    return None
+
+
+def cluster_nodes() -> list[Node]:
+    """The connected cluster's live nodes and their total CPUs and GPUs."""
+    return [
+        Node(
+            node["NodeManagerAddress"],
+            node["Resources"].get("CPU", 0.0),
+            node["Resources"].get("GPU", 0.0),
+        )
+        for node in ray.nodes()
+        if node["Alive"]
+    ]
+
+
+def autoscaler_limits() -> dict[str, float] | None:
+    """The most of each resource the cluster's autoscaler may grow it to, or None when it has
+    none (a local cluster, or ``ray start`` by hand). Ray keeps this in a private table (read by
+    Ray Train the same way); any failure to read it counts as no autoscaler."""
+    try:
+        return ray._private.state.state.get_max_resources_from_cluster_config()
+    except Exception:  # a private API: an older or newer Ray may lack or change it
+        return None
+
+
+def check_resources(config: Config) -> None:
+    """Refuse (:class:`PlacementError`) a config whose actors the connected cluster cannot
+    hold; with an autoscaler that may add what is missing, warn and let the run wait for it
+    (up to ``ray.start_timeout_s`` per wait)."""
+    problem = shortfall(run_asks(config), cluster_nodes(), config.ray.placement)
+    if problem is None:
+        return
+    limits = autoscaler_limits()
+    if limits is None:
+        raise PlacementError(str(problem))
+    beyond = [r for r, need in problem.needs.items() if need > limits.get(r, 0) + _EPS]
+    if beyond:
+        most = ", ".join(_count(limits.get(r, 0), r) for r in beyond)
+        raise PlacementError(
+            f"{problem.text}, and its autoscaler adds at most {most}: {problem.hint}"
+        )
+    logger.warning(
+        "%s now; the cluster's autoscaler may add nodes: waiting for them (up to "
+        "ray.start_timeout_s = %g s per wait)",
+        problem.text,
+        config.ray.start_timeout_s,
+    )
+
+
+@dataclass(frozen=True)
+class Starting:
+    """An actor being started: its name, a ref that resolves once it is up, its handle (to ask
+    Ray where it is) and what it asked for (``1 CPU, 1 GPU``)."""
+
+    name: str
+    ready: Any
+    handle: Any
+    asks: str
+
+
+def asks_text(num_cpus: float, num_gpus: float = 0.0) -> str:
+    """``1 CPU, 1 GPU``; ``no resources`` for an actor that asks for none."""
+    parts = [_count(n, r) for n, r in ((num_cpus, "CPU"), (num_gpus, "GPU")) if n > 0]
+    return ", ".join(parts) or "no resources"
+
+
+def wait_started(starting: list[Starting], timeout_s: float) -> None:
+    """Wait until every actor of ``starting`` is up, at most ``timeout_s`` in all; then raise
+    :class:`PlacementError` naming those that are not. An actor whose constructor failed
+    raises its error at once, as ``ray.get`` would."""
+    pending = {item.ready: item for item in starting}
+    deadline = time.monotonic() + timeout_s
+    while pending:
+        left = max(0.0, deadline - time.monotonic())
+        done, _ = ray.wait(list(pending), num_returns=1, timeout=left)
+        if not done:
+            late = [(item.name, item.asks, actor_state(item.handle)) for item in pending.values()]
+            raise PlacementError(start_timeout_message(late, timeout_s))
+        ray.get(done[0])
+        del pending[done[0]]
+
+
+def actor_state(handle: Any) -> str:
+    """Where an actor that is not up yet stands, in a few words: ``unplaced`` (Ray found no
+    node with its resources free), ``loading on <address>`` (its constructor runs), or Ray's
+    state name (``RESTARTING``, ``DEAD``); ``unknown`` when Ray cannot say. Read from the GCS's
+    actor table, which needs no dashboard (the state API does)."""
+    try:
+        info = ray._private.state.actors(actor_id=handle._actor_id.hex())
+    except Exception:  # a private API, and the handle may be a test's stand-in
+        return "unknown"
+    state, address = info.get("State", ""), (info.get("Address") or {}).get("IPAddress", "")
+    if state in ("PENDING_CREATION", "DEPENDENCIES_UNREADY"):
+        return f"loading on {address}" if address else "unplaced"
+    return state or "unknown"
+
+
+def start_timeout_message(late: list[tuple[str, str, str]], timeout_s: float) -> str:
+    """One line for actors that did not start in time: each one's name, what it asked for and
+    where it stands (see :func:`actor_state`), then what to do about each kind."""
+    described = "; ".join(f"{name} ({asks}): {state}" for name, asks, state in late)
+    causes = []
+    if any(state == "unplaced" for _, _, state in late):
+        causes.append(
+            "Ray could not place the unplaced ones (no node has their resources free: see "
+            "`ray status`; lower what they ask for or add nodes)"
+        )
+    if any(state.startswith("loading") for _, _, state in late):
+        causes.append(
+            "the loading ones are still in their constructor (a large model on a cold node: "
+            "raise ray.start_timeout_s)"
+        )
+    advice = "; ".join(causes) or "see `ray status` and the actors' logs"
+    return (
+        f"{len(late)} actor(s) did not start within {timeout_s:g} s (ray.start_timeout_s): "
+        f"{described}; {advice}"
+    )
+
+
+def wait_placed(group: Any, bundles: dict[str, dict[str, float]], timeout_s: float) -> None:
+    """Wait until the placement group holding ``bundles`` (actor name -> bundle) is reserved,
+    at most ``timeout_s``; then raise :class:`PlacementError` naming what it waits for."""
+    try:
+        ray.get(group.ready(), timeout=timeout_s)
+    except ray.exceptions.GetTimeoutError:
+        raise PlacementError(placement_timeout_message(bundles, timeout_s)) from None
+
+
+def placement_timeout_message(bundles: dict[str, dict[str, float]], timeout_s: float) -> str:
+    """One line naming the bundles a placement group still waits for."""
+    described = ", ".join(
+        f"{name} ({asks_text(b.get('CPU', 0.0), b.get('GPU', 0.0))})" for name, b in bundles.items()
+    )
+    return (
+        f"the run's placement group was not reserved within {timeout_s:g} s "
+        f"(ray.start_timeout_s): it waits for bundles for {described}, and no set of nodes "
+        "has them free (see `ray status`: other jobs may hold them; ray.placement decides "
+        "how they may be spread)"
+    )

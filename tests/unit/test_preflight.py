@@ -1,0 +1,399 @@
+"""Before any actor starts: the resources a config asks for against the cluster's nodes
+(launch/fleet/preflight.py), the start waits' messages, and the model resolved to a local
+directory on the driver (launch/data/model_source.py). Pure functions, plus one small local Ray
+in a subprocess for the waits that end."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+
+import huggingface_hub
+import pytest
+from huggingface_hub import constants
+
+from common.config import Config, ConfigError
+from launch.data import model_source
+from launch.data.model_source import DOWNLOADED, locate_model
+from launch.fleet import preflight
+from launch.fleet.preflight import (
+    Ask,
+    Node,
+    PlacementError,
+    asks_text,
+    check_resources,
+    placement_timeout_message,
+    run_asks,
+    shortfall,
+    start_timeout_message,
+)
+from tests.conftest import REPO_ROOT
+
+
+def _config(**sections) -> Config:
+    return Config.model_validate(sections)
+
+
+def _gpu_run(**rollout) -> Config:
+    """The shipped GPU configs' shape: one learner GPU, one engine GPU."""
+    return _config(learner={"num_gpus": 1}, rollout={"num_gpus": 1, **rollout})
+
+
+def _problem(config: Config, nodes: list[Node]) -> str | None:
+    found = shortfall(run_asks(config), nodes, config.ray.placement)
+    return None if found is None else str(found)
+
+
+# -- what the run asks for ---------------------------------------------------------------------
+def test_the_default_run_asks_for_a_learner_and_an_engine_cpu_each():
+    asks = run_asks(_config())
+    assert [(a.role, a.count, a.num_cpus, a.num_gpus) for a in asks] == [
+        ("learner", 1, 1.0, 0.0),
+        ("rollout", 1, 1.0, 0.0),
+    ]  # the sandbox front asks for no CPU by default: left out
+
+
+def test_ranks_engines_sandbox_and_scorers_are_all_counted():
+    config = _config(
+        learner={"num_ranks": 2, "num_cpus": 2, "num_gpus": 1},
+        rollout={"num_actors": 3, "num_gpus": 2, "tensor_parallel_size": 2},
+        sandbox={"num_cpus": 4},
+        reward={
+            "terms": {
+                "execution": {},
+                "style": {"kind": "scorer", "options": {"path": "x", "num_gpus": 0.5}},
+            }
+        },
+    )
+    asks = {a.role: a for a in run_asks(config)}
+    assert (asks["learner"].count, asks["learner"].num_gpus, asks["learner"].grouped) == (
+        2,
+        1,
+        True,
+    )
+    assert (asks["rollout"].count, asks["rollout"].num_gpus) == (3, 2)
+    assert asks["rollout"].note == "tensor_parallel_size 2"
+    assert not asks["rollout"].grouped  # ray.placement = "none": engines outside the group
+    assert asks["sandbox"].num_cpus == 4
+    assert asks["scorer style"].num_gpus == 0.5
+    assert asks["scorer style"].section == "reward.terms.style.options"
+
+
+def test_placement_puts_the_engines_in_the_group():
+    asks = {a.role: a for a in run_asks(_config(ray={"placement": "pack"}))}
+    assert asks["learner"].grouped and asks["rollout"].grouped
+
+
+# -- against the nodes --------------------------------------------------------------------------
+def test_two_gpus_on_a_one_gpu_machine_are_refused_in_one_line():
+    problem = _problem(_gpu_run(), [Node("10.0.0.1", 16, 1)])
+    assert problem == (
+        "the run needs 2 GPUs (learner 1 x 1, rollout 1 x 1) and the cluster has 1 "
+        "(node 10.0.0.1: 1): set rollout.colocate = true to share one GPU, or add a GPU node"
+    )
+
+
+def test_two_gpus_fit_one_node_of_two_or_two_nodes_of_one():
+    assert _problem(_gpu_run(), [Node("a", 16, 2)]) is None
+    assert _problem(_gpu_run(), [Node("a", 16, 1), Node("b", 16, 1)]) is None
+
+
+def test_a_gpu_run_on_a_cpu_cluster_says_how_to_run_on_cpu():
+    problem = _problem(_gpu_run(), [Node("10.0.0.1", 8, 0)])
+    assert problem is not None
+    assert "the cluster has 0 (node 10.0.0.1: 0)" in problem
+    assert "set the num_gpus above to 0 to run on CPU" in problem
+
+
+def test_more_engines_than_gpus_without_a_learner_gpu_asks_for_fewer():
+    problem = _problem(_config(rollout={"num_actors": 3, "num_gpus": 1}), [Node("a", 8, 2)])
+    assert problem is not None and "rollout 3 x 1" in problem
+    assert "colocate" not in problem  # the learner has no GPU to share
+    assert "lower rollout.num_actors" in problem
+
+
+def test_a_tensor_parallel_engine_needs_its_gpus_on_one_node():
+    config = _config(rollout={"num_gpus": 2, "tensor_parallel_size": 2})
+    problem = _problem(config, [Node("a", 8, 1), Node("b", 8, 1)])
+    assert problem is not None
+    assert problem.startswith("a rollout actor asks for 2 GPUs and 1 CPU on one node")
+    assert "(tensor_parallel_size 2)" in problem
+    assert "lower rollout.tensor_parallel_size" in problem
+    assert _problem(config, [Node("a", 8, 2)]) is None
+
+
+def test_cpus_short_on_a_joined_cluster_are_refused_with_the_breakdown():
+    config = _config(learner={"num_cpus": 4}, rollout={"num_cpus": 4}, sandbox={"num_cpus": 8})
+    problem = _problem(config, [Node("a", 8, 0), Node("b", 4, 0)])
+    assert problem is not None
+    assert problem.startswith(
+        "the run needs 16 CPUs (learner 1 x 4, rollout 1 x 4, sandbox 8) and the cluster "
+        "has 12 (node a: 8, node b: 4)"
+    )
+    assert "ray.num_cpus = 0" in problem
+
+
+def test_actors_that_each_fit_but_not_together_are_refused():
+    # 6 CPUs in all for 6 asked, but 2 + 2 + 2 cannot share nodes of 3 and 3
+    config = _config(learner={"num_ranks": 2, "num_cpus": 2}, rollout={"num_cpus": 0},
+                     sandbox={"num_cpus": 2})  # fmt: skip
+    problem = _problem(config, [Node("a", 3, 0), Node("b", 3, 0)])
+    assert problem is not None
+    assert problem.startswith("the run's actors do not fit on the cluster's nodes together")
+    assert _problem(config, [Node("a", 4, 0), Node("b", 2, 0)]) is None
+
+
+def test_strict_pack_needs_the_whole_group_on_one_node():
+    nodes = [Node("a", 16, 1), Node("b", 16, 1)]
+    assert _problem(_gpu_run(), nodes) is None  # placement "none": anywhere
+    config = _config(learner={"num_gpus": 1}, rollout={"num_gpus": 1},
+                     ray={"placement": "strict_pack"})  # fmt: skip
+    problem = _problem(config, nodes)
+    assert problem is not None and "'strict_pack'" in problem and "2 bundles" in problem
+    assert problem.endswith("use ray.placement = 'pack'")
+    assert _problem(config, [Node("a", 16, 2)]) is None
+
+
+def test_strict_spread_needs_a_node_per_bundle():
+    config = _config(rollout={"num_actors": 2}, ray={"placement": "strict_spread"})
+    problem = _problem(config, [Node("a", 16, 0), Node("b", 16, 0)])
+    assert problem is not None and "each of the placement group's 3 bundles" in problem
+    assert _problem(config, [Node(n, 16, 0) for n in "abc"]) is None
+
+
+def test_fractional_gpus_of_a_colocated_pair_share_one_gpu():
+    # the seam rollout.colocate builds on: two half-GPU asks fit one GPU, three do not
+    pair = [Ask("learner", 1, 1, 0.5, True, "learner"), Ask("rollout", 1, 1, 0.5, True, "rollout")]
+    assert shortfall(pair, [Node("a", 4, 1)], "pack") is None
+    third = Ask("scorer s", 1, 1, 0.5, False, "reward.terms.s.options")
+    assert shortfall([*pair, third], [Node("a", 4, 1)], "pack") is not None
+
+
+def test_many_nodes_are_listed_up_to_a_few():
+    nodes = [Node(f"10.0.0.{i}", 1, 0) for i in range(10)]
+    problem = _problem(_gpu_run(), nodes)
+    assert problem is not None and "node 10.0.0.5: 0, 4 more nodes)" in problem
+
+
+# -- the autoscaler ---------------------------------------------------------------------------
+def _cluster(monkeypatch, nodes: list[Node], limits: dict[str, float] | None) -> None:
+    monkeypatch.setattr(preflight, "cluster_nodes", lambda: nodes)
+    monkeypatch.setattr(preflight, "autoscaler_limits", lambda: limits)
+
+
+def test_without_an_autoscaler_a_shortfall_is_refused(monkeypatch):
+    _cluster(monkeypatch, [Node("a", 16, 1)], None)
+    with pytest.raises(PlacementError, match=r"^the run needs 2 GPUs .*add a GPU node$"):
+        check_resources(_gpu_run())
+    assert issubclass(PlacementError, ConfigError)  # exit status 2 through launch.train
+
+
+def test_an_autoscaler_that_can_add_the_gpus_only_warns(monkeypatch, caplog):
+    _cluster(monkeypatch, [Node("a", 16, 1)], {"CPU": 64, "GPU": 8})
+    with caplog.at_level(logging.WARNING, logger=preflight.__name__):
+        check_resources(_gpu_run())
+    assert "autoscaler may add nodes" in caplog.text and "the run needs 2 GPUs" in caplog.text
+
+
+def test_an_autoscaler_that_cannot_add_enough_is_refused(monkeypatch):
+    _cluster(monkeypatch, [Node("a", 16, 1)], {"CPU": 64, "GPU": 1})
+    with pytest.raises(PlacementError, match="its autoscaler adds at most 1 GPU"):
+        check_resources(_gpu_run())
+
+
+def test_a_run_that_fits_is_not_refused(monkeypatch):
+    _cluster(monkeypatch, [Node("a", 16, 2)], None)
+    check_resources(_gpu_run())
+
+
+# -- waits that end -----------------------------------------------------------------------------
+def test_asks_text():
+    assert asks_text(1, 1) == "1 CPU, 1 GPU"
+    assert asks_text(2, 0.5) == "2 CPUs, 0.5 GPUs"
+    assert asks_text(0) == "no resources"
+
+
+def test_the_start_timeout_names_each_late_actor_and_why():
+    message = start_timeout_message(
+        [
+            ("learner-run", "1 CPU, 1 GPU", "unplaced"),
+            ("rollout-run-0", "1 CPU, 1 GPU", "loading on 10.0.0.2"),
+        ],
+        900,
+    )
+    assert "\n" not in message
+    assert message.startswith(
+        "2 actor(s) did not start within 900 s (ray.start_timeout_s): learner-run (1 CPU, "
+        "1 GPU): unplaced; rollout-run-0 (1 CPU, 1 GPU): loading on 10.0.0.2;"
+    )
+    assert "Ray could not place the unplaced ones" in message
+    assert "raise ray.start_timeout_s" in message
+
+
+def test_an_actor_state_ray_cannot_read_is_unknown():
+    assert preflight.actor_state(object()) == "unknown"
+
+
+def test_the_placement_timeout_names_the_bundles():
+    message = placement_timeout_message(
+        {"learner-run": {"CPU": 1, "GPU": 1}, "rollout-run-0": {"GPU": 1}}, 600
+    )
+    assert "within 600 s (ray.start_timeout_s)" in message
+    assert "learner-run (1 CPU, 1 GPU), rollout-run-0 (1 GPU)" in message
+
+
+_LOCAL_RAY = """
+import ray
+from common.config import Config
+from launch.fleet.preflight import (
+    PlacementError, Starting, check_resources, wait_placed, wait_started
+)
+
+ray.init(num_cpus=1, include_dashboard=False, logging_level="ERROR")
+
+@ray.remote
+class Idle:
+    pass
+
+try:  # this machine has no GPU: the check refuses before anything starts
+    check_resources(Config.model_validate({"learner": {"num_gpus": 1}}))
+except PlacementError as exc:
+    print("CHECK", exc)
+handle = Idle.options(name="wants-a-gpu", num_cpus=0, num_gpus=1).remote()
+try:
+    wait_started([Starting("wants-a-gpu", handle.__ray_ready__.remote(), handle, "1 GPU")], 1)
+except PlacementError as exc:
+    print("WAIT", exc)
+group = ray.util.placement_group([{"GPU": 1}])
+try:
+    wait_placed(group, {"learner-run": {"GPU": 1}}, 1)
+except PlacementError as exc:
+    print("GROUP", exc)
+"""
+
+
+def test_waits_on_a_local_ray_end_with_the_actors_name():
+    """A real local cluster without a GPU: the check refuses a GPU learner, and an actor (and a
+    placement group) asking for a GPU ends its wait by the timeout, named, as unplaced."""
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(_LOCAL_RAY)],
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    lines = {line.split(" ", 1)[0]: line for line in done.stdout.splitlines()}
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "the run needs 1 GPU (learner 1 x 1) and the cluster has 0" in lines["CHECK"]
+    assert "wants-a-gpu (1 GPU): unplaced" in lines["WAIT"]
+    assert "within 1 s" in lines["WAIT"]
+    assert "bundles for learner-run (1 GPU)" in lines["GROUP"]
+
+
+# -- the model, resolved on the driver ----------------------------------------------------------
+@pytest.fixture
+def hub_cache(tmp_path, monkeypatch):
+    """An empty Hugging Face cache; :func:`_cache` lays a model out in it as the hub does."""
+    cache = tmp_path / "hub-cache"
+    cache.mkdir()
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    return cache
+
+
+def _cache(cache, repo_id: str, revision: str = "0123abcd"):
+    repo = cache / f"models--{repo_id.replace('/', '--')}"
+    snapshot = repo / "snapshots" / revision
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(revision)
+    return snapshot
+
+
+def _no_download(*args, **kwargs):
+    raise AssertionError("no test may download")
+
+
+def test_a_cached_hub_name_resolves_to_its_snapshot_directory(hub_cache, monkeypatch, tmp_path):
+    snapshot = _cache(hub_cache, "owner/coder")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert locate_model("owner/coder") == str(snapshot)
+    assert locate_model("owner/coder", download_dir=tmp_path / "hub") == str(snapshot)
+
+
+def test_an_uncached_hub_name_offline_is_one_line(hub_cache, monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(model_source, "download", _no_download)
+    with pytest.raises(ConfigError, match=r"^model.path: owner/coder is neither .*hf download"):
+        locate_model("owner/coder", download_dir=tmp_path / "hub")
+
+
+def test_online_the_driver_downloads_once_into_the_shared_directory(
+    hub_cache, monkeypatch, tmp_path
+):
+    calls = []
+
+    def fake_download(repo_id, local_dir=None, **kwargs):
+        if kwargs.get("local_files_only"):
+            raise huggingface_hub.errors.LocalEntryNotFoundError("not cached")
+        calls.append((repo_id, local_dir))
+        local_dir.mkdir(parents=True)
+        (local_dir / "config.json").write_text("{}")
+        return str(local_dir)
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_download)
+    target = tmp_path / "hub" / "owner--coder"
+    assert locate_model("owner/coder", download_dir=tmp_path / "hub") == str(target)
+    assert calls == [("owner/coder", target)] and (target / DOWNLOADED).is_file()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # a later run, offline: the copy serves
+    assert locate_model("owner/coder", download_dir=tmp_path / "hub") == str(target)
+    assert len(calls) == 1
+
+
+def test_a_half_downloaded_copy_is_not_used_offline(hub_cache, monkeypatch, tmp_path):
+    target = tmp_path / "hub" / "owner--coder"
+    target.mkdir(parents=True)
+    (target / "config.json").write_text("{}")  # the weights never arrived: no completion mark
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ConfigError, match="neither a local directory nor in the local"):
+        locate_model("owner/coder", download_dir=tmp_path / "hub")
+
+
+def test_a_failed_download_is_one_line(hub_cache, monkeypatch, tmp_path):
+    def refused(repo_id, local_dir=None, **kwargs):
+        if kwargs.get("local_files_only"):
+            raise huggingface_hub.errors.LocalEntryNotFoundError("not cached")
+        raise OSError("401 Client Error\nmore detail")
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", refused)
+    with pytest.raises(ConfigError) as caught:
+        locate_model("owner/private", download_dir=tmp_path / "hub")
+    assert str(caught.value) == (
+        "model.path: cannot download owner/private from the hub: 401 Client Error"
+    )
+
+
+def test_without_a_download_directory_an_uncached_name_passes_through(hub_cache, monkeypatch):
+    # the tools that load a model in their own process (launch/tools/evaluate.py) keep this
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr(model_source, "download", _no_download)
+    assert locate_model("owner/coder") == "owner/coder"
+
+
+def test_launch_train_downloads_under_the_run_output_dir(monkeypatch, tmp_path):
+    from launch import train
+
+    seen = {}
+    monkeypatch.setattr(
+        train, "locate_model", lambda path, download_dir: seen.setdefault("dir", download_dir)
+    )
+    config = _config(model={"path": "owner/coder"}, run={"output_dir": str(tmp_path / "runs")})
+    train.resolve_model(config)
+    assert seen["dir"] == (tmp_path / "runs" / "_models" / "hub").resolve()
