@@ -10,6 +10,7 @@ import pytest
 
 from actor.scorer import RewardScorer
 from algorithm.rewards import RewardConfig, RewardInput
+from common.config import RayConfig
 from common.types import ExecutionResult, Problem, Verdict
 from launch.fleet.scorer import ScorerTerm, build_tiny_scorer
 from tests.integration.helpers import private_ray
@@ -26,7 +27,9 @@ def test_scorer_actor_scores_like_the_local_class(tmp_path):
     build_tiny_scorer(tmp_path / "_models" / "tiny-scorer")  # what builtin:tiny-scorer resolves to
     options = {"path": "builtin:tiny-scorer", "step_split": "line", "num_cpus": 0.5}
     reward = RewardConfig(terms={"execution": {}, "prm": {"kind": "scorer", "options": options}})
-    config = SimpleNamespace(reward=reward, run=SimpleNamespace(output_dir=str(tmp_path)))
+    config = SimpleNamespace(
+        reward=reward, run=SimpleNamespace(output_dir=str(tmp_path)), ray=RayConfig()
+    )
     with private_ray():
         handles = start_scorers(config, run_id=f"test{int(start)}")
         assert list(handles) == ["prm"]
