@@ -13,7 +13,8 @@ asked for, and whether Ray could not place them or they are still loading.
 The check counts each node's *total* resources: an actor that fits the cluster but waits for
 resources other jobs hold is the timeout's business, not a refusal. A cluster with an
 autoscaler (Ray reports its node types' limits, the same signal Ray Train's worker group uses)
-is only warned about when its current nodes fall short, and refused when even its limits do.
+is only warned about when its current nodes fall short, and refused when even its limits do;
+an autoscaler that does not report its limits (Ray's older v1 one) looks like a fixed cluster.
 """
 
 from __future__ import annotations

@@ -397,3 +397,51 @@ def test_launch_train_downloads_under_the_run_output_dir(monkeypatch, tmp_path):
     config = _config(model={"path": "owner/coder"}, run={"output_dir": str(tmp_path / "runs")})
     train.resolve_model(config)
     assert seen["dir"] == (tmp_path / "runs" / "_models" / "hub").resolve()
+
+
+def test_a_refusal_exits_with_status_2_in_one_line(monkeypatch, capsys):
+    from launch import train
+
+    def refused(*args, **kwargs):
+        raise PlacementError("the run needs 2 GPUs (learner 1 x 1, rollout 1 x 1) and ...")
+
+    monkeypatch.setattr(train, "train", refused)
+    assert train.main(["--run.steps", "1"]) == 2
+    assert capsys.readouterr().err == (
+        "error: the run needs 2 GPUs (learner 1 x 1, rollout 1 x 1) and ...\n"
+    )
+
+
+def test_start_fleet_checks_before_the_placement_group_is_reserved(monkeypatch):
+    from launch.fleet import fleet
+
+    def refused(config):
+        raise PlacementError("the run needs 2 GPUs")
+
+    def reserve(*args):
+        raise AssertionError("Placement.create ran before the check")
+
+    monkeypatch.setattr(fleet, "check_resources", refused)
+    monkeypatch.setattr(fleet.Placement, "create", reserve)
+    with pytest.raises(PlacementError):
+        fleet.start_fleet(_gpu_run(), "model", "run")
+
+
+def test_new_rollout_actors_are_waited_for_by_name_and_timeout(monkeypatch):
+    from types import SimpleNamespace
+
+    from launch.fleet import rollout_fleet
+
+    waits = []
+    engine = SimpleNamespace(ready=SimpleNamespace(remote=lambda: "ref"))
+    monkeypatch.setattr(rollout_fleet, "start_rollout_worker", lambda *args: engine)
+    monkeypatch.setattr(rollout_fleet, "wait_started", lambda items, s: waits.append((items, s)))
+    config = _config(rollout={"num_gpus": 1}, ray={"start_timeout_s": 42})
+    fleet = rollout_fleet.RolloutFleet(config, "model", "run")
+    fleet.start(2)
+    fleet.resize(3)
+    assert [([item.name for item in items], s) for items, s in waits] == [
+        (["rollout-run-0", "rollout-run-1"], 42),
+        (["rollout-run-2"], 42),
+    ]
+    assert waits[0][0][0].asks == "1 CPU, 1 GPU"
