@@ -25,7 +25,7 @@ from actor.rollout_worker import StaleWeightsError
 from common.config import Config
 from common.types import Completion, RolloutRequest, TrainSample
 from launch.fleet.actors import rollout_name, start_rollout_worker
-from launch.fleet.preflight import Starting, asks_text, wait_started
+from launch.fleet.preflight import PlacementError, Starting, asks_text, wait_started
 from launch.fleet.weight_sync import LearnerTransmitError
 
 if TYPE_CHECKING:
@@ -74,8 +74,9 @@ class RolloutFleet:
 
     def resize(self, count: int) -> None:
         """Grow or shrink to ``count`` actors; new ones get the latest weights before serving.
-        New engines have ``ray.start_timeout_s`` to come up (:class:`PlacementError` names
-        those that did not)."""
+        New engines have ``ray.start_timeout_s`` to come up: at the start of a run the error
+        (:class:`PlacementError`) names those that did not; a running fleet drops them, says
+        why, and goes on at its size (a resize must not end the run)."""
         if count < 1:
             raise ValueError(f"the rollout fleet needs at least one actor, got {count}")
         if count == len(self.actors):
@@ -89,7 +90,15 @@ class RolloutFleet:
         else:
             first = self._next_index
             new = [self._spawn() for _ in range(count - len(self.actors))]
-            self._wait_started(new, first)
+            try:
+                self._wait_started(new, first)
+            except PlacementError as exc:
+                for actor in new:
+                    ray.kill(actor, no_restart=True)
+                if not self.actors:
+                    raise
+                logger.warning("rollout fleet stays at %d actor(s): %s", len(self.actors), exc)
+                return
             if self.latest_update is not None and self.transfer is None:
                 ray.get([actor.update_weights.remote(self.latest_update) for actor in new])
             self.actors.extend(new)

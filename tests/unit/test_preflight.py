@@ -445,3 +445,30 @@ def test_new_rollout_actors_are_waited_for_by_name_and_timeout(monkeypatch):
         (["rollout-run-2"], 42),
     ]
     assert waits[0][0][0].asks == "1 CPU, 1 GPU"
+
+
+def test_a_running_fleet_drops_engines_that_do_not_start_and_goes_on(monkeypatch, caplog):
+    import ray
+
+    from launch.fleet import rollout_fleet
+
+    started = iter(range(10))
+    monkeypatch.setattr(rollout_fleet, "start_rollout_worker", lambda *args: next(started))
+    killed = []
+    monkeypatch.setattr(ray, "kill", lambda actor, no_restart: killed.append(actor))
+    fleet = rollout_fleet.RolloutFleet(_config(), "model", "run")
+    monkeypatch.setattr(fleet, "_wait_started", lambda new, first: None)
+    fleet.start(1)
+
+    def late(new, first):
+        raise PlacementError("1 actor(s) did not start within 900 s")
+
+    monkeypatch.setattr(fleet, "_wait_started", late)
+    with caplog.at_level(logging.WARNING, logger=rollout_fleet.__name__):
+        fleet.resize(3)
+    assert fleet.actors == [0] and killed == [1, 2]
+    assert "stays at 1 actor(s): 1 actor(s) did not start" in caplog.text
+    empty = rollout_fleet.RolloutFleet(_config(), "model", "run")
+    monkeypatch.setattr(empty, "_wait_started", late)
+    with pytest.raises(PlacementError):  # at the start of a run there is no fleet to go on with
+        empty.start(1)
