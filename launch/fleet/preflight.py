@@ -250,36 +250,42 @@ def _packing_shortfall(asks: list[Ask], nodes: list[Node], strategy: str) -> Sho
     """Best fit of every actor onto the nodes, the placement group's bundles first (they are
     reserved before any other actor starts), biggest first. A heuristic: it may miss a packing
     Ray would find only in contrived mixes of sizes, and Ray's own scheduler packs no better."""
+    units = asks
     if strategy == "strict_pack":  # the group is one unit: _strict_shortfall found it a node
         grouped = [ask for ask in asks if ask.grouped]
         whole = Ask("placement group", 1, _total(grouped, "CPU"), _total(grouped, "GPU"), True, "")
-        asks = [whole, *(ask for ask in asks if not ask.grouped)]
-    free = {n.address: [n.num_cpus, n.num_gpus] for n in nodes}
-    spread_used: set[str] = set()
-    units = [(not ask.grouped, -ask.num_gpus, -ask.num_cpus, ask) for ask in asks]
-    for _, _, _, ask in sorted(units, key=lambda u: u[:3]):
+        units = [whole, *(ask for ask in asks if not ask.grouped)]
+    free = [[node.num_cpus, node.num_gpus] for node in nodes]
+    spread_used: set[int] = set()  # nodes holding a bundle of a strict_spread group
+    for ask in sorted(units, key=lambda a: (not a.grouped, -a.num_gpus, -a.num_cpus)):
+        strict_spread = ask.grouped and strategy == "strict_spread"
         for _ in range(ask.count):
-            strict_spread = ask.grouped and strategy == "strict_spread"
             room = [
-                (cpus_gpus[1], cpus_gpus[0], address)
-                for address, cpus_gpus in free.items()
-                if _fits(Node(address, *cpus_gpus), ask.num_cpus, ask.num_gpus)
-                and not (strict_spread and address in spread_used)
+                (gpus, cpus, i)
+                for i, (cpus, gpus) in enumerate(free)
+                if cpus + _EPS >= ask.num_cpus
+                and gpus + _EPS >= ask.num_gpus
+                and not (strict_spread and i in spread_used)
             ]
             if not room:
-                text = (
-                    f"the run's actors do not fit on the cluster's nodes together: a {ask.role} "
-                    f"actor ({_count(ask.num_gpus, 'GPU')}, {_count(ask.num_cpus, 'CPU')}) finds "
-                    f"no room left (GPUs: {_breakdown(asks, 'GPU') or 'none'} on "
-                    f"{_nodes_text(nodes, 'GPU')})"
-                )
-                return Shortfall(text, "lower what the actors ask for, or add nodes", _needs(asks))
-            address = min(room)[2]
-            free[address][0] -= ask.num_cpus
-            free[address][1] -= ask.num_gpus
+                return _no_room(asks, ask, nodes)
+            best = min(room)[2]  # the fullest node that fits: keeps big nodes for big actors
+            free[best][0] -= ask.num_cpus
+            free[best][1] -= ask.num_gpus
             if strict_spread:
-                spread_used.add(address)
+                spread_used.add(best)
     return None
+
+
+def _no_room(asks: list[Ask], ask: Ask, nodes: list[Node]) -> Shortfall:
+    """Each actor fits some node, the totals fit, but not every actor at once."""
+    wanted = [r for r in ("GPU", "CPU") if _each(ask, r) > 0]
+    inventory = "; ".join(f"{r}s: {_breakdown(asks, r)} on {_nodes_text(nodes, r)}" for r in wanted)
+    text = (
+        f"the run's actors do not fit on the cluster's nodes together: the {ask.role} "
+        f"({asks_text(ask.num_cpus, ask.num_gpus)} each) finds no room left ({inventory})"
+    )
+    return Shortfall(text, "lower what the actors ask for, or add nodes", _needs(asks))
 
 
 def cluster_nodes() -> list[Node]:
