@@ -111,6 +111,11 @@ def run_asks(config: Config) -> list[Ask]:
         ),
         Ask("sandbox", 1, config.sandbox.num_cpus, 0.0, False, "sandbox"),
     ]
+    if rollout.colocate:  # one bundle per pair, a whole GPU split by their fractions
+        gpus = 1.0 if learner.num_gpus + rollout.num_gpus > 0 else 0.0
+        cpus = learner.num_cpus + rollout.num_cpus
+        pair = Ask("learner + rollout (colocated)", learner.num_ranks, cpus, gpus, True, "rollout")
+        asks[:2] = [pair]
     for name, options in config.reward.scorer_terms().items():
         section = f"reward.terms.{name}.options"
         asks.append(Ask(f"scorer {name}", 1, options.num_cpus, options.num_gpus, False, section))

@@ -472,3 +472,18 @@ def test_a_running_fleet_drops_engines_that_do_not_start_and_goes_on(monkeypatch
     monkeypatch.setattr(empty, "_wait_started", late)
     with pytest.raises(PlacementError):  # at the start of a run there is no fleet to go on with
         empty.start(1)
+
+
+def test_a_colocated_pair_asks_for_one_gpu_bundle_and_fits_one_gpu():
+    config = Config.model_validate(
+        {
+            "rollout": {"colocate": True, "num_gpus": 0.5, "num_cpus": 1},
+            "learner": {"num_gpus": 0.5, "num_cpus": 1},
+        }
+    )
+    asks = run_asks(config)
+    pair = [ask for ask in asks if ask.role.startswith("learner + rollout")]
+    assert len(pair) == 1 and (pair[0].count, pair[0].num_gpus, pair[0].num_cpus) == (1, 1.0, 2)
+    assert not any(ask.role in ("learner", "rollout") for ask in asks)
+    assert shortfall(asks, [Node("10.0.0.1", 8, 1)], "pack") is None
+    assert "1 GPU" in str(shortfall(asks, [Node("10.0.0.1", 8, 0)], "pack"))
