@@ -14,6 +14,7 @@ from common.transport import (
     check_transport,
     collective,
     cpu_safetensors,
+    ipc,
     lora_adapter,
 )
 from common.types import WeightUpdate
@@ -86,9 +87,35 @@ class CollectiveReceiver:
         return None
 
 
+class IpcReceiver:
+    """vLLM's weight-update session around its CUDA IPC engine (``common.transport.ipc``): the
+    engine opens the handle for its own GPU in the update and loads what the learner rank on
+    that GPU exported. GPU only, and not run here (no GPU on the machines this project is built
+    on); the order of the calls is tested with a stand-in engine."""
+
+    name = ipc.NAME
+
+    def __init__(self) -> None:
+        self.initialised = False
+
+    def receive(self, llm: Any, update: WeightUpdate) -> dict[str, float]:
+        ipc.check_update(update.payload)
+        start = time.perf_counter()
+        if not self.initialised:  # no group to form: the engine only learns the wire mode
+            llm.init_weight_transfer_engine({"init_info": ipc.engine_init_info()})
+            self.initialised = True
+        llm.start_weight_update()
+        llm.update_weights({"update_info": update.payload})
+        llm.finish_weight_update()
+        return {"load_s": time.perf_counter() - start}
+
+    def adapter(self) -> None:
+        return None
+
+
 _RECEIVERS = {
     receiver.name: receiver
-    for receiver in (CpuSafetensorsReceiver, LoraAdapterReceiver, CollectiveReceiver)
+    for receiver in (CpuSafetensorsReceiver, LoraAdapterReceiver, CollectiveReceiver, IpcReceiver)
 }
 
 

@@ -33,6 +33,7 @@ from collections.abc import Iterator, Sequence
 
 from actor.receivers import make_receiver
 from common.config import ModelConfig, RolloutConfig
+from common.transport import collective, ipc
 from common.transport.collective import backend_for
 from common.types import Completion, RolloutRequest, TrainSample, WeightUpdate
 
@@ -329,13 +330,25 @@ _BIND = "VLLM_CPU_OMP_THREADS_BIND"
 
 
 def _transfer_options(transport: str, rollout: RolloutConfig) -> dict:
-    """vLLM's weight-transfer engine for the ``collective`` transport (NCCL on GPU, the
-    project's gloo engine on CPU: ``actor/transfer_engine.py``)."""
-    if transport != "collective":
+    """vLLM's weight-transfer engine for the transports that go through its API: ``collective``
+    (NCCL on GPU, the project's gloo engine on CPU: ``actor/transfer_engine.py``) and ``ipc``
+    (vLLM's CUDA IPC engine; GPU only)."""
+    backend = engine_backend(transport, rollout.num_gpus)
+    if backend is None:
         return {}
     from vllm.config import WeightTransferConfig  # lazy: vllm
 
-    return {"weight_transfer_config": WeightTransferConfig(backend=backend_for(rollout.num_gpus))}
+    return {"weight_transfer_config": WeightTransferConfig(backend=backend)}
+
+
+def engine_backend(transport: str, num_gpus: float) -> str | None:
+    """The vLLM weight-transfer backend an engine is built with for ``transport``; None for
+    the transports that load through the worker extension or as LoRA adapters."""
+    if transport == collective.NAME:
+        return backend_for(num_gpus)
+    if transport == ipc.NAME:
+        return "ipc"  # vLLM's own, registered by vLLM
+    return None
 
 
 class _SaidOnce(logging.Filter):

@@ -177,6 +177,7 @@ class CollectiveSender:
 
     name = NAME
     gathers = False  # send() reads metadata only; transmit() walks the weights on every rank
+    every_rank_sends = False
 
     def __init__(self, bucket_bytes: int) -> None:
         self.bucket_bytes = bucket_bytes

@@ -336,9 +336,12 @@ class Learner:
     def export_weights(self) -> WeightUpdate | None:
         """The policy for the engines, through the run's weight transport (``self.sender``).
         Every rank gathers the weights (a collective); rank 0 alone sends, the others return
-        None."""
+        None (with ``ipc`` every rank sends, for the engine on its GPU, and rank 0's update
+        carries them all)."""
         if self.ranks.rank != 0:
-            if self.sender.gathers:
+            if self.sender.every_rank_sends:
+                self.sender.send(self)
+            elif self.sender.gathers:
                 for _ in self.iter_export():  # the same gathers as rank 0's send, kept nowhere
                     pass
             return None

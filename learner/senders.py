@@ -2,7 +2,9 @@
 
 The wire formats are in ``common/transport/`` (the engines' halves, in ``actor/receivers.py``,
 read them); the senders here read the policy from the learner (a
-:class:`~common.transport.WeightSource`) and return the plain update the driver hands on.
+:class:`~common.transport.WeightSource`) and return the plain update the driver hands on. The
+two that go through vLLM's weight-transfer API live in their own modules, imported only when a
+run uses them: ``learner/collective_sender.py`` and ``learner/ipc_sender.py`` (GPU only).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from common.transport import (
     WeightSource,
     check_transport,
     cpu_safetensors,
+    ipc,
     lora_adapter,
 )
 from common.types import WeightUpdate
@@ -32,6 +35,7 @@ class CpuSafetensorsSender:
 
     name = cpu_safetensors.NAME
     gathers = True
+    every_rank_sends = False
 
     def __init__(self, bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> None:
         if bucket_bytes < 1:
@@ -49,6 +53,7 @@ class LoraAdapterSender:
 
     name = lora_adapter.NAME
     gathers = False  # reads the adapter alone (refused with several learner ranks)
+    every_rank_sends = False
 
     def __init__(self, adapter_dir: str | None = None) -> None:
         self.adapter_dir = Path(adapter_dir or tempfile.mkdtemp(prefix="grpo-adapters-"))
@@ -83,6 +88,11 @@ def make_sender(
         return CpuSafetensorsSender(bucket_bytes)
     if name == lora_adapter.NAME:
         return LoraAdapterSender(adapter_dir)
+    if name == ipc.NAME:
+        # lazy: vLLM's CUDA IPC trainer engine; vLLM is absent where the learner runs alone
+        from learner.ipc_sender import IpcSender
+
+        return IpcSender()
     # lazy: the collective sender is vLLM's trainer engine, and vLLM is absent where the
     # learner runs alone (the GPU host of `python -m learner.bench`)
     from learner.collective_sender import CollectiveSender

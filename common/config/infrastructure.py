@@ -58,12 +58,14 @@ class AsyncConfig(Section):
 
 
 class WeightsConfig(Section):
-    transport: Literal["cpu_safetensors", "collective"] = Field(
+    transport: Literal["cpu_safetensors", "collective", "ipc"] = Field(
         "cpu_safetensors",
         description="how weights reach the engines: bounded safetensors buckets through Ray's "
-        "object store (any host, across nodes), or 'collective': learner rank 0 broadcasts to "
+        "object store (any host, across nodes); 'collective': learner rank 0 broadcasts to "
         "every engine worker in one process group through vLLM's weight-transfer API (NCCL on "
-        "GPU, gloo on CPU)",
+        "GPU, gloo on CPU); 'ipc': each engine reads the weights from the learner rank on its "
+        "own GPU by CUDA IPC handles, through the same API (rollout.colocate on GPUs only; the "
+        "default there when this key is not set)",
     )
     bucket_mib: float = Field(
         16,

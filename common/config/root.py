@@ -79,6 +79,20 @@ class Config(Section):
         return self
 
     @model_validator(mode="after")
+    def _choose_transport(self) -> Config:
+        """weights.transport left unset: 'ipc' where it works (engines and learner ranks on
+        the same GPUs), the object store otherwise."""
+        if "transport" not in self.weights.model_fields_set and ipc_refusal(self) is None:
+            self.weights.transport = "ipc"
+        return self
+
+    @model_validator(mode="after")
+    def _check_ipc(self) -> Config:
+        if self.weights.transport == "ipc" and (reason := ipc_refusal(self)) is not None:
+            raise ValueError(reason)
+        return self
+
+    @model_validator(mode="after")
     def _check_transport(self) -> Config:
         if self.weights.transport != "collective":
             return self
@@ -177,3 +191,53 @@ class Config(Section):
     def to_toml(self) -> str:
         """The resolved configuration, saved beside every run so it can be reproduced."""
         return dump_toml(self.model_dump(by_alias=True))
+
+
+def ipc_refusal(config: Config) -> str | None:
+    """Why ``weights.transport = 'ipc'`` cannot carry this run's weights, in one line; None
+    when it can. A CUDA IPC handle is opened only by a process on the GPU that holds the
+    memory, so every engine must share its GPU with the learner rank whose copy it reads."""
+    rollout, learner = config.rollout, config.learner
+    same_gpu = "weights.transport = 'ipc' needs the engine and the learner on the same GPU: "
+    if rollout.num_gpus <= 0 or learner.num_gpus <= 0:
+        return same_gpu + (
+            f"rollout.num_gpus is {rollout.num_gpus:g} and learner.num_gpus is "
+            f"{learner.num_gpus:g} (CUDA IPC handles exist only for GPU memory); on CPU use "
+            "'cpu_safetensors' or 'collective'"
+        )
+    if not rollout.colocate:
+        return same_gpu + (
+            "rollout.colocate is false, so they run on different GPUs or nodes, where the "
+            "handles cannot be opened; set rollout.colocate = true, or use 'collective' (NCCL)"
+        )
+    if rollout.num_actors != learner.num_ranks or rollout.tensor_parallel_size != 1:
+        return same_gpu + (
+            f"each engine reads the copy of the learner rank on its GPU, so it needs one "
+            f"single-GPU engine per learner rank: rollout.num_actors is {rollout.num_actors}, "
+            f"rollout.tensor_parallel_size {rollout.tensor_parallel_size}, learner.num_ranks "
+            f"{learner.num_ranks}"
+        )
+    return _ipc_mode_refusal(config)
+
+
+def _ipc_mode_refusal(config: Config) -> str | None:
+    """The run modes ``weights.transport = 'ipc'`` does not carry (see :func:`ipc_refusal`)."""
+    if config.async_.max_staleness:
+        return (
+            "weights.transport = 'ipc' needs async.max_staleness = 0: the learner keeps an "
+            "update's GPU copy only until its next export, which an async run makes before "
+            "every engine loaded the last one"
+        )
+    if config.rollout.engine_process != "actor":
+        return (
+            "weights.transport = 'ipc' needs rollout.engine_process = 'actor': vLLM's separate "
+            "engine process takes CUDA IPC handles only pickled "
+            "(VLLM_ALLOW_INSECURE_SERIALIZATION), which this project does not allow"
+        )
+    lora = config.learner.lora
+    if lora.enabled and lora.export == "adapter":
+        return (
+            "weights.transport = 'ipc' sends merged weights: with lora.export = 'adapter' the "
+            "adapter travels through the file system instead"
+        )
+    return None

@@ -20,6 +20,10 @@ The transports:
   through vLLM's native weight-transfer API (NCCL on GPU, the project's gloo engine on CPU);
   the update the driver moves is metadata only, and the driver pairs each engine's receive with
   the learner's ``transmit``.
+- ``ipc``: an engine and a learner rank on the same GPU (``rollout.colocate``): every rank
+  keeps a copy of the weights on its GPU and the engine reads it by CUDA IPC handles, through
+  vLLM's weight-transfer API (GPU only, not run here); the update the driver moves is the
+  handles (``learner/ipc_sender.py`` is the learner's half).
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from common.types import WeightUpdate
 DEFAULT_BUCKET_BYTES = 16 << 20
 
 #: Every transport, by the name its updates carry (``WeightUpdate.transport``).
-TRANSPORTS = ("cpu_safetensors", "lora_adapter", "collective")
+TRANSPORTS = ("cpu_safetensors", "lora_adapter", "collective", "ipc")
 
 
 class WeightSource(Protocol):
@@ -60,6 +64,9 @@ class WeightSender(Protocol):
     #: Whether ``send`` reads the whole policy (``export_tensors``): the learner ranks that do
     #: not send gather it too, as a sharded policy's gathers are collectives.
     gathers: bool
+    #: Whether every learner rank calls ``send`` (each rank's copy serves the engine on its own
+    #: GPU: ``ipc``); else rank 0 alone sends and the others only gather (``gathers``).
+    every_rank_sends: bool
 
     def send(self, source: WeightSource) -> WeightUpdate: ...
 
