@@ -288,3 +288,16 @@ def test_the_ipc_modules_import_on_cpu_and_only_the_sender_imports_vllm():
     env = {"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_launch_train_refuses_ipc_on_cpu_with_one_error_line_and_status_2(tmp_path, capsys):
+    from launch.train import main
+
+    demo = str(REPO_ROOT / "configs" / "demo.toml")
+    status = main(
+        ["--config", demo, "--weights.transport", "ipc", "--run.output_dir", str(tmp_path)]
+    )
+    header, *errors = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and header == "error: invalid configuration:" and len(errors) == 1
+    assert "weights.transport = 'ipc' needs the engine and the learner on the same GPU" in errors[0]
+    assert not any(tmp_path.iterdir())
