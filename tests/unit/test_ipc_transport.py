@@ -111,8 +111,10 @@ def _payload(gpus_per_tensor: list[list[str]]) -> dict:
     }
 
 
-def test_a_snapshot_shares_no_memory_with_the_parameter_it_copies():
-    parameter = torch.nn.Parameter(torch.arange(6.0).view(2, 3).t())  # not contiguous
+@pytest.mark.parametrize("transposed", [False, True])
+def test_a_snapshot_shares_no_memory_with_the_parameter_it_copies(transposed):
+    weight = torch.arange(6.0).view(2, 3)
+    parameter = torch.nn.Parameter(weight.t() if transposed else weight)
     copy = snapshot(parameter)
     assert torch.equal(copy, parameter) and copy.is_contiguous() and not copy.requires_grad
     with torch.no_grad():
