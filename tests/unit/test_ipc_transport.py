@@ -35,14 +35,16 @@ def test_the_default_stays_the_object_store_where_ipc_cannot_work():
     cases = {
         "cpu": ["--rollout.colocate", "true"],
         "not colocated": ["--rollout.num_gpus", "1", "--learner.num_gpus", "1"],
-        "async": [*COLOCATED, "--async.max_staleness", "1"],
         "separate engine": [*COLOCATED, "--rollout.engine_process", "separate"],
-        "more engines": [*COLOCATED, "--rollout.num_actors", "2"],
         "adapter": [*COLOCATED, "--learner.lora.enabled", "true", "--learner.lora.export",
                     "adapter"],
     }  # fmt: skip
     for case, overrides in cases.items():
         assert load_config(None, overrides).weights.transport == "cpu_safetensors", case
+    # Async runs and more engines than learner ranks are not colocated runs at all.
+    for refused in (["--async.max_staleness", "1"], ["--rollout.num_actors", "2"]):
+        with pytest.raises(ConfigError, match="rollout.colocate"):
+            load_config(None, [*COLOCATED, *refused])
 
 
 def test_a_transport_the_user_chose_is_kept():
