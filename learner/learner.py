@@ -39,6 +39,7 @@ from learner.flops import forward_flops, model_config_shape, spans, step_flops
 from learner.logprobs import can_share_prompts
 from learner.offload import OptimizerOffload
 from learner.policy import (
+    DTYPES,
     base_model_of,
     build_policy,
     compile_layers,
@@ -135,7 +136,7 @@ class Learner:
         the learner state of the checkpoint resumed from, if any."""
         param_dtype, self.autocast_dtype = precision(config)
         self.model = build_policy(model_path, config, param_dtype).to(self.device)
-        self.reference = self._build_reference(model_path, param_dtype)
+        self.reference = self._build_reference(model_path)
         # A checkpoint's weights go in after the reference took the initial ones and before
         # the policy is sharded, through the same loaders for any number of ranks.
         state = checkpoint.load_weights(Path(resume_from), self.model) if resume_from else None
@@ -175,18 +176,19 @@ class Learner:
         )
         return budget
 
-    def _build_reference(self, model_path: str, param_dtype: torch.dtype) -> Reference | None:
-        """pi_ref from the initial policy (beta > 0). With several ranks a frozen copy is
-        loaded afresh and sharded like the policy will be: a deep copy of the policy would be
-        whole in every rank."""
+    def _build_reference(self, model_path: str) -> Reference | None:
+        """pi_ref from the initial policy (beta > 0), its weights in ``learner.reference_dtype``.
+        With several ranks a frozen copy is loaded afresh and sharded like the policy will be:
+        a deep copy of the policy would be whole in every rank."""
         config = self.config
         if config.beta <= 0:
             return None
+        dtype = DTYPES[config.reference_dtype_on(self.device.type)]
         frozen = None
         if self.ranks.sharded and config.reference == "frozen_copy" and not config.lora.enabled:
-            copy = load_causal_lm(model_path, param_dtype).to(self.device)
+            copy = load_causal_lm(model_path, dtype).to(self.device)
             frozen = self.ranks.shard(copy.eval().requires_grad_(False), self.device)
-        return Reference(self.model, config.reference, config.lora.enabled, frozen)
+        return Reference(self.model, config.reference, config.lora.enabled, frozen, dtype)
 
     def set_compute_threads(self, threads: int) -> None:
         """Train on ``threads`` torch threads from the next micro-batch on (0: ``num_cpus``).

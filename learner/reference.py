@@ -15,6 +15,13 @@ only cost time). Where the reference weights live depends on the policy:
   the optimiser and its state are unaffected.
 
 With beta = 0 no reference is built or run.
+
+Precision (``learner.reference_dtype``): a frozen copy or the CPU copy of the initial weights
+may be kept in bfloat16 while the policy keeps float32 master weights. Under bf16 autocast the
+reference's matmuls read bf16 weights either way, so what changes is the rest: the embedding
+rows, the norms' scales and the residual stream, which then run in bf16 (the KL term's
+difference from a float32 reference, measured: tests/unit/test_reference_dtype.py). The LoRA
+reference has no copy to shrink: it is the base weights, whatever dtype the policy keeps them.
 """
 
 from __future__ import annotations
@@ -31,11 +38,12 @@ ReferenceMode = Literal["frozen_copy", "precomputed"]
 
 
 class InitialWeights:
-    """A CPU copy of the policy's trainable parameters, swappable into the policy in place."""
+    """A CPU copy of the policy's trainable parameters (in ``dtype``, by default theirs),
+    swappable into the policy in place."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, dtype: torch.dtype | None = None) -> None:
         self._pairs = [
-            (param, param.detach().to("cpu", copy=True))
+            (param, param.detach().to("cpu", dtype=dtype or param.dtype, copy=True))
             for param in model.parameters()
             if param.requires_grad
         ]
@@ -55,14 +63,34 @@ class InitialWeights:
                     param.copy_(saved)
 
 
+def frozen_copy(policy: nn.Module, dtype: torch.dtype | None = None) -> nn.Module:
+    """A deep copy of ``policy`` for inference, its parameters in ``dtype`` (default: theirs).
+
+    Each parameter is cast as it is copied, so a float32 policy never has a whole float32 copy
+    beside it on the device; tied parameters stay tied (one object, copied once), and buffers
+    (rotary frequencies) keep their dtype.
+    """
+    memo: dict[int, object] = {
+        id(param): nn.Parameter(param.detach().to(dtype or param.dtype, copy=True), False)
+        for param in policy.parameters()
+    }
+    return copy.deepcopy(policy, memo).eval().requires_grad_(False)
+
+
 class Reference:
     """Context manager factory: ``with reference.active() as model`` runs pi_ref."""
 
     def __init__(
-        self, policy: nn.Module, mode: ReferenceMode, lora: bool, frozen: nn.Module | None = None
+        self,
+        policy: nn.Module,
+        mode: ReferenceMode,
+        lora: bool,
+        frozen: nn.Module | None = None,
+        dtype: torch.dtype | None = None,
     ) -> None:
         """``frozen``: the frozen copy, when the caller built it (a sharded learner loads it
-        afresh); by default a deep copy of ``policy``."""
+        afresh); by default a copy of ``policy``. ``dtype``: what the reference's own weights
+        are kept in (``learner.reference_dtype``; default: the policy's)."""
         if mode not in ("frozen_copy", "precomputed"):
             raise ValueError(f"unknown reference {mode!r}; use frozen_copy or precomputed")
         self.policy = policy
@@ -72,9 +100,9 @@ class Reference:
         if self.mode == "frozen_copy":
             self._frozen = frozen
             if frozen is None:
-                self._frozen = copy.deepcopy(policy).eval().requires_grad_(False)
+                self._frozen = frozen_copy(policy, dtype)
         elif self.mode == "precomputed":
-            self._initial = InitialWeights(policy)
+            self._initial = InitialWeights(policy, dtype)
 
     @contextlib.contextmanager
     def active(self) -> Iterator[nn.Module]:

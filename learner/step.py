@@ -3,8 +3,9 @@
 One ``train_step`` = ``ppo_epochs`` x ``mini_batches`` optimiser steps over one scored batch
 (default 1 x 1: GRPO with mu = 1). Every optimiser step splits its samples into micro-batches by
 a padded-token budget and normalises each micro-batch's loss by the whole step's counts, so the
-accumulated gradient is the full-batch gradient; then the gradient is clipped and AdamW steps at
-the schedule's learning rate (``schedule.py``). Reference logprobs (beta > 0 and
+accumulated gradient is the full-batch gradient; then the gradient is clipped and AdamW
+(``optimizers.py``: torch's, or a low-precision one) steps at the schedule's learning rate
+(``schedule.py``). Reference logprobs (beta > 0 and
 ``kl_in = "loss"``) are computed once per batch before the first step; see ``reference.py`` for
 where the reference weights live. With mu = 1 and one mini-batch pi_old is the policy's own
 logprobs detached (no extra forward pass); otherwise it is computed once, without gradient,
@@ -32,6 +33,7 @@ from learner import checkpoint
 from learner.batching import MicroBatch, collate, completion_rows, validate_samples
 from learner.epochs import MetricMeans, MicroBatchSums, split_mini_batches
 from learner.logprobs import completion_logprobs
+from learner.optimizers import build_optimizer, current_lr, set_lr
 from learner.policy import autocast
 from learner.reference import Reference
 from learner.schedule import learning_rate
@@ -73,13 +75,7 @@ class Trainer:
         self.threads, self.share_prompts = threads, share_prompts
         self.temperature, self.pad_token_id, self.seed = temperature, pad_token_id, seed
         self.trainable = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(
-            self.trainable,
-            lr=config.lr,
-            betas=tuple(config.adam_betas),
-            eps=config.adam_eps,
-            weight_decay=config.weight_decay,
-        )
+        self.optimizer = build_optimizer(self.trainable, config)
         # The schedule counts optimiser steps (ppo_epochs x mini_batches per train step).
         self.steps_per_train_step = config.ppo_epochs * config.mini_batches
         self.total_optimizer_steps = total_steps * self.steps_per_train_step
@@ -269,9 +265,7 @@ class Trainer:
         """Clip the accumulated gradient, step AdamW at the schedule's rate; the gradient norm."""
         self.threads.apply()
         grad_norm = full(clip_grad_norm_(self.trainable, self.config.max_grad_norm))
-        lr = self.lr
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        set_lr(self.optimizer, self.lr)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.optimizer_steps += 1
@@ -287,7 +281,7 @@ class Trainer:
             metrics["train/grad_norm"] = self.optimizer_step()
         else:
             metrics = self._epochs(samples, loss_beta, step)
-        metrics["train/lr"] = self.optimizer.param_groups[0]["lr"]  # the step's last
+        metrics["train/lr"] = current_lr(self.optimizer)  # the step's last
         return metrics
 
     def _epochs(

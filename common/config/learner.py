@@ -8,6 +8,7 @@ and adds the rules that span groups to.
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any, Literal
 
 from pydantic import Field, model_serializer, model_validator
@@ -61,6 +62,14 @@ class OptimiserKnobs(Section):
     adam_eps: float = Field(1e-8, gt=0, description="AdamW's eps")
     weight_decay: float = Field(0.0, ge=0)
     max_grad_norm: float = Field(1.0, gt=0)
+    optimizer: Literal["adamw", "adamw_bf16", "adamw_8bit"] = Field(
+        "adamw",
+        description="AdamW's state: 'adamw' torch's, in the parameters' dtype; 'adamw_bf16' "
+        "bf16 parameters, gradients and moments with stochastically rounded updates (needs "
+        "dtype = 'bfloat16' and master_dtype = 'same'; 8 B per parameter instead of 16); "
+        "'adamw_8bit' moments quantised blockwise to 8 bits (2 B per parameter instead of 8). "
+        "Both from torchao: pip install '.[lowmem]' (docs/scaling.md)",
+    )
     ppo_epochs: int = Field(1, ge=1, description="mu: optimisation epochs over one rollout batch")
     mini_batches: int = Field(1, ge=1, description="optimiser steps per epoch")
 
@@ -93,6 +102,13 @@ class SpeedKnobs(Section):
         description="full fine-tuning: a frozen copy on device, or the initial weights kept on "
         "CPU and swapped in once per batch",
     )
+    reference_dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto",
+        description="full fine-tuning: the dtype the reference's weights are kept in (LoRA "
+        "has no copy: the base with the adapter off). auto: on CUDA the compute dtype (bf16 "
+        "halves the frozen copy and its matmuls read bf16 under autocast anyway), on CPU the "
+        "parameters' dtype, as before",
+    )
     master_dtype: Literal["float32", "same"] = Field(
         "float32", description="dtype=bfloat16: fp32 master weights + autocast, or pure bf16"
     )
@@ -120,6 +136,15 @@ class SpeedKnobs(Section):
         "that memory while it generates (colocate/offload_s, colocate/reload_s). On CPU "
         "learners the state already lives in host memory: nothing moves",
     )
+
+    def reference_dtype_on(self, device_type: str) -> Literal["float32", "bfloat16"]:
+        """``reference_dtype`` with ``auto`` resolved for a learner on ``device_type``
+        (``"cuda"`` or ``"cpu"``): see the field's description."""
+        if self.reference_dtype != "auto":
+            return self.reference_dtype
+        if device_type == "cuda":
+            return self.dtype
+        return "bfloat16" if self.dtype == "bfloat16" and self.master_dtype == "same" else "float32"
 
 
 class ResourceKnobs(Section):
@@ -198,6 +223,8 @@ _SAVED_ORDER = (
     "max_restarts",
     "num_ranks",
     "offload_optimizer",
+    "reference_dtype",
+    "optimizer",
 )
 
 
@@ -229,12 +256,31 @@ class LearnerConfig(LossKnobs, OptimiserKnobs, SpeedKnobs, ResourceKnobs):
                 "learner.num_ranks > 1 sends merged weights: lora.export = 'adapter' is not "
                 "implemented for a sharded learner yet"
             )
+        self._check_optimizer()
         if self.num_ranks > 1 and self.reference == "precomputed" and not self.lora.enabled:
             raise ValueError(
                 "reference = 'precomputed' is not implemented for learner.num_ranks > 1: use "
                 "'frozen_copy', which is sharded like the policy"
             )
         return self
+
+    def _check_optimizer(self) -> None:
+        """The low-precision optimisers' needs: their library, and bf16 parameters for
+        ``adamw_bf16`` (its moments take the parameters' dtype)."""
+        if self.optimizer == "adamw":
+            return
+        if importlib.util.find_spec("torchao") is None:
+            raise ValueError(
+                f"learner.optimizer = {self.optimizer!r} needs torchao: pip install '.[lowmem]'"
+            )
+        if self.optimizer == "adamw_bf16" and (
+            self.dtype != "bfloat16" or self.master_dtype != "same"
+        ):
+            raise ValueError(
+                "learner.optimizer = 'adamw_bf16' keeps parameters, gradients and moments in "
+                "bf16 (updates rounded stochastically): it needs learner.dtype = 'bfloat16' and "
+                "learner.master_dtype = 'same'"
+            )
 
     @model_serializer(mode="wrap")
     def _in_saved_order(self, handler: Any) -> dict[str, Any]:

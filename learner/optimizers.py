@@ -1,0 +1,72 @@
+"""The learner's optimiser (``learner.optimizer``): torch's AdamW, or a low-precision AdamW.
+
+Bytes per trained parameter (parameter + gradient + AdamW's two moments):
+
+- ``adamw``, fp32 master weights (the default): 4 + 4 + 8 = 16. With ``master_dtype = "same"``
+  and bf16: 2 + 2 + 4 = 8, but an update below bf16's resolution rounds away (``policy.py``).
+- ``adamw_bf16``: 2 + 2 + 4 = 8 as well, the update computed in float32 and written back to
+  the bf16 parameter with stochastic rounding (up with probability equal to the remainder), so
+  in expectation it is the float32 update and small updates accumulate instead of vanishing.
+  The moments take the parameters' dtype, hence bf16 parameters (``master_dtype = "same"``).
+- ``adamw_8bit``: the moments quantised to 8 bits in blocks of 256 with a per-block scale and a
+  dynamic code map (bitsandbytes' scheme): 4 + 4 + 2 = 10 with fp32 master weights, 2 + 2 + 2
+  = 6 with bf16 ones (then also rounded stochastically). Tensors under 4,096 elements (norms,
+  biases) keep full-precision moments.
+
+The two low-precision ones are torchao's (``torchao.optim._AdamW`` with
+``bf16_stochastic_round``, ``torchao.optim.AdamW8bit``), an optional extra (``pip install
+'.[lowmem]'``): they work on FSDP2's DTensor shards, and their step is one ``torch.compile``d
+function per parameter shape, so the first step pays the compilation (on CPU inductor needs a
+C++ compiler, as ``learner.compile`` does). Their tolerance against torch's AdamW, measured:
+tests/unit/test_optimizers.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+from torch import Tensor, nn
+
+from common.config import LearnerConfig
+
+INSTALL_HINT = "needs torchao: pip install '.[lowmem]'"
+
+
+def build_optimizer(params: Iterable[nn.Parameter], config: LearnerConfig) -> torch.optim.Optimizer:
+    """``learner.optimizer`` over ``params`` with the config's lr, betas, eps and weight decay."""
+    settings = dict(
+        lr=config.lr,
+        betas=tuple(config.adam_betas),
+        eps=config.adam_eps,
+        weight_decay=config.weight_decay,
+    )
+    if config.optimizer == "adamw":
+        return torch.optim.AdamW(params, **settings)
+    try:
+        # lazy: an optional extra (seconds to import), needed only by these two optimisers
+        import torch._inductor.config as inductor
+        from torchao.optim import AdamW8bit, _AdamW
+    except ImportError:
+        raise ImportError(f"learner.optimizer = {config.optimizer!r} {INSTALL_HINT}") from None
+    # The compiled step's CPU kernels must read the thread count at run time: the learner
+    # narrows and widens its threads (async.learner_threads_during_rollout).
+    inductor.cpp.dynamic_threads = True
+    kind = AdamW8bit if config.optimizer == "adamw_8bit" else _AdamW
+    # Stochastic rounding applies where a parameter is bf16 (torchao checks each one).
+    return kind(params, bf16_stochastic_round=True, **settings)
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """Set every group's learning rate; torchao keeps it as a tensor (so that changing it does
+    not recompile the step), which must be filled in place."""
+    for group in optimizer.param_groups:
+        if isinstance(group["lr"], Tensor):
+            group["lr"].fill_(lr)
+        else:
+            group["lr"] = lr
+
+
+def current_lr(optimizer: torch.optim.Optimizer) -> float:
+    """The first group's learning rate as a number."""
+    return float(optimizer.param_groups[0]["lr"])
