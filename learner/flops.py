@@ -1,7 +1,13 @@
 """How much of the machine a learner step uses: model FLOPs over a peak measured on the spot.
 
-Every ``train_step`` reports its model FLOPs (``train/model_tflop``); ``python -m learner.bench``
-and ``python -m launch.bench`` divide them by the step's time and by :func:`peak_flops`.
+Every ``train_step`` reports its model FLOPs (``train/model_tflop``) and its model FLOPs
+utilisation (``train/mfu``); ``python -m learner.bench`` and ``python -m launch.bench`` divide
+the FLOPs by the step's time and by :func:`peak_flops`.
+
+``train/mfu`` counts the FLOPs the step *needs*: each distinct prompt once, whether or not the
+learner ran it once (``learner.share_prompts``), so that runs with different options compare
+(a path that runs each prompt G times does more work, not more useful work).
+``train/model_tflop`` counts what the learner's path ran.
 
 Model FLOPs of one ``train_step`` (the formula docs/benchmarks.md gives), for a decoder of
 ``layers`` layers, attention width ``d_attn`` (heads x head_dim) and ``N`` matmul parameters
@@ -27,6 +33,7 @@ threads, measured by the same process just before: what this machine really reac
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Sequence
 
@@ -102,18 +109,40 @@ def model_config_shape(model) -> tuple[int, int, int]:
     return matmul_parameters(model), config.num_hidden_layers, width
 
 
-def learner_peak_flops(config: LearnerConfig) -> float:
+def learner_peak_flops(config: LearnerConfig, cpu_size: int = 0) -> float:
     """:func:`peak_flops` where the learner of ``config`` computes: its dtype, on its GPU or
-    with its CPU threads; 0 when its GPU is not on this host."""
+    with its CPU threads; 0 when its GPU is not on this host. ``cpu_size``: the products'
+    size on CPU (0: :func:`peak_flops`'s default)."""
     dtype = DTYPES[config.dtype]
     if config.num_gpus > 0:
         return peak_flops(torch.device("cuda"), dtype) if torch.cuda.is_available() else 0.0
     threads = torch.get_num_threads()
     torch.set_num_threads(max(1, int(config.num_cpus)))
     try:
-        return peak_flops(torch.device("cpu"), dtype)
+        return peak_flops(torch.device("cpu"), dtype, cpu_size)
     finally:
         torch.set_num_threads(threads)
+
+
+#: The products' size for ``train/mfu``'s peak on CPU: 1024 takes a fraction of a second where
+#: 4096 (the bench's) takes seconds to a minute at a few threads, and reached the same FLOP/s
+#: within this shared machine's noise (45-67 GFLOP/s float32 at 2 threads, each size).
+MFU_CPU_SIZE = 1024
+
+
+@functools.cache
+def _cached_peak(device: str, dtype: str, threads: int) -> float:
+    """One measurement per process and setting (several learners in a test process share it)."""
+    config = LearnerConfig(dtype=dtype, num_gpus=float(device == "cuda"), num_cpus=float(threads))
+    return learner_peak_flops(config, MFU_CPU_SIZE)
+
+
+def mfu_peak_flops(config: LearnerConfig, device: torch.device) -> float:
+    """The peak ``train/mfu`` divides by, per rank: ``learner.peak_tflops``, or measured once
+    per process on ``device`` in the compute dtype (0 when it cannot be)."""
+    if config.peak_tflops > 0:
+        return config.peak_tflops * 1e12
+    return _cached_peak(device.type, config.dtype, max(1, int(config.num_cpus)))
 
 
 def peak_flops(device: torch.device, dtype: torch.dtype, size: int = 0, repeats: int = 3) -> float:

@@ -8,8 +8,8 @@ Construction builds the policy (``policy.py``), the KL reference (``reference.py
 over the learner's ranks (``sharding.py``) and resumes from a checkpoint (``checkpoint.py``).
 The train step itself (micro-batches, loss, optimiser, LR) is :class:`~learner.step.Trainer`'s;
 the learner adds what the run around it needs: beta's controller (``algorithm.kl_control``),
-the weight version, model FLOPs (``flops.py``), the parity probe's scores, checkpoints, and the
-thread count a rollout sharing the cores asks for (``threads.py``).
+the weight version, model FLOPs and utilisation (``flops.py``), the parity probe's scores,
+checkpoints, and the thread count a rollout sharing the cores asks for (``threads.py``).
 
 The learner is the :class:`~common.transport.WeightSource` of the run's weight transport: its
 sender reads the policy through ``export_tensors``, ``iter_export`` or ``save_adapter``
@@ -35,7 +35,7 @@ from common.types import ProcessGroupSpec, TrainSample, WeightUpdate
 from learner import checkpoint
 from learner.batching import collate, validate_samples
 from learner.export import export_metadata, export_state_dict, iter_export
-from learner.flops import forward_flops, model_config_shape, spans, step_flops
+from learner.flops import forward_flops, mfu_peak_flops, model_config_shape, spans, step_flops
 from learner.logprobs import can_share_prompts
 from learner.offload import OptimizerOffload
 from learner.policy import (
@@ -123,6 +123,8 @@ class Learner:
             beta_final=config.beta_final,
             total_steps=total_steps,
         )
+        # train/mfu's denominator, measured before any step (flops.py)
+        self.peak_flops = mfu_peak_flops(config, self.device) * self.ranks.size
         self._reward_kl: float | None = None  # per-token KL of the batch, kl_in = "reward"
         self._weight_version = 0
         self.step = 0
@@ -301,13 +303,21 @@ class Learner:
         kl = metrics.get("train/kl", 0.0) if self.config.kl_in == "loss" else self._reward_kl
         self.kl_control.update(kl or 0.0, len(samples), self.step)
         metrics["train/step_time_s"] = time.perf_counter() - start
+        if self.peak_flops > 0:
+            needed = self.model_flops(samples, share_prompts=True)
+            metrics["train/mfu"] = needed / metrics["train/step_time_s"] / self.peak_flops
         return metrics
 
-    def model_flops(self, samples: Sequence[TrainSample]) -> float:
+    def model_flops(
+        self, samples: Sequence[TrainSample], share_prompts: bool | None = None
+    ) -> float:
         """Model FLOPs of one ``train_step`` on ``samples`` (``learner/flops.py``): every epoch's
         forward and backward, pi_old's forward when there are several optimiser steps, and the
-        reference's when the loss has a KL term."""
-        lengths = spans(samples, self.share_prompts)
+        reference's when the loss has a KL term. ``share_prompts``: count each distinct prompt
+        once (True: the FLOPs the step needs, ``train/mfu``'s) or every row's (False); by
+        default as this learner runs them."""
+        shared = self.share_prompts if share_prompts is None else share_prompts
+        lengths = spans(samples, shared)
         epoch = step_flops(*self._flop_shape, lengths, lora=self.config.lora.enabled)
         forward = forward_flops(*self._flop_shape, lengths)
         several = self.trainer.steps_per_train_step > 1

@@ -137,6 +137,14 @@ class SpeedKnobs(Section):
         "learners the state already lives in host memory: nothing moves",
     )
 
+    peak_tflops: float = Field(
+        0.0,
+        ge=0,
+        description="the device's matmul peak per rank that train/mfu divides by; 0: measured "
+        "once per process when the learner starts (a few large matrix products in the "
+        "compute dtype)",
+    )
+
     def reference_dtype_on(self, device_type: str) -> Literal["float32", "bfloat16"]:
         """``reference_dtype`` with ``auto`` resolved for a learner on ``device_type``
         (``"cuda"`` or ``"cpu"``): see the field's description."""
@@ -225,6 +233,7 @@ _SAVED_ORDER = (
     "offload_optimizer",
     "reference_dtype",
     "optimizer",
+    "peak_tflops",
 )
 
 

@@ -25,6 +25,12 @@ def test_presets_match_the_public_shapes():
         28,
         151936,
     )
+    # Qwen2.5-7B's config.json
+    seven = PRESETS["qwen2.5-7b"]
+    keys = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads")
+    assert tuple(seven[k] for k in keys) == (3584, 28, 28, 4)
+    assert (seven["intermediate_size"], seven["vocab_size"]) == (18944, 151936)
+    assert seven["tie_word_embeddings"] is False
 
 
 def test_bench_reports_step_time_throughput_and_memory(tmp_path, capsys):
@@ -45,7 +51,12 @@ def test_bench_reports_step_time_throughput_and_memory(tmp_path, capsys):
     assert result["achieved_tflops"] == pytest.approx(achieved) and result["peak_tflops"] > 0
     assert result["utilisation"] == pytest.approx(achieved / result["peak_tflops"])
     assert result["utilisation"] > 0
-    assert json.loads(capsys.readouterr().out) == result
+    # LoRA's 4 N T counts the same on both paths, and this batch's prompts run once either way
+    assert 0 < result["mfu"] <= result["utilisation"] * 1.0001
+    assert result["phase_peak_gib"] is None  # CUDA's counters only
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == result
+    assert "per-phase memory breakdown needs CUDA" in captured.err
 
 
 def test_step_flops_by_hand():
@@ -106,3 +117,48 @@ def test_two_ranks_hold_half_the_state_each(tmp_path):
     for rank in sharded["ranks"]:
         assert rank["state_gib"] == pytest.approx(whole["state_gib"] / 2, rel=0.02)
         assert rank["step_s"] > 0 and rank["peak_memory_gib"] > 0
+
+
+def test_mfu_counts_each_prompt_once_whatever_the_path(tmp_path):
+    """``train/mfu``: the FLOPs the step needs (prompts once) over the step's time and the
+    peak (here ``learner.peak_tflops``); ``train/model_tflop``: what the learner's path ran."""
+    from common.config import LearnerConfig
+    from learner.bench.step import build_random_model
+    from learner.flops import forward_flops, model_config_shape, step_flops
+    from learner.learner import Learner
+
+    path, samples = str(build_random_model("tiny", tmp_path)), random_batch(2, 2, 4, 8, vocab=256)
+    ran = {}
+    for share in (True, False):
+        config = LearnerConfig(beta=0.04, share_prompts=share, peak_tflops=0.001)
+        learner = Learner(path, config)
+        metrics = learner.train_step(samples)
+        shape, lengths = model_config_shape(learner.model), [4, 4] + [(4, 8)] * 4
+        needed = step_flops(*shape, lengths) + forward_flops(*shape, lengths)
+        achieved = needed / metrics["train/step_time_s"]
+        assert metrics["train/mfu"] == pytest.approx(achieved / 1e9)
+        ran[share] = metrics["train/model_tflop"]
+    assert ran[False] > ran[True]  # without sharing each row runs its prompt: more work
+
+
+def test_the_mfu_peak_is_measured_once_per_process(monkeypatch):
+    import torch
+
+    from common.config import LearnerConfig
+    from learner import flops
+
+    calls = []
+
+    def fake_peak(device, dtype, size=0, repeats=3):
+        calls.append((device.type, dtype, size))
+        return 5e10
+
+    monkeypatch.setattr(flops, "peak_flops", fake_peak)
+    flops._cached_peak.cache_clear()
+    cpu = torch.device("cpu")
+    for _ in range(2):
+        assert flops.mfu_peak_flops(LearnerConfig(num_cpus=2), cpu) == 5e10
+    assert calls == [("cpu", torch.float32, flops.MFU_CPU_SIZE)]
+    assert flops.mfu_peak_flops(LearnerConfig(peak_tflops=2.5), cpu) == 2.5e12  # not measured
+    assert len(calls) == 1
+    flops._cached_peak.cache_clear()  # later tests measure for real
