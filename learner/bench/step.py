@@ -26,6 +26,7 @@ from common.config import ConfigError, LearnerConfig, load_config
 from common.help_format import DefaultsHelpFormatter
 from common.rendezvous import LOOPBACK, GroupStore
 from common.types import ProcessGroupSpec, TrainSample
+from learner.bench.phases import PhaseMemory, instrument
 from learner.flops import learner_peak_flops
 from learner.learner import Learner
 
@@ -53,6 +54,12 @@ what the JSON reports:
   peak_tflops           the best of three large matrix products in the step's dtype on the
                         same device and threads, measured in this run (x the ranks)
   utilisation           achieved_tflops / peak_tflops
+  mfu                   as utilisation, counting each distinct prompt once whatever the path
+                        (learner.share_prompts on or off): train/mfu's FLOPs, which compare
+                        across options
+  phase_peak_gib        CUDA: the peak inside each phase of the step (reference forward, policy
+                        forward, LM head and log-softmax, backward, optimiser step; the largest
+                        sets peak_memory_gib), also printed on stderr; null on CPU
   learner               the learner config the step ran with
 
 With --ranks N each rank is a process holding 1/N of the state (gloo on CPU, NCCL on GPU); the
@@ -69,6 +76,11 @@ PRESETS: dict[str, dict[str, Any]] = {
         hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
         num_attention_heads=12, num_key_value_heads=2, vocab_size=151936,
         tie_word_embeddings=True,
+    ),
+    "qwen2.5-7b": dict(  # Qwen2.5-7B and Qwen2.5-Coder-7B: untied, 4 kv heads
+        hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+        num_attention_heads=28, num_key_value_heads=4, vocab_size=151936,
+        tie_word_embeddings=False,
     ),
     "qwen2.5-coder-0.5b": dict(
         hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
@@ -128,6 +140,9 @@ def state_gib(learner) -> float:
 
     def local(tensor: torch.Tensor) -> int:
         tensor = tensor.to_local() if hasattr(tensor, "to_local") else tensor
+        if hasattr(tensor, "__tensor_flatten__"):  # a quantised state: its codes and scales
+            names, _ = tensor.__tensor_flatten__()
+            return sum(local(getattr(tensor, name)) for name in names)
         return tensor.numel() * tensor.element_size()
 
     total = sum(local(p) for p in learner.model.parameters())
@@ -191,6 +206,7 @@ def measure(args: argparse.Namespace, config, path: Path, group) -> dict[str, An
     vocab = PRESETS[args.preset]["vocab_size"]
     shape = (args.prompts, args.group, args.prompt_len, args.completion_len)
     samples = random_batch(*shape, vocab)
+    phases = phase_memory(learner)
     times = []
     for index in range(args.warmup + args.steps):
         if learner.device.type == "cuda":
@@ -209,8 +225,16 @@ def measure(args: argparse.Namespace, config, path: Path, group) -> dict[str, An
     step_s = statistics.median(times)
     tokens = len(samples) * args.completion_len
     flops = learner.model_flops(samples)
+    needed = learner.model_flops(samples, share_prompts=True)
     peak = learner_peak_flops(config) * learner.ranks.size
     state = state_gib(learner)
+    peak_gib = peak_memory_gib(learner.device)
+    if phases is not None:
+        phases.close()
+        peak_gib = phases.overall / 2**30  # the phases reset CUDA's own peak counter
+        if learner.ranks.rank == 0:
+            for name, gib in phases.gib().items():
+                print(f"phase {name}: peak {gib:.2f} GiB", file=sys.stderr, flush=True)
     learner.ranks.close()
     return {
         "preset": args.preset,
@@ -221,13 +245,30 @@ def measure(args: argparse.Namespace, config, path: Path, group) -> dict[str, An
         "completion_tokens": tokens,
         "step_s": step_s,
         "tokens_per_s": tokens / step_s,
-        "peak_memory_gib": peak_memory_gib(learner.device),
+        "peak_memory_gib": peak_gib,
         "state_gib": state,
         "model_tflop_per_step": flops / 1e12,
         "achieved_tflops": flops / step_s / 1e12,
         "peak_tflops": peak / 1e12,
         "utilisation": flops / step_s / peak,
+        "mfu": needed / step_s / peak,
+        "phase_peak_gib": None if phases is None else phases.gib(),
     }
+
+
+def phase_memory(learner: Learner) -> PhaseMemory | None:
+    """The per-phase memory recorder on a CUDA learner; None (and a line on stderr) on CPU."""
+    if learner.device.type != "cuda":
+        if learner.ranks.rank == 0:
+            print(
+                "the per-phase memory breakdown needs CUDA (the caching allocator's peak "
+                "counters); on CPU peak_memory_gib is the process's peak RSS",
+                file=sys.stderr,
+            )
+        return None
+    recorder = PhaseMemory.cuda(learner.device)
+    instrument(learner, recorder)
+    return recorder
 
 
 def _flatten(data: dict, prefix: str = "") -> list[str]:
@@ -253,9 +294,9 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         "--preset",
         choices=sorted(PRESETS),
         default="qwen2.5-1.5b",
-        help="the model's shape: qwen2.5-1.5b and qwen2.5-coder-0.5b are the public "
-        "checkpoints' (their config.json), bench-20m is configs/bench.toml's model, tiny is for "
-        "tests",
+        help="the model's shape: qwen2.5-1.5b, qwen2.5-7b and qwen2.5-coder-0.5b are the "
+        "public checkpoints' (their config.json), bench-20m is configs/bench.toml's model, tiny "
+        "is for tests",
     )
     add("--prompts", type=int, default=16, help="distinct prompts in the batch")
     add("--group", type=int, default=8, help="G: samples per prompt")
