@@ -200,6 +200,12 @@ class LearnerState:
         return self.weights + optimiser + self.reference + self.context
 
 
+#: Bytes per trained parameter of one AdamW moment by ``learner.optimizer``
+#: (learner/optimizers.py): torchao's 8-bit moments are one byte per element plus an fp32 scale
+#: per block of 256; ``adamw`` and ``adamw_bf16`` keep them in the parameters' dtype.
+MOMENT_BYTES = {"adamw_8bit": 1 + 4 / 256}
+
+
 def learner_state(
     shape: ModelShape,
     learner: LearnerConfig,
@@ -220,13 +226,14 @@ def learner_state(
         trainable, lora_count = params, 0
     reference = 0
     if learner.beta > 0 and not lora.enabled and learner.reference == "frozen_copy":
-        reference = params * (DTYPE_BYTES[reference_dtype] if reference_dtype else p)
+        # the plan is for a GPU learner: learner.reference_dtype = "auto" resolved for CUDA
+        reference = params * DTYPE_BYTES[reference_dtype or learner.reference_dtype_on("cuda")]
     matmul = params - (0 if shape.tied_embeddings else shape.embedding_parameters)
     ranks = learner.num_ranks
     return LearnerState(
         weights=(params + lora_count) * p // ranks,
         gradients=trainable * p // ranks,
-        optimiser=2 * trainable * p // ranks,
+        optimiser=int(2 * trainable * MOMENT_BYTES.get(learner.optimizer, p)) // ranks,
         reference=reference // ranks,
         autocast_copies=2 * matmul // ranks if precision.autocast else 0,
         optimiser_temporaries=ADAMW_TEMPORARIES * trainable * p // ranks,

@@ -67,9 +67,13 @@ def test_full_fine_tuning_state_is_20_bytes_per_parameter_plus_autocast_copies()
     params = shape("qwen2.5-coder-1.5b").parameters
     state = learner_state(shape("qwen2.5-coder-1.5b"), learner())
     assert (state.weights, state.gradients, state.optimiser) == (4 * params, 4 * params, 8 * params)
-    assert state.reference == 4 * params  # a frozen fp32 deep copy (learner/reference.py)
+    # learner.reference_dtype = "auto" on CUDA: the frozen copy in the compute dtype (bf16)
+    assert state.reference == 2 * params
     assert state.autocast_copies == 2 * params  # tied: every parameter is a matmul weight
-    assert learner_state(shape("qwen2.5-coder-1.5b"), learner(), "bfloat16").reference == 2 * params
+    fp32 = learner_state(shape("qwen2.5-coder-1.5b"), learner("reference_dtype", "float32"))
+    assert fp32.reference == 4 * params  # the deep copy in the parameters' dtype
+    eight_bit = learner_state(shape("qwen2.5-coder-1.5b"), learner("optimizer", "adamw_8bit"))
+    assert eight_bit.optimiser == int(2 * params * (1 + 4 / 256))  # codes + a scale per 256
 
 
 def test_reference_costs_nothing_without_beta_under_lora_or_precomputed():
@@ -126,7 +130,8 @@ def test_step_peak_is_within_15_percent_of_the_h200_measurements(
 ):
     tokens = budget // row * row  # whole rows of one length fill a micro-batch
     context = 0.5  # the plan counts a CUDA context; max_memory_allocated does not
-    peak = learner_step_peak(shape(name), learner(*overrides), tokens, row_tokens=row) / GIB
+    config = learner(*overrides, "reference_dtype", "float32")  # the reference then was fp32
+    peak = learner_step_peak(shape(name), config, tokens, row_tokens=row) / GIB
     assert 0.95 * measured <= peak - context <= 1.15 * measured
 
 

@@ -38,8 +38,8 @@ def test_a_full_fine_tune_of_1_5b_colocated_on_10_gib_is_refused_in_one_line():
     )
     refusal = plan_memory(config, shape("qwen2.5-coder-1.5b")).refusal
     assert refusal is not None and "\n" not in refusal
-    assert "rollout.colocate needs 44.6 GiB on a 10 GiB card (ray.gpu_memory_gib)" in refusal
-    assert "learner step 43.1 + sleeping engine 1.5" in refusal
+    assert "rollout.colocate needs 41.7 GiB on a 10 GiB card (ray.gpu_memory_gib)" in refusal
+    assert "learner step 40.2 + sleeping engine 1.5" in refusal
     assert "learner.lora.enabled = true" in refusal
 
 
