@@ -94,7 +94,8 @@ class RolloutConfig(Section):
         description="one engine and one learner rank share each bundle of the run's placement "
         "group (one GPU per bundle on GPU hosts, which the two split by their num_gpus "
         "fractions): rollout.num_actors must equal learner.num_ranks, and the engine sleeps "
-        "while the learner steps (rollout.sleep_level); synchronous runs only; with GPUs weights.transport defaults to 'ipc'",
+        "while the learner steps (rollout.sleep_level); synchronous runs only; with GPUs "
+        "weights.transport defaults to 'ipc'",
     )
     sleep_level: Literal[1, 2] = Field(
         1,

@@ -43,7 +43,7 @@ def test_the_default_stays_the_object_store_where_ipc_cannot_work():
         assert load_config(None, overrides).weights.transport == "cpu_safetensors", case
     # Async runs and more engines than learner ranks are not colocated runs at all.
     for refused in (["--async.max_staleness", "1"], ["--rollout.num_actors", "2"]):
-        with pytest.raises(ConfigError, match="rollout.colocate"):
+        with pytest.raises(ConfigError, match=r"rollout\.colocate"):
             load_config(None, [*COLOCATED, *refused])
 
 
