@@ -4,6 +4,8 @@ learner computes on the same batch, and a two-rank checkpoint resumes."""
 from __future__ import annotations
 
 import traceback
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import torch
@@ -43,30 +45,47 @@ def _steps(learner: Learner, steps: int, grouped: bool = False) -> list[dict]:
     return [learner.train_step(batch(learner.step)) for _ in range(steps)]
 
 
-def _rank_main(rank, world, address, model_path, config, out, steps, save, resume, grouped) -> None:
+@dataclass(frozen=True)
+class TwoRankJob:
+    """One run of the two ranks: ``steps`` train steps of ``config``, from the base model or a
+    checkpoint (``resume``), saving one (``save``) at the end."""
+
+    name: str
+    config: LearnerConfig
+    steps: int = 1
+    grouped: bool = False
+    save: str | None = None
+    resume: str | None = None
+
+
+def _rank_main(rank, world, jobs, addresses, model_path, out_dir) -> None:
+    """Rank ``rank`` of every job, in order, each in a process group of its own (one store
+    each): a fresh Learner per job, so the jobs share nothing but the process (the imports and
+    spawn that cost seconds), and a job may resume the checkpoint an earlier one saved."""
     try:
-        group = ProcessGroupSpec(address, rank, world, interface=interface_of(LOOPBACK))
-        learner = Learner(
-            model_path, config, export_dtype="float32", group=group, resume_from=resume
-        )
-        metrics = _steps(learner, steps, grouped)
-        weights = learner.export_tensors()  # a collective: every rank gathers
-        if save:
-            learner.save_checkpoint(save)
-        if rank == 0:
-            torch.save({"metrics": metrics, "weights": weights}, out)
-        learner.ranks.close()
+        for job, address in zip(jobs, addresses, strict=True):
+            group = ProcessGroupSpec(address, rank, world, interface=interface_of(LOOPBACK))
+            learner = Learner(
+                model_path, job.config, export_dtype="float32", group=group, resume_from=job.resume
+            )
+            metrics = _steps(learner, job.steps, job.grouped)
+            weights = learner.export_tensors()  # a collective: every rank gathers
+            if job.save:
+                learner.save_checkpoint(job.save)
+            if rank == 0:
+                torch.save({"metrics": metrics, "weights": weights}, f"{out_dir}/{job.name}.pt")
+            learner.ranks.close()
     except BaseException:
         traceback.print_exc()
         raise
 
 
-def _two_ranks(tmp_path, model_path, config, steps=1, save=None, resume=None, grouped=False):
-    out = tmp_path / "rank0.pt"
-    store = GroupStore(LOOPBACK)  # the ranks' store, served here while they run
-    args = (2, store.address, model_path, config, str(out), steps, save, resume, grouped)
-    mp.spawn(_rank_main, args=args, nprocs=2, join=True)
-    return torch.load(out, weights_only=True)  # metrics (floats) and tensors
+def _two_ranks(out_dir: Path, model_path: str, jobs: list[TwoRankJob]) -> dict[str, dict]:
+    """Rank 0's metrics (floats) and gathered weights (tensors) of each job, by name."""
+    stores = [GroupStore(LOOPBACK) for _ in jobs]  # the ranks' stores, served here meanwhile
+    addresses = [store.address for store in stores]
+    mp.spawn(_rank_main, args=(2, jobs, addresses, model_path, str(out_dir)), nprocs=2, join=True)
+    return {job.name: torch.load(out_dir / f"{job.name}.pt", weights_only=True) for job in jobs}
 
 
 def _one_rank(model_path, config, steps=1, grouped=False) -> dict:
@@ -87,63 +106,76 @@ def _assert_same_update(got: dict, want: dict) -> None:
             assert got_step[key] == pytest.approx(want_step[key], rel=1e-5, abs=1e-7), key
 
 
-@pytest.mark.parametrize(
-    "overrides",
-    [
-        {},
-        {"beta": 0.05},
-        {"ppo_epochs": 2, "mini_batches": 2, "beta": 0.05, "kl_in": "loss"},
-        {"lora": LoraConfig(enabled=True, rank=4), "beta": 0.05},
-    ],
-    ids=["plain", "frozen_reference", "epochs", "lora"],
-)
-def test_two_ranks_compute_the_single_learner_update(tied_model, tmp_path, overrides):
-    config = _config(**overrides)
+UPDATES = {
+    "plain": {},
+    "frozen_reference": {"beta": 0.05},
+    "epochs": {"ppo_epochs": 2, "mini_batches": 2, "beta": 0.05, "kl_in": "loss"},
+    "lora": {"lora": LoraConfig(enabled=True, rank=4), "beta": 0.05},
+}
+
+
+@pytest.fixture(scope="module")
+def two_rank_runs(tied_model, tmp_path_factory) -> dict[str, dict]:
+    """Every two-rank run of this module, by job name, from one spawn of the two ranks (each
+    spawn is seconds of imports and model loads): two steps of each of ``UPDATES`` and of
+    rows that share prompts; one step saved as a checkpoint (``checkpoint``, which the next
+    job resumes for one step: ``resumed``). The tests compare them with one learner."""
+    out = tmp_path_factory.mktemp("two-ranks")
+    checkpoint = str(out / "ckpt")
+    jobs = [TwoRankJob(name, _config(**overrides), steps=2) for name, overrides in UPDATES.items()]
+    jobs += [
+        TwoRankJob("shared_prompts", _config(beta=0.05), steps=2, grouped=True),
+        TwoRankJob("checkpoint", _config(beta=0.05), save=checkpoint),
+        TwoRankJob("resumed", _config(beta=0.05), resume=checkpoint),
+    ]
+    return {**_two_ranks(out, tied_model, jobs), "checkpoint_path": Path(checkpoint)}
+
+
+@pytest.mark.parametrize("name", list(UPDATES))
+def test_two_ranks_compute_the_single_learner_update(tied_model, two_rank_runs, name):
+    config = _config(**UPDATES[name])
     want = _one_rank(tied_model, config, steps=2)
-    got = _two_ranks(tmp_path, tied_model, config, steps=2)
+    got = two_rank_runs[name]
     before = Learner(tied_model, config, export_dtype="float32").export_tensors()
     moved = [n for n, t in want["weights"].items() if not torch.equal(t, before[n])]
     assert moved, "the reference run did not train"
     _assert_same_update(got, want)
 
 
-def test_two_ranks_share_prompts_and_compute_the_single_learner_update(tied_model, tmp_path):
+def test_two_ranks_share_prompts_and_compute_the_single_learner_update(tied_model, two_rank_runs):
     """Rows that share a prompt: each rank runs its prompts once (a group's rows are dealt to
     one rank together; the budget splits a group across micro-batches), and the gradients
     summed back into each prompt match one learner's."""
     config = _config(beta=0.05)
     assert Learner(tied_model, config).share_prompts
     want = _one_rank(tied_model, config, steps=2, grouped=True)
-    got = _two_ranks(tmp_path, tied_model, config, steps=2, grouped=True)
+    got = two_rank_runs["shared_prompts"]
     before = Learner(tied_model, config, export_dtype="float32").export_tensors()
     moved = [n for n, t in want["weights"].items() if not torch.equal(t, before[n])]
     assert moved, "the reference run did not train"
     _assert_same_update(got, want)
 
 
-def test_a_two_rank_checkpoint_resumes_the_run(tied_model, tmp_path):
+def test_a_two_rank_checkpoint_resumes_the_run(tied_model, two_rank_runs):
     config = _config(beta=0.05)
     straight = _one_rank(tied_model, config, steps=2)
-    ckpt = tmp_path / "ckpt"
-    _two_ranks(tmp_path, tied_model, config, steps=1, save=str(ckpt))
+    ckpt = two_rank_runs["checkpoint_path"]
     files = {p.name for p in ckpt.iterdir()}
     assert {"config.json", "model.safetensors", "optimizer", "learner_state.json"} <= files
     from transformers import AutoModelForCausalLM
 
     AutoModelForCausalLM.from_pretrained(ckpt)  # the policy in HF format
     # Resumed on two ranks from step 1, the second step is the straight run's second step.
-    resumed = _two_ranks(tmp_path, tied_model, config, steps=1, resume=str(ckpt))
+    resumed = two_rank_runs["resumed"]
     _assert_same_update(
         {"metrics": resumed["metrics"], "weights": resumed["weights"]},
         {"metrics": straight["metrics"][1:], "weights": straight["weights"]},
     )
 
 
-def test_a_sharded_checkpoint_needs_its_rank_count(tied_model, tmp_path):
-    ckpt = tmp_path / "ckpt"
-    _two_ranks(tmp_path, tied_model, _config(), steps=1, save=str(ckpt))
+def test_a_sharded_checkpoint_needs_its_rank_count(tied_model, two_rank_runs):
     with pytest.raises(ValueError, match="written by several learner ranks"):
-        Learner(tied_model, _config(), resume_from=str(ckpt))
+        Learner(tied_model, _config(beta=0.05), resume_from=str(two_rank_runs["checkpoint_path"]))
 
 
 def test_samples_are_dealt_by_tokens_and_micro_batches_padded():
