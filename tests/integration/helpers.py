@@ -17,6 +17,8 @@ import pytest
 from common.config import Config, load_config
 
 REPO = Path(__file__).resolve().parents[2]
+# The length of the session's straight run (the ``straight_run`` fixture in conftest.py).
+STRAIGHT_STEPS = 8
 
 
 def short_config(out: Path, name: str, model_path: str, steps: int, *extra: str) -> Config:

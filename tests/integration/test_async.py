@@ -4,6 +4,11 @@ Checked without timing: every trained sample is at most one weight version behin
 nothing is dropped, the pipeline really ran ahead (some samples are one version behind), the
 prompts are the ones synchronous mode draws, and a run stopped by SIGTERM while a batch was in
 flight resumes onto the same prompts.
+
+One pipelined run is checked for all of it: it is stopped by SIGTERM after step 3 and resumed
+to the end, so its records hold steps pipelined before the stop (step 1 with nothing to overlap,
+steps 2-3 run ahead) and after the resume. The synchronous run is the session's straight run
+(``straight_run``, which test_resume compares against too).
 """
 
 from __future__ import annotations
@@ -14,34 +19,30 @@ import signal
 
 import pytest
 
-from tests.integration.helpers import before_steps, read_jsonl, short_config
+from tests.integration.helpers import STRAIGHT_STEPS, before_steps, read_jsonl, short_config
 
 pytestmark = pytest.mark.integration
 
-STEPS = 8
+STEPS = STRAIGHT_STEPS  # the synchronous run's length: the pipelined run draws the same batches
 ASYNC = ("--async.max_staleness", "1")
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, tiny_model_path):
+def runs(tmp_path_factory, tiny_model_path, straight_run):
+    """(the synchronous run's config, the pipelined run's config, the step it was stopped at)."""
     from launch.train import train
 
     out = tmp_path_factory.mktemp("runs")
-    sync = short_config(out, "sync", tiny_model_path, STEPS)
-    train(sync)
     # the learner narrowed to one thread while each next batch is generated, two otherwise
     narrowed = ("--async.learner_threads_during_rollout", "1", "--learner.num_cpus", "2")
     pipelined = short_config(
         out, "async", tiny_model_path, STEPS, *ASYNC, *narrowed, "--rollout.num_cpus", "0"
     )
-    train(pipelined)
-
-    stopped = short_config(out, "stopped", tiny_model_path, STEPS, *ASYNC)
     with before_steps({3: lambda _driver: os.kill(os.getpid(), signal.SIGTERM)}):
-        train(stopped)  # finishes step 3, checkpoints, stops
-    state = json.loads((stopped.run_dir / "checkpoint" / "driver_state.json").read_text())
-    train(stopped, resume=True)
-    return sync, pipelined, stopped, state["step"]
+        train(pipelined)  # finishes step 3, checkpoints, stops
+    state = json.loads((pipelined.run_dir / "checkpoint" / "driver_state.json").read_text())
+    train(pipelined, resume=True)
+    return straight_run, pipelined, state["step"]
 
 
 def test_trained_samples_are_at_most_one_version_behind(runs):
@@ -79,7 +80,7 @@ def test_async_draws_the_prompts_synchronous_mode_draws(runs):
 
 
 def test_stopped_async_run_resumes_onto_the_same_prompts(runs):
-    sync, _, stopped, stopped_at = runs
+    sync, stopped, stopped_at = runs
     assert stopped_at == 3
     resumed = read_jsonl(stopped.run_dir / "batches.jsonl")
     assert [b["step"] for b in resumed] == list(range(1, STEPS + 1))
