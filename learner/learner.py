@@ -115,14 +115,7 @@ class Learner:
         self.optimizer, self.trainable = self.trainer.optimizer, self.trainer.trainable
         # learner.offload_optimizer: the state's trips to host memory (offload.py)
         self.offloader = OptimizerOffload(self.optimizer)
-        self.kl_control = KlControl(
-            config.kl_control,
-            config.beta,
-            target=config.kl_target,
-            horizon=config.kl_horizon,
-            beta_final=config.beta_final,
-            total_steps=total_steps,
-        )
+        self.kl_control = kl_control_of(config, total_steps)
         # train/mfu's denominator, measured before any step (flops.py)
         self.peak_flops = mfu_peak_flops(config, self.device) * self.ranks.size
         self._reward_kl: float | None = None  # per-token KL of the batch, kl_in = "reward"
@@ -419,3 +412,15 @@ class Learner:
         self._weight_version, self.step = int(state["weight_version"]), int(state["step"])
         # Checkpoints from before the schedules have no beta: the config's fixed one.
         self.kl_control.beta = float(state.get("beta", self.kl_control.beta))
+
+
+def kl_control_of(config: LearnerConfig, total_steps: int) -> KlControl:
+    """The KL coefficient's controller from ``learner.kl_*`` (algorithm/kl_control.py)."""
+    return KlControl(
+        config.kl_control,
+        config.beta,
+        target=config.kl_target,
+        horizon=config.kl_horizon,
+        beta_final=config.beta_final,
+        total_steps=total_steps,
+    )
