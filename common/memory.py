@@ -168,6 +168,9 @@ class LearnerState:
     autocast_copies: int  # bf16 copies of fp32 weights autocast keeps through forward/backward
     optimiser_temporaries: int  # foreach AdamW's temporaries while it steps
     context: int = int(CUDA_CONTEXT_GIB * GIB)
+    # weights.transport = "ipc": the serving-dtype copy of the whole model each rank keeps from
+    # one export to the next, for its engine to read (learner/ipc_sender.py)
+    export_copy: int = 0
 
     @property
     def backward(self) -> int:
@@ -179,6 +182,7 @@ class LearnerState:
             + self.reference
             + self.autocast_copies
             + self.context
+            + self.export_copy
         )
 
     @property
@@ -191,13 +195,14 @@ class LearnerState:
             + self.reference
             + self.optimiser_temporaries
             + self.context
+            + self.export_copy
         )
 
     def between_steps(self, optimiser_offloaded: bool = False) -> int:
         """Held while the engine generates: gradients are freed after each step (set to None),
         the moments too when ``learner.offload_optimizer`` moves them to the host."""
         optimiser = 0 if optimiser_offloaded else self.optimiser
-        return self.weights + optimiser + self.reference + self.context
+        return self.weights + optimiser + self.reference + self.context + self.export_copy
 
 
 #: Bytes per trained parameter of one AdamW moment by ``learner.optimizer``
@@ -206,10 +211,17 @@ class LearnerState:
 MOMENT_BYTES = {"adamw_8bit": 1 + 4 / 256}
 
 
+def ipc_export_copy(shape: ModelShape, dtype: str) -> int:
+    """Bytes of the copy each learner rank holds under ``weights.transport = "ipc"``: every
+    rank gathers the whole model in the serving dtype (learner/ipc_sender.py)."""
+    return shape.parameters * DTYPE_BYTES[dtype]
+
+
 def learner_state(
     shape: ModelShape,
     learner: LearnerConfig,
     reference_dtype: str | None = None,
+    export_copy: int = 0,
 ) -> LearnerState:
     """One rank's state: FSDP2 shards weights, gradients, moments and the reference over
     ``learner.num_ranks`` (learner/sharding.py); the unsharded root unit is not counted.
@@ -237,6 +249,7 @@ def learner_state(
         reference=reference // ranks,
         autocast_copies=2 * matmul // ranks if precision.autocast else 0,
         optimiser_temporaries=ADAMW_TEMPORARIES * trainable * p // ranks,
+        export_copy=export_copy,
     )
 
 
@@ -307,9 +320,10 @@ def learner_step_peak(
     *,
     reference_dtype: str | None = None,
     row_tokens: int = DEFAULT_ROW_TOKENS,
+    export_copy: int = 0,
 ) -> int:
     """One rank's peak over a train step: the backward of a full micro-batch, or AdamW's step."""
-    state = learner_state(shape, learner, reference_dtype)
+    state = learner_state(shape, learner, reference_dtype, export_copy)
     per_token = activation_bytes_per_token(shape, learner, row_tokens)
     backward = (
         state.backward
@@ -336,13 +350,14 @@ def micro_batch_budget(
     *,
     reference_dtype: str | None = None,
     row_tokens: int = DEFAULT_ROW_TOKENS,
+    export_copy: int = 0,
 ) -> int:
     """The micro-batch token budget that keeps one rank's step under ``learner.memory_gib``:
     (target - state held through backward - the LM head's chunk) / activation bytes per token,
     clamped to [MIN_MICRO_BATCH_TOKENS, MAX_MICRO_BATCH_TOKENS]. Raises
     :class:`MemoryTargetError` when the target cannot hold the smallest."""
     target = int(learner.memory_gib * GIB)
-    state = learner_state(shape, learner, reference_dtype)
+    state = learner_state(shape, learner, reference_dtype, export_copy)
     fixed = state.backward + logit_bytes(shape, learner, MAX_MICRO_BATCH_TOKENS)
     per_token = activation_bytes_per_token(shape, learner, row_tokens)
     tokens = (target - fixed) // per_token

@@ -161,13 +161,15 @@ class Learner:
         if not config.memory_gib:
             return config.micro_batch_tokens
         shape = ModelShape.from_config(base_model_of(self.model).config.to_dict())
-        budget = micro_batch_budget(shape, config)
+        # weights.transport = "ipc": every rank keeps a whole serving-dtype copy for its engine
+        copy = shape.parameters * self.export_dtype.itemsize if self.sender.every_rank_sends else 0
+        budget = micro_batch_budget(shape, config, export_copy=copy)
         logger.info(
             "learner.memory_gib %g: micro-batches of %d tokens (a step's peak %.1f GiB by "
             "common/memory.py's arithmetic)",
             config.memory_gib,
             budget,
-            learner_step_peak(shape, config, budget) / GIB,
+            learner_step_peak(shape, config, budget, export_copy=copy) / GIB,
         )
         return budget
 

@@ -38,6 +38,7 @@ from common.memory import (
     activation_bytes_per_token,
     engine_memory,
     gib,
+    ipc_export_copy,
     kv_cache_tokens,
     learner_state,
     learner_step_peak,
@@ -87,13 +88,18 @@ def read_shape(model_path: str) -> ModelShape | None:
         raise ConfigError(f"model.path: cannot read the model's shape from {path}: {exc}") from None
 
 
+def export_copy_of(config: Config, shape: ModelShape) -> int:
+    """The copy a learner rank holds for its engine under ``weights.transport = "ipc"``."""
+    return ipc_export_copy(shape, config.model.dtype) if config.weights.transport == "ipc" else 0
+
+
 def micro_batch_tokens(config: Config, shape: ModelShape) -> int:
     """The learner's micro-batch budget, as the learner will derive it."""
     learner = config.learner
     if not learner.memory_gib:
         return learner.micro_batch_tokens
     try:
-        return micro_batch_budget(shape, learner)
+        return micro_batch_budget(shape, learner, export_copy=export_copy_of(config, shape))
     except MemoryTargetError as exc:
         raise ConfigError(str(exc)) from None
 
@@ -102,18 +108,19 @@ def plan_memory(config: Config, shape: ModelShape) -> MemoryPlan:
     """The plan of ``config`` on a model of ``shape`` (see the module docstring)."""
     learner, rollout = config.learner, config.rollout
     tokens = micro_batch_tokens(config, shape)
-    state = learner_state(shape, learner)
+    copy = export_copy_of(config, shape)
+    state = learner_state(shape, learner, export_copy=copy)
     engine = engine_memory(
         shape, config.model.dtype, rollout.kv_cache_gib, rollout.tensor_parallel_size
     )
     offloaded = learner.offload_optimizer == "while_generating"
     sides = _Sides(
-        learner_step_peak(shape, learner, tokens),
+        learner_step_peak(shape, learner, tokens, export_copy=copy),
         state.between_steps(offloaded and rollout.colocate),
         engine,
     )
     plan = MemoryPlan()
-    plan.lines.append(_learner_line(shape, learner, tokens, sides.step_peak))
+    plan.lines.append(_learner_line(shape, learner, tokens, sides.step_peak, copy))
     tokens_held = kv_cache_tokens(shape, config.model.dtype, rollout.kv_cache_gib)
     plan.lines.append(
         f"engine: weights {gib(engine.weights)} GiB ({config.model.dtype}) + KV cache "
@@ -125,13 +132,16 @@ def plan_memory(config: Config, shape: ModelShape) -> MemoryPlan:
     return plan
 
 
-def _learner_line(shape: ModelShape, learner: LearnerConfig, tokens: int, peak: int) -> str:
-    state = learner_state(shape, learner)
+def _learner_line(
+    shape: ModelShape, learner: LearnerConfig, tokens: int, peak: int, copy: int
+) -> str:
+    state = learner_state(shape, learner, export_copy=copy)
     activations = tokens * activation_bytes_per_token(shape, learner)
     return (
         f"learner rank: state {gib(state.backward)} GiB (weights {gib(state.weights)}, "
         f"gradients {gib(state.gradients)}, AdamW {gib(state.optimiser)}, reference "
-        f"{gib(state.reference)}, autocast copies {gib(state.autocast_copies)}, CUDA context "
+        f"{gib(state.reference)}, autocast copies {gib(state.autocast_copies)}, "
+        f"{f'IPC export copy {gib(copy)}, ' if copy else ''}CUDA context "
         f"{gib(state.context)}); activations {gib(activations)} at {tokens} tokens per "
         f"micro-batch + LM head {gib(logit_bytes(shape, learner, tokens))}; step peak "
         f"{gib(peak)} GiB"

@@ -10,6 +10,7 @@ import shutil
 import pytest
 
 from common.config import ConfigError, load_config
+from common.memory import learner_state
 from launch.fleet.memory_plan import check_memory_plan, fit_table, plan_memory, read_shape
 from launch.train import main
 from tests.conftest import REPO_ROOT
@@ -38,8 +39,8 @@ def test_a_full_fine_tune_of_1_5b_colocated_on_10_gib_is_refused_in_one_line():
     )
     refusal = plan_memory(config, shape("qwen2.5-coder-1.5b")).refusal
     assert refusal is not None and "\n" not in refusal
-    assert "rollout.colocate needs 41.7 GiB on a 10 GiB card (ray.gpu_memory_gib)" in refusal
-    assert "learner step 40.2 + sleeping engine 1.5" in refusal
+    assert "rollout.colocate needs 44.6 GiB on a 10 GiB card (ray.gpu_memory_gib)" in refusal
+    assert "learner step 43.1 + sleeping engine 1.5" in refusal
     assert "learner.lora.enabled = true" in refusal
 
 
@@ -50,7 +51,7 @@ def test_an_engine_that_peaks_is_told_the_kv_cache_that_fits():
     )
     refusal = plan_memory(config, shape("qwen2.5-coder-0.5b")).refusal
     assert refusal is not None
-    assert "rollout.kv_cache_gib <= 4.6 (now 12)" in refusal
+    assert "rollout.kv_cache_gib <= 3.7 (now 12)" in refusal
 
 
 def test_an_unknown_card_is_printed_but_not_enforced():
@@ -111,3 +112,20 @@ def test_config_errors_come_back_as_config_errors(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(ConfigError, match=r"model\.path: cannot read the model's shape"):
         read_shape(str(tmp_path))
+
+
+def test_the_ipc_transport_counts_the_copy_each_rank_keeps_for_its_engine():
+    path = REPO_ROOT / "configs" / "qwen2.5-coder-1.5b-mbpp-1gpu.toml"
+    model = shape("qwen2.5-coder-1.5b")
+    ipc = load_config(path, ["--learner.memory_gib", "0"])
+    assert ipc.weights.transport == "ipc"  # the default when colocated on a GPU
+    store = load_config(path, ["--learner.memory_gib", "0", "--weights.transport", "collective"])
+    held = model.parameters * 2  # the whole model in bf16
+    with_copy, without = plan_memory(ipc, model), plan_memory(store, model)
+    assert "IPC export copy 2.9" in with_copy.lines[0]
+    assert "IPC export copy" not in without.lines[0]
+    assert (
+        learner_state(model, ipc.learner, export_copy=held).between_steps()
+        - learner_state(model, ipc.learner).between_steps()
+        == held
+    )
