@@ -26,13 +26,16 @@ which is one more reason nothing else computes in a rollout actor.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 from actor.receivers import make_receiver
 from common.config import ModelConfig, RolloutConfig
+from common.memory import ModelShape, engine_memory
 from common.transport import collective, ipc
 from common.transport.collective import backend_for
 from common.types import Completion, RolloutRequest, TrainSample, WeightUpdate
@@ -103,7 +106,7 @@ class RolloutWorker:
                 **_parallel_options(rollout),
                 **_lora_options(lora_rank),
                 **_scheduler_options(rollout, model),
-                **_sleep_options(rollout),
+                **_sleep_options(rollout, model, model_path),
             )
         self.tokenizer = self.llm.get_tokenizer()
         logger.info(
@@ -366,18 +369,31 @@ class _SaidOnce(logging.Filter):
         return True
 
 
-def _sleep_options(rollout: RolloutConfig) -> dict:
+def _sleep_options(rollout: RolloutConfig, model: ModelConfig, model_path: str) -> dict:
     """``rollout.colocate`` on a GPU: vLLM's sleep mode (its cumem allocator, so that
-    ``sleep`` can hand memory back), and the engine's share of the card as its memory budget,
-    since vLLM refuses to start when less than ``gpu_memory_utilization`` of the card is free
-    and the learner holds the rest. vLLM-CPU has no sleep mode (it refuses
-    ``enable_sleep_mode``); its ``sleep`` and ``wake_up`` calls work without. Not run on a
-    GPU here yet."""
+    ``sleep`` can hand memory back), and a ``gpu_memory_utilization`` no larger than the
+    engine needs. With ``kv_cache_memory_bytes`` given vLLM sizes nothing by it; it only
+    refuses to start when less than that share of the card is free, and the learner on the
+    card holds part of it, also when Ray restarts this engine mid-run. vLLM-CPU has no sleep
+    mode (it refuses ``enable_sleep_mode``); its ``sleep`` and ``wake_up`` calls work without.
+    Not run on a GPU here yet."""
     from vllm.platforms import current_platform  # lazy: vllm
 
     if not rollout.colocate or current_platform.is_cpu():
         return {}
-    return {"enable_sleep_mode": True, "gpu_memory_utilization": rollout.num_gpus}
+    import torch  # lazy: with vllm (see the note at the imports)
+
+    shape = ModelShape.from_config(json.loads((Path(model_path) / "config.json").read_text()))
+    need = engine_memory(shape, model.dtype, rollout.kv_cache_gib).awake
+    share = engine_share(need, torch.cuda.mem_get_info()[1], rollout.num_gpus)
+    return {"enable_sleep_mode": True, "gpu_memory_utilization": share}
+
+
+def engine_share(need: int, total: int, num_gpus: float) -> float:
+    """The share of a card of ``total`` bytes an engine needing ``need`` bytes asks vLLM to find
+    free at start: its need plus 2% of the card for what the arithmetic misses, at most its
+    ``rollout.num_gpus``."""
+    return round(min(num_gpus, need / total + 0.02), 4)
 
 
 def _lora_options(rank: int) -> dict:

@@ -37,7 +37,7 @@ from learner.batching import collate, validate_samples
 from learner.export import export_metadata, export_state_dict, iter_export
 from learner.flops import forward_flops, mfu_peak_flops, model_config_shape, spans, step_flops
 from learner.logprobs import can_share_prompts
-from learner.offload import OptimizerOffload
+from learner.offload import OptimizerOffload, release_cached
 from learner.policy import (
     DTYPES,
     base_model_of,
@@ -205,6 +205,15 @@ class Learner:
     def reload_optimizer(self) -> float:
         """The optimiser state back on the learner's device before a step; the seconds."""
         return self.offloader.reload()["seconds"]
+
+    def release_memory(self) -> float:
+        """After a step under ``rollout.colocate``: the blocks torch's caching allocator kept
+        from the step's activations back to the driver, so the engine waking on the card has
+        them (the memory plan counts only the learner's state while the engine generates);
+        the seconds. Nothing to hand back on CPU."""
+        start = time.perf_counter()
+        release_cached({self.device})
+        return time.perf_counter() - start
 
     @property
     def weight_version(self) -> int:

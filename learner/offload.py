@@ -56,7 +56,7 @@ class OptimizerOffload:
                 devices.add(value.device)
                 moved += _local_bytes(value)
                 state[key] = value.to(_HOST, non_blocking=True)
-        _release(devices)
+        release_cached(devices)
         return {"seconds": time.perf_counter() - start, "bytes": float(moved)}
 
     @torch.no_grad()
@@ -88,7 +88,7 @@ def _local_bytes(value: Tensor) -> int:
     return local.numel() * local.element_size()
 
 
-def _release(devices: set[torch.device]) -> None:
+def release_cached(devices: set[torch.device]) -> None:
     """Wait for the copies off ``devices``, then return their freed blocks to the driver."""
     if any(device.type == "cuda" for device in devices):
         torch.cuda.synchronize()

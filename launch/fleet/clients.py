@@ -127,6 +127,10 @@ class LearnerClient:
         """Every rank's optimiser state back on its device; the slowest rank's seconds."""
         return max(self.get(call) for call in self._fan_out("reload_optimizer"))
 
+    def release_memory(self) -> float:
+        """Every rank's cached device memory back to the driver; the slowest rank's seconds."""
+        return max(self.get(call) for call in self._fan_out("release_memory"))
+
     def save_checkpoint(self, path: str) -> None:
         """Every rank writes its part (rank 0 the weights, each its optimiser shard)."""
         for call in self._fan_out("save_checkpoint", path):

@@ -210,7 +210,10 @@ def _hint(asks: list[Ask], resource: str, have: float) -> str:
         )
     roles = {ask.role for ask in asks if ask.num_gpus > 0}
     if {"learner", "rollout"} <= roles:
-        return "set rollout.colocate = true to share one GPU, or add a GPU node"
+        return (
+            "set rollout.colocate = true with learner.num_gpus = rollout.num_gpus = 0.5 to "
+            "share one GPU (as configs/*-1gpu.toml), or add a GPU node"
+        )
     return "lower rollout.num_actors or learner.num_ranks, or add a GPU node"
 
 

@@ -174,21 +174,27 @@ class RolloutFleet:
         it), and the next push recovers it."""
         self.asleep = True
         self.sleeps += 1
-        seconds = _values([actor.sleep.remote(level) for actor in self.actors])
+        seconds = _values([actor.sleep.remote(level) for actor in self.actors], self._turn_s)
         return max(seconds, default=0.0)
+
+    @property
+    def _turn_s(self) -> float:
+        """The longest one engine's sleep or wake may take."""
+        return self.config.weights.push_timeout_s
 
     def wake(self) -> float:
         """Every engine awake without a push (before a generation the driver asks for while
         they sleep); the slowest engine's seconds."""
         self.asleep = False
         self.wakes += 1
-        return max(_values([actor.wake.remote(None) for actor in self.actors]), default=0.0)
+        calls = [actor.wake.remote(None) for actor in self.actors]
+        return max(_values(calls, self._turn_s), default=0.0)
 
     def _finish_wakes(self) -> None:
         """Wait for the wakes :meth:`_queue_load` queued; ``wake_s``: the slowest engine's."""
         wakes, self._wakes = self._wakes, {}
         if wakes:
-            self.wake_s = max(sum(_values(refs)) for refs in wakes.values())
+            self.wake_s = max(sum(_values(refs, self._turn_s)) for refs in wakes.values())
             self.wakes += 1
 
     def finish_push(self, pending: dict[int, Any]) -> dict[str, float]:
@@ -232,6 +238,7 @@ class RolloutFleet:
             ray.kill(self.actors[index], no_restart=False)
             lost.append(index)
         if broke is not None and (broke.hung or not lost):
+            self._wakes = {}  # the learner's restart pushes again and wakes them anew
             raise broke  # the learner's side: restarting it re-forms the group and pushes
         for index in lost:
             loads.append(self._recover(index))  # it reloads latest_update, this update
@@ -335,15 +342,22 @@ def _recoverable() -> tuple[type[Exception], ...]:
     return (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError, StaleWeightsError)
 
 
-def _values(refs: list[Any]) -> list[float]:
-    """The values of calls on rollout actors, leaving out those whose actor died (its
-    restart is recovered by the next push or generation)."""
+def _values(refs: list[Any], timeout_s: float) -> list[float]:
+    """The values of sleep or wake calls on rollout actors, leaving out those whose actor died
+    (its restart is recovered by the next push or generation); a call still running after
+    ``timeout_s`` (``weights.push_timeout_s``) ends the run instead of hanging it."""
     values = []
+    deadline = time.monotonic() + timeout_s
     for ref in refs:
         try:
-            values.append(ray.get(ref))
+            values.append(ray.get(ref, timeout=max(0.0, deadline - time.monotonic())))
         except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
             logger.warning("a rollout actor died during sleep or wake: %s", type(exc).__name__)
+        except ray.exceptions.GetTimeoutError:
+            raise TimeoutError(
+                f"a rollout engine's sleep or wake did not finish within {timeout_s:g} s "
+                "(weights.push_timeout_s, rollout.colocate)"
+            ) from None
     return values
 
 

@@ -50,10 +50,13 @@ class Colocation:
             self._marks["colocate/reload_s"] = self.fleet.learner.reload_optimizer()
 
     def after_train(self) -> None:
-        """The learner's optimiser state to host memory, before the push wakes the engines
+        """The learner's optimiser state to host memory (which also hands its device memory
+        back), or else the step's cached blocks handed back, before the push wakes the engines
         (call it once the step's metrics are in: the learner is done)."""
         if self.offloads:
             self._marks["colocate/offload_s"] = self.fleet.learner.offload_optimizer()
+        else:
+            self._marks["colocate/release_s"] = self.fleet.learner.release_memory()
 
     def metrics(self) -> dict[str, float]:
         """This step's ``colocate/*`` (after the push: it woke the engines)."""

@@ -79,7 +79,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     ),
     "qwen2.5-7b": dict(  # Qwen2.5-7B and Qwen2.5-Coder-7B: untied, 4 kv heads
         hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
-        num_attention_heads=28, num_key_value_heads=4, vocab_size=151936,
+        num_attention_heads=28, num_key_value_heads=4, vocab_size=152064,
         tie_word_embeddings=False,
     ),
     "qwen2.5-coder-0.5b": dict(

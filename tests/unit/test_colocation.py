@@ -271,6 +271,10 @@ class _Turns:
         self.log.append("offload")
         return 0.25
 
+    def release_memory(self):
+        self.log.append("release")
+        return 0.0625
+
 
 @pytest.mark.parametrize("offload", ["never", "while_generating"])
 def test_the_learner_gets_the_card_between_sleep_and_offload(offload):
@@ -286,11 +290,14 @@ def test_the_learner_gets_the_card_between_sleep_and_offload(offload):
     fleet.wakes += 1  # the push's
     metrics = colocation.metrics()
     moves = offload == "while_generating"
-    assert fleet.log == ["sleep 2", *(["reload", "offload"] if moves else [])]
+    # without the offload the step's cached blocks are handed back all the same
+    assert fleet.log == ["sleep 2", *(["reload", "offload"] if moves else ["release"])]
     expected = {"colocate/sleep_s": 0.5, "colocate/wake_s": 0.75, "colocate/sleeps": 1.0,
                 "colocate/wakes": 1.0}  # fmt: skip
     if moves:
         expected.update({"colocate/reload_s": 0.125, "colocate/offload_s": 0.25})
+    else:
+        expected["colocate/release_s"] = 0.0625
     assert metrics == expected
     assert colocation.metrics() == {"colocate/sleeps": 1.0, "colocate/wakes": 1.0}
     assert Colocation.of(load_config(None, []), fleet) is None
@@ -349,3 +356,14 @@ def test_offload_frees_the_device_memory_of_the_state():  # pragma: no cover (no
     offload.reload()
     for key, value in optimizer.state[param].items():
         assert value.device == before[key].device and torch.equal(value, before[key]), key
+
+
+def test_an_engine_asks_vllm_to_find_free_only_what_it_needs():
+    from actor.rollout_worker import engine_share
+
+    gib = 1 << 30
+    # the 1.5B one-GPU plan: 20.4 GiB awake on 79.1, beside a learner holding 23.5 between steps
+    share = engine_share(int(20.4 * gib), int(79.1 * gib), 0.5)
+    assert share == pytest.approx(20.4 / 79.1 + 0.02, abs=1e-4)
+    assert share * 79.1 <= 79.1 - 23.5  # a restarted engine starts beside the learner's state
+    assert engine_share(int(60 * gib), int(79.1 * gib), 0.5) == 0.5  # never past its fraction

@@ -92,7 +92,8 @@ def test_two_gpus_on_a_one_gpu_machine_are_refused_in_one_line():
     problem = _problem(_gpu_run(), [Node("10.0.0.1", 16, 1)])
     assert problem == (
         "the run needs 2 GPUs (learner 1 x 1, rollout 1 x 1) and the cluster has 1 "
-        "(node 10.0.0.1: 1): set rollout.colocate = true to share one GPU, or add a GPU node"
+        "(node 10.0.0.1: 1): set rollout.colocate = true with learner.num_gpus = "
+        "rollout.num_gpus = 0.5 to share one GPU (as configs/*-1gpu.toml), or add a GPU node"
     )
 
 
@@ -252,7 +253,7 @@ from launch.fleet.preflight import (
     PlacementError, Starting, check_resources, wait_placed, wait_started
 )
 
-ray.init(num_cpus=1, include_dashboard=False, logging_level="ERROR")
+ray.init(address="local", num_cpus=1, num_gpus=0, include_dashboard=False, logging_level="ERROR")
 
 @ray.remote
 class Idle:
