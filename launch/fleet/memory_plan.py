@@ -213,12 +213,18 @@ def _advice(config: Config, sides: _Sides, learning: int, card: float) -> str:
 
 def check_memory_plan(config: Config, model_path: str) -> None:
     """Log the plan of a GPU run; raise ConfigError (exit status 2 in launch.train) when a
-    colocated config cannot fit the card. Nothing for CPU runs."""
-    if not (config.rollout.num_gpus or config.learner.num_gpus):
+    colocated config cannot fit the card. CPU runs get no plan, only the check that
+    ``learner.memory_gib`` holds a micro-batch (else the learner would refuse it inside its
+    actor, as a traceback)."""
+    on_gpu = bool(config.rollout.num_gpus or config.learner.num_gpus)
+    if not (on_gpu or config.learner.memory_gib):
         return
     shape = read_shape(model_path)
     if shape is None:
         logger.warning("memory plan: not made, %s has no config.json here yet", model_path)
+        return
+    if not on_gpu:
+        micro_batch_tokens(config, shape)  # ConfigError when the target is too small
         return
     plan = plan_memory(config, shape)
     for line in plan.lines:

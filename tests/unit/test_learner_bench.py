@@ -29,7 +29,10 @@ def test_presets_match_the_public_shapes():
     seven = PRESETS["qwen2.5-7b"]
     keys = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads")
     assert tuple(seven[k] for k in keys) == (3584, 28, 28, 4)
-    assert (seven["intermediate_size"], seven["vocab_size"]) == (18944, 152064)  # its parameter count, 7,615,616,512, needs 152,064
+    assert (seven["intermediate_size"], seven["vocab_size"]) == (
+        18944,
+        152064,
+    )  # its parameter count, 7,615,616,512, needs 152,064
     assert seven["tie_word_embeddings"] is False
 
 

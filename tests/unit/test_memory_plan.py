@@ -128,3 +128,13 @@ def test_the_ipc_transport_counts_the_copy_each_rank_keeps_for_its_engine():
         return float(re.search(r"learner between steps ([0-9.]+)\)", plan.lines[-1])[1])
 
     assert between(with_copy) - between(without) == pytest.approx(2.9, abs=0.051)
+
+
+def test_a_cpu_run_whose_memory_target_cannot_hold_a_micro_batch_is_refused_on_the_driver(
+    tmp_path,
+):
+    shutil.copy(CONFIGS / "qwen2.5-coder-1.5b.json", tmp_path / "config.json")
+    config = load_config(None, ["--learner.memory_gib", "1"])  # a CPU run: no GPUs asked for
+    with pytest.raises(ConfigError, match=r"learner\.memory_gib \(1\) cannot hold"):
+        check_memory_plan(config, str(tmp_path))
+    check_memory_plan(load_config(None, []), str(tmp_path))  # no target: nothing to check
