@@ -77,14 +77,18 @@ class CollectiveReceiver:
         self.joined = True
 
     def receive(self, llm: Any, update: WeightUpdate) -> dict[str, float]:
-        start = time.perf_counter()
-        llm.start_weight_update()
-        llm.update_weights({"update_info": update.payload})
-        llm.finish_weight_update()
-        return {"load_s": time.perf_counter() - start}
+        return _update_session(llm, update, time.perf_counter())
 
     def adapter(self) -> None:
         return None
+
+
+def _update_session(llm: Any, update: WeightUpdate, start: float) -> dict[str, float]:
+    """One weight update through vLLM's weight-transfer API; ``load_s`` since ``start``."""
+    llm.start_weight_update()
+    llm.update_weights({"update_info": update.payload})
+    llm.finish_weight_update()
+    return {"load_s": time.perf_counter() - start}
 
 
 class IpcReceiver:
@@ -104,10 +108,7 @@ class IpcReceiver:
         if not self.initialised:  # no group to form: the engine only learns the wire mode
             llm.init_weight_transfer_engine({"init_info": ipc.engine_init_info()})
             self.initialised = True
-        llm.start_weight_update()
-        llm.update_weights({"update_info": update.payload})
-        llm.finish_weight_update()
-        return {"load_s": time.perf_counter() - start}
+        return _update_session(llm, update, start)
 
     def adapter(self) -> None:
         return None
