@@ -173,36 +173,24 @@ class LearnerState:
     export_copy: int = 0
 
     @property
+    def resident(self) -> int:
+        """Held from one step to the next: everything but gradients and temporaries."""
+        return self.weights + self.optimiser + self.reference + self.context + self.export_copy
+
+    @property
     def backward(self) -> int:
         """Held through the backward pass, activations aside."""
-        return (
-            self.weights
-            + self.gradients
-            + self.optimiser
-            + self.reference
-            + self.autocast_copies
-            + self.context
-            + self.export_copy
-        )
+        return self.resident + self.gradients + self.autocast_copies
 
     @property
     def optimiser_step(self) -> int:
         """Held while AdamW steps (activations freed, autocast's cache gone)."""
-        return (
-            self.weights
-            + self.gradients
-            + self.optimiser
-            + self.reference
-            + self.optimiser_temporaries
-            + self.context
-            + self.export_copy
-        )
+        return self.resident + self.gradients + self.optimiser_temporaries
 
     def between_steps(self, optimiser_offloaded: bool = False) -> int:
         """Held while the engine generates: gradients are freed after each step (set to None),
         the moments too when ``learner.offload_optimizer`` moves them to the host."""
-        optimiser = 0 if optimiser_offloaded else self.optimiser
-        return self.weights + optimiser + self.reference + self.context + self.export_copy
+        return self.resident - (self.optimiser if optimiser_offloaded else 0)
 
 
 #: Bytes per trained parameter of one AdamW moment by ``learner.optimizer``
