@@ -98,32 +98,29 @@ class Placement:
         strategy = config.ray.placement
         if strategy == "none" and learner.num_ranks == 1 and not rollout.colocate:
             return None
-        bundles: list[dict[str, float]] = []
-        bundle_of: dict[str, int] = {}
+        # (the actors sharing a bundle, the bundle), in bundle order
+        members: list[tuple[list[str], dict[str, float]]] = []
         for rank in range(learner.num_ranks):
-            bundle_of[learner_name(run_id, rank)] = len(bundles)
             if rollout.colocate:
-                bundle_of[f"rollout-{run_id}-{rank}"] = len(bundles)
-                bundles.append(colocated_bundle(config))
+                pair = [learner_name(run_id, rank), rollout_name(run_id, rank)]
+                members.append((pair, colocated_bundle(config)))
             else:
-                bundles.append(bundle(learner.num_cpus, learner.num_gpus))
+                members.append(
+                    ([learner_name(run_id, rank)], bundle(learner.num_cpus, learner.num_gpus))
+                )
         if strategy != "none" and not rollout.colocate:
             for i in range(rollout.num_actors):
-                bundle_of[f"rollout-{run_id}-{i}"] = len(bundles)
-                bundles.append(bundle(rollout.num_cpus, rollout.num_gpus))
-        kept = [i for i, b in enumerate(bundles) if b]  # an empty bundle is not Ray's
-        if not kept:
+                members.append(
+                    ([rollout_name(run_id, i)], bundle(rollout.num_cpus, rollout.num_gpus))
+                )
+        members = [(names, b) for names, b in members if b]  # an empty bundle is not Ray's
+        if not members:
             return None
-        index = {old: new for new, old in enumerate(kept)}
-        bundle_of = {name: index[i] for name, i in bundle_of.items() if i in index}
         strategy = "pack" if strategy == "none" else strategy
-        group = placement_group([bundles[i] for i in kept], strategy=strategy.upper())
-        holders: dict[int, list[str]] = {}
-        for name, i in bundle_of.items():
-            holders.setdefault(i, []).append(name)
-        named = {" + ".join(names): bundles[kept[i]] for i, names in holders.items()}
+        group = placement_group([b for _, b in members], strategy=strategy.upper())
+        named = {" + ".join(names): b for names, b in members}
         wait_placed(group, named, config.ray.start_timeout_s)
-        return cls(group, bundle_of)
+        return cls(group, {name: i for i, (names, _) in enumerate(members) for name in names})
 
     def strategy_for(self, name: str) -> Any:
         if name not in self.bundle_of:
