@@ -29,7 +29,14 @@ from common.transport import transport_for
 from common.types import ProcessGroupSpec
 from launch.fleet.clients import LearnerClient, SandboxClient
 from launch.fleet.cluster import ACTOR_ENV
-from launch.fleet.preflight import Starting, asks_text, wait_placed, wait_started
+from launch.fleet.preflight import (
+    Starting,
+    asks_text,
+    bundle,
+    colocated_bundle,
+    wait_placed,
+    wait_started,
+)
 from launch.fleet.scorer import resolve_scorer_path
 from launch.loop.telemetry import DashboardMetrics
 from learner.learner import Learner
@@ -58,20 +65,6 @@ def actor_options(
     if placement is not None:
         options["scheduling_strategy"] = placement.strategy_for(name)
     return options
-
-
-def bundle(num_cpus: float, num_gpus: float) -> dict[str, float]:
-    """A placement-group bundle holding exactly an actor's resources."""
-    return {k: v for k, v in (("CPU", num_cpus), ("GPU", num_gpus)) if v > 0}
-
-
-def colocated_bundle(config: Config) -> dict[str, float]:
-    """The bundle a colocated learner rank and engine share (``rollout.colocate``): both
-    actors' CPUs and, on GPU hosts, one whole GPU, which they split by their ``num_gpus``
-    fractions (the config checks that those sum to at most 1)."""
-    learner, rollout = config.learner, config.rollout
-    gpus = 1.0 if learner.num_gpus + rollout.num_gpus > 0 else 0.0
-    return bundle(learner.num_cpus + rollout.num_cpus, gpus)
 
 
 @dataclass

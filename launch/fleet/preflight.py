@@ -83,6 +83,20 @@ class Shortfall:
         return f"{self.text}: {self.hint}"
 
 
+def bundle(num_cpus: float, num_gpus: float) -> dict[str, float]:
+    """A placement-group bundle holding exactly an actor's resources."""
+    return {k: v for k, v in (("CPU", num_cpus), ("GPU", num_gpus)) if v > 0}
+
+
+def colocated_bundle(config: Config) -> dict[str, float]:
+    """The bundle a colocated learner rank and engine share (``rollout.colocate``): both
+    actors' CPUs and, on GPU hosts, one whole GPU, which they split by their ``num_gpus``
+    fractions (the config checks that those sum to at most 1)."""
+    learner, rollout = config.learner, config.rollout
+    gpus = 1.0 if learner.num_gpus + rollout.num_gpus > 0 else 0.0
+    return bundle(learner.num_cpus + rollout.num_cpus, gpus)
+
+
 def run_asks(config: Config) -> list[Ask]:
     """Every actor of the run that asks for resources, as ``Placement.create`` and the
     ``start_*`` functions of ``launch.fleet.actors`` start them (the metrics actor asks for
@@ -111,11 +125,12 @@ def run_asks(config: Config) -> list[Ask]:
         ),
         Ask("sandbox", 1, config.sandbox.num_cpus, 0.0, False, "sandbox"),
     ]
-    if rollout.colocate:  # one bundle per pair, a whole GPU split by their fractions
-        gpus = 1.0 if learner.num_gpus + rollout.num_gpus > 0 else 0.0
-        cpus = learner.num_cpus + rollout.num_cpus
-        pair = Ask("learner + rollout (colocated)", learner.num_ranks, cpus, gpus, True, "rollout")
-        asks[:2] = [pair]
+    if rollout.colocate:  # one bundle per pair, as Placement reserves it
+        pair = colocated_bundle(config)
+        cpus, gpus = pair.get("CPU", 0.0), pair.get("GPU", 0.0)
+        asks[:2] = [
+            Ask("learner + rollout (colocated)", learner.num_ranks, cpus, gpus, True, "rollout")
+        ]
     for name, options in config.reward.scorer_terms().items():
         section = f"reward.terms.{name}.options"
         asks.append(Ask(f"scorer {name}", 1, options.num_cpus, options.num_gpus, False, section))
