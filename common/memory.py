@@ -50,9 +50,10 @@ ADAMW_TEMPORARIES = 1
 #: gradient checkpointing (issue 34's H200 rows; docs/scaling.md compares them): an allowance of
 #: 4 bytes x vocabulary per token covers them until a per-phase breakdown explains it.
 UNEXPLAINED_BYTES_PER_TOKEN_PER_VOCAB = 4
-#: ``learner.share_prompts`` (in effect without checkpointing and compile) keeps each prompt's
-#: keys and values gathered out to its rows for the completion pass: the H200 rows of issue 34
-#: measured 70.5 against 65.2 GiB without it (1.5B, micro-batch 8192), +16% of the activations.
+#: ``learner.share_prompts``, where in effect (``LearnerConfig.share_prompts_on``; off by default
+#: on CUDA), keeps each prompt's keys and values gathered out to its rows for the completion
+#: pass: the H200 rows of issue 34 measured 70.5 against 65.2 GiB without it (1.5B, micro-batch
+#: 8192), +16% of the activations.
 SHARED_PROMPTS_FACTOR = 1.16
 #: Rows the attention mask is counted at when the caller does not know (model.max_model_len is
 #: better): HF turns a padding mask into a (rows, 1, T, T) bias per layer, 2 B x T per token.
@@ -283,7 +284,7 @@ def activation_bytes_per_token(
         saved = shape.layers * residual + 2 * layer
     else:
         saved = (shape.layers + 1) * layer
-        if learner.share_prompts and not learner.compile:
+        if learner.share_prompts_on("cuda"):  # the plan is for a GPU learner
             saved = int(saved * SHARED_PROMPTS_FACTOR)
     final = 3 * residual  # the final norm's input and output, the hidden states the head reads
     logits = 0

@@ -116,8 +116,7 @@ class Learner:
         # learner.offload_optimizer: the state's trips to host memory (offload.py)
         self.offloader = OptimizerOffload(self.optimizer)
         self.kl_control = kl_control_of(config, total_steps)
-        # train/mfu's denominator, measured before any step (flops.py)
-        self.peak_flops = mfu_peak_flops(config, self.device) * self.ranks.size
+        self._peak_flops: float | None = None  # train/mfu's denominator: see ``peak_flops``
         self._reward_kl: float | None = None  # per-token KL of the batch, kl_in = "reward"
         self._weight_version = 0
         self.step = 0
@@ -137,18 +136,15 @@ class Learner:
         state = checkpoint.load_weights(Path(resume_from), self.model) if resume_from else None
         # The FSDP root around the policy, or the policy.
         self.root = self.ranks.shard(self.model, self.device)
-        if config.compile:  # after the reference's copy: a frozen copy stays eager
+        # learner.compile and learner.share_prompts, "auto" resolved for this device
+        self.compiled = config.compile_on(self.device.type)
+        if self.compiled:  # after the reference's copy: a frozen copy stays eager
             compile_layers(self.model)
         self._flop_shape = model_config_shape(self.model)  # (matmul params, layers, width)
-        # Each distinct prompt run once where that computes the same logprobs: not under HF's
-        # gradient checkpointing (it drops the KV cache the shared forward runs on), not with
-        # compiled layers (one graph per layer and pass once they read the cache), not with
-        # sliding-window attention (``can_share_prompts``).
-        self.share_prompts = (
-            config.share_prompts
-            and not config.gradient_checkpointing
-            and not config.compile
-            and can_share_prompts(self.model)
+        # Each distinct prompt run once where that computes the same logprobs: what the config
+        # allows on this device, and not with sliding-window attention (``can_share_prompts``).
+        self.share_prompts = config.share_prompts_on(self.device.type) and can_share_prompts(
+            self.model
         )
         return state
 
@@ -214,6 +210,16 @@ class Learner:
         start = time.perf_counter()
         release_cached({self.device})
         return time.perf_counter() - start
+
+    @property
+    def peak_flops(self) -> float:
+        """train/mfu's denominator: the device's matmul FLOP/s per rank (``flops.py``) x the
+        ranks, measured on first read, which ``train_step`` makes just before its first
+        compute, and kept. Not at construction: a colocated engine starting on the same device
+        then would share its compute and the peak would read low (train/mfu high)."""
+        if self._peak_flops is None:
+            self._peak_flops = mfu_peak_flops(self.config, self.device) * self.ranks.size
+        return self._peak_flops
 
     @property
     def weight_version(self) -> int:
@@ -296,6 +302,7 @@ class Learner:
         plus numerics), the gap TIS corrects. Samples with advantage 0 still count in the loss
         normaliser. The weight version advances once per call, however many optimiser steps.
         """
+        peak = self.peak_flops  # before the clock starts: the first call measures it
         start = time.perf_counter()
         validate_samples(samples)
         beta = self.beta
@@ -307,9 +314,9 @@ class Learner:
         kl = metrics.get("train/kl", 0.0) if self.config.kl_in == "loss" else self._reward_kl
         self.kl_control.update(kl or 0.0, len(samples), self.step)
         metrics["train/step_time_s"] = time.perf_counter() - start
-        if self.peak_flops > 0:
+        if peak > 0:
             needed = self.model_flops(samples, share_prompts=True)
-            metrics["train/mfu"] = needed / metrics["train/step_time_s"] / self.peak_flops
+            metrics["train/mfu"] = needed / metrics["train/step_time_s"] / peak
         return metrics
 
     def model_flops(

@@ -9,12 +9,32 @@ and adds the rules that span groups to.
 from __future__ import annotations
 
 import importlib.util
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_serializer, model_validator
+from pydantic import (
+    Field,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+    model_serializer,
+    model_validator,
+)
 
 from common.config.algorithm import LossKnobs
 from common.config.base import Section
+
+
+def _auto_or_bool(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """One error for a value that is neither, instead of one per member of the union."""
+    try:
+        return handler(value)
+    except ValidationError:
+        raise ValueError(f'expected "auto", true or false, got {value!r}') from None
+
+
+#: A switch whose default depends on the device (``"auto"``); true and false, as saved
+#: configs from before it had one wrote it, keep their meaning.
+AutoBool = Annotated[Literal["auto"] | bool, WrapValidator(_auto_or_bool)]
 
 
 class LoraConfig(Section):
@@ -91,11 +111,13 @@ class SpeedKnobs(Section):
         ge=0,
         description="LM head rows per checkpointed chunk; 0: all at once, without recompute",
     )
-    share_prompts: bool = Field(
-        True,
+    share_prompts: AutoBool = Field(
+        "auto",
         description="run each distinct prompt of a micro-batch once and let its completions "
         "attend to its keys and values (off under gradient checkpointing and compile, and for "
-        "sliding-window attention)",
+        "sliding-window attention). auto: on for a CPU learner (faster there: docs/benchmarks.md, "
+        "one learner step), off on CUDA, where issue 34's H200 measurements (not re-run) found "
+        "the step 18% slower and 5 GiB larger with it",
     )
     reference: Literal["frozen_copy", "precomputed"] = Field(
         "frozen_copy",
@@ -124,10 +146,14 @@ class SpeedKnobs(Section):
     )
     dtype: Literal["float32", "bfloat16"] = "float32"
     gradient_checkpointing: bool = False
-    compile: bool = Field(
-        False,
+    compile: AutoBool = Field(
+        "auto",
         description="torch.compile each decoder layer of the policy (dynamic shapes); the "
-        "first steps pay the compilation (docs/benchmarks.md, one learner step)",
+        "first steps pay the compilation (docs/benchmarks.md, one learner step). auto: on for "
+        "a CUDA learner of one rank, whose first steps then pay it (the step after is 1.43x "
+        "faster, also under gradient checkpointing, in issue 34's H200 measurements, not "
+        "re-run), unless share_prompts = true asks for the shared path it turns off; off on "
+        "CPU (11% faster there, not worth the compilation in tests and short runs)",
     )
     offload_optimizer: Literal["never", "while_generating"] = Field(
         "never",
@@ -141,8 +167,9 @@ class SpeedKnobs(Section):
         0.0,
         ge=0,
         description="the device's matmul peak per rank that train/mfu divides by; 0: measured "
-        "once per process when the learner starts (a few large matrix products in the "
-        "compute dtype)",
+        "once per process, just before the learner's first step (a few large matrix products "
+        "in the compute dtype; not at start, where a colocated engine may still be loading "
+        "on the same device)",
     )
 
     def reference_dtype_on(self, device_type: str) -> Literal["float32", "bfloat16"]:
@@ -255,10 +282,11 @@ class LearnerConfig(LossKnobs, OptimiserKnobs, SpeedKnobs, ResourceKnobs):
                 "'merged': a vLLM LoRA adapter carries only low-rank deltas, so fully trained "
                 "modules (a norm, an embedding) would never reach the engines"
             )
-        if self.num_ranks > 1 and self.compile:
+        if self.num_ranks > 1 and self.compile is True:  # "auto" resolves to off there
             raise ValueError(
-                "learner.compile is not available with learner.num_ranks > 1 yet: compiled "
-                "layers inside FSDP2's units have not been tested"
+                "learner.compile = true is not available with learner.num_ranks > 1 yet: "
+                "compiled layers inside FSDP2's units have not been tested (compile = 'auto', "
+                "the default, is off there)"
             )
         if self.num_ranks > 1 and self.lora.export == "adapter":
             raise ValueError(
@@ -290,6 +318,23 @@ class LearnerConfig(LossKnobs, OptimiserKnobs, SpeedKnobs, ResourceKnobs):
                 "bf16 (updates rounded stochastically): it needs learner.dtype = 'bfloat16' and "
                 "learner.master_dtype = 'same'"
             )
+
+    def compile_on(self, device_type: str) -> bool:
+        """``compile`` with ``auto`` resolved for a learner on ``device_type`` (``"cuda"`` or
+        ``"cpu"``): on for one CUDA rank, unless ``share_prompts = true`` asks for the path
+        compiled layers cannot run; see the field's description."""
+        if self.compile != "auto":
+            return self.compile
+        return device_type == "cuda" and self.num_ranks == 1 and self.share_prompts is not True
+
+    def share_prompts_on(self, device_type: str) -> bool:
+        """``share_prompts`` with ``auto`` resolved for a learner on ``device_type``, and off
+        where the shared forward cannot run: under gradient checkpointing (HF's drops the KV
+        cache it runs on) and with compiled layers (one graph per layer and pass once they
+        read the cache). The model's own limit (sliding-window attention) is the learner's
+        to add: ``learner.logprobs.can_share_prompts``."""
+        wanted = device_type == "cpu" if self.share_prompts == "auto" else self.share_prompts
+        return wanted and not self.gradient_checkpointing and not self.compile_on(device_type)
 
     @model_serializer(mode="wrap")
     def _in_saved_order(self, handler: Any) -> dict[str, Any]:

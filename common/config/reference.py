@@ -182,8 +182,8 @@ NOTES = {
     "learner.logprob_chunk_tokens": "Completion tokens per chunk of the LM head and "
     "log-softmax, each chunk recomputed in backward: caps the float32 logits in memory; 0 "
     "keeps the full-vocabulary float32 logits of the micro-batch alive for backward",
-    "learner.share_prompts": "The same logprobs and gradients; G = 8: the learner step -42% "
-    "with 256-token prompts ([benchmarks.md](benchmarks.md#one-learner-step))",
+    "learner.share_prompts": "The same logprobs and gradients; G = 8 on CPU: the learner step "
+    "-42% with 256-token prompts ([benchmarks.md](benchmarks.md#one-learner-step))",
     "learner.ppo_epochs": "(ratio against the old policy)",
     "learner.tis_cap": "weight min(pi_old/pi_sampler, cap) on each token: corrects the engine's "
     "numerics and, in async mode, staleness",

@@ -61,6 +61,8 @@ what the JSON reports:
                         forward, LM head and log-softmax, backward, optimiser step; the largest
                         sets peak_memory_gib), also printed on stderr; null on CPU
   learner               the learner config the step ran with
+  resolved              share_prompts and compile as they ran on this device ("auto"
+                        resolved: LearnerConfig.share_prompts_on, compile_on)
 
 With --ranks N each rank is a process holding 1/N of the state (gloo on CPU, NCCL on GPU); the
 numbers are the slowest rank's, peak_memory_gib and state_gib the largest rank's, and "ranks"
@@ -253,6 +255,7 @@ def measure(args: argparse.Namespace, config, path: Path, group) -> dict[str, An
         "utilisation": flops / step_s / peak,
         "mfu": needed / step_s / peak,
         "phase_peak_gib": None if phases is None else phases.gib(),
+        "resolved": {"share_prompts": learner.share_prompts, "compile": learner.compiled},
     }
 
 

@@ -33,8 +33,10 @@ def shape(name: str) -> ModelShape:
 
 def learner(*overrides: str):
     """The learner config of bf16 autocast with fp32 masters and a reference (beta 0.04), as
-    learner.bench ran issue 34's rows, plus ``--learner.key value`` overrides."""
+    learner.bench ran issue 34's rows (shared prompts on and compile off, the defaults then),
+    plus ``--learner.key value`` overrides."""
     base = ["--learner.dtype", "bfloat16", "--learner.beta", "0.04"]
+    base += ["--learner.share_prompts", "true", "--learner.compile", "false"]
     pairs = [f"--learner.{word}" if i % 2 == 0 else word for i, word in enumerate(overrides)]
     return load_config(None, base + pairs).learner
 
@@ -107,6 +109,15 @@ def test_checkpointing_and_chunked_logits_cut_activations_per_token():
     whole_logits = activation_bytes_per_token(model, learner("logprob_chunk_tokens", "0"))
     assert checkpointed < full / 3
     assert whole_logits - full == 5 * 4 * model.vocab  # float32 logits kept for every token
+
+
+def test_the_cuda_defaults_are_counted_without_shared_prompts():
+    """The plan is for a GPU learner, where share_prompts = "auto" is off: no +16% for it."""
+    model = shape("qwen2.5-coder-1.5b")
+    defaults = learner("share_prompts", "auto", "compile", "auto")
+    unshared = activation_bytes_per_token(model, learner("share_prompts", "false"))
+    assert activation_bytes_per_token(model, defaults) == unshared
+    assert activation_bytes_per_token(model, learner()) > unshared  # shared, as measured then
 
 
 #: Issue 34's table, measured with learner.bench on an H200 (16 prompts x 8 x (128 + 512)
