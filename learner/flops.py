@@ -28,7 +28,8 @@ given as a span ``(context, tokens)``, ``tokens`` positions run after ``context`
 Padding is not counted: it is work the model did not need, so utilisation falls when a batch is
 badly packed, which is the point of measuring it. The peak is not a datasheet number but the
 best of a few large square matrix products in the step's compute dtype, on the same device and
-threads, measured by the same process just before: what this machine really reaches.
+threads, measured by the same process just before its first step (``Learner.peak_flops``):
+what this machine really reaches.
 """
 
 from __future__ import annotations
@@ -139,7 +140,8 @@ def _cached_peak(device: str, dtype: str, threads: int) -> float:
 
 def mfu_peak_flops(config: LearnerConfig, device: torch.device) -> float:
     """The peak ``train/mfu`` divides by, per rank: ``learner.peak_tflops``, or measured once
-    per process on ``device`` in the compute dtype (0 when it cannot be)."""
+    per process on ``device`` in the compute dtype (0 when it cannot be). The learner calls
+    it lazily, before its first step (``Learner.peak_flops``)."""
     if config.peak_tflops > 0:
         return config.peak_tflops * 1e12
     return _cached_peak(device.type, config.dtype, max(1, int(config.num_cpus)))

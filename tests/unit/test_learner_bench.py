@@ -165,3 +165,31 @@ def test_the_mfu_peak_is_measured_once_per_process(monkeypatch):
     assert flops.mfu_peak_flops(LearnerConfig(peak_tflops=2.5), cpu) == 2.5e12  # not measured
     assert len(calls) == 1
     flops._cached_peak.cache_clear()  # later tests measure for real
+
+
+def test_the_learner_measures_its_peak_before_its_first_step_not_when_built(tmp_path, monkeypatch):
+    """A colocated engine may still be starting on the device while the learner is built: the
+    peak is measured just before the first step's compute, once, and train/mfu divides by it."""
+    from common.config import LearnerConfig
+    from learner import learner as learner_module
+    from learner.bench.step import build_random_model
+
+    events = []
+
+    def fake_peak(config, device):
+        events.append("peak")
+        return 1e9
+
+    monkeypatch.setattr(learner_module, "mfu_peak_flops", fake_peak)
+    path, samples = str(build_random_model("tiny", tmp_path)), random_batch(2, 2, 4, 8, vocab=256)
+    learner = learner_module.Learner(path, LearnerConfig(beta=0.0))
+    assert events == []  # not at construction
+    train = learner.trainer.train
+    monkeypatch.setattr(
+        learner.trainer, "train", lambda *a, **k: events.append("step") or train(*a, **k)
+    )
+    first = learner.train_step(samples)
+    learner.train_step(samples)
+    assert events == ["peak", "step", "step"]
+    needed = learner.model_flops(samples, share_prompts=True)
+    assert first["train/mfu"] == pytest.approx(needed / first["train/step_time_s"] / 1e9)
