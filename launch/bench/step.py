@@ -53,7 +53,6 @@ from launch.bench.workload import (
 from launch.data.problems import load_problems
 from launch.loop.metrics import mean_present
 from launch.train import prepare_run_dir
-from learner.flops import learner_peak_flops
 
 logger = logging.getLogger("launch.bench")
 
@@ -240,10 +239,7 @@ def main(argv: list[str] | None = None) -> int:
         config.rollout.ignore_eos = True
     records, drawn = run_ours(config, model_path, steps)
     ours = summarize_ours(records, warmup)
-    peak = learner_peak_flops(config.learner)
-    if peak:
-        ours["learner_peak_tflops"] = peak / 1e12
-        ours["learner_utilisation"] = ours["learner_tflops"] * 1e12 / peak
+    _add_utilisation(ours, config)
     phases = timeline.PhaseTimes(
         rollout=ours["rollout_s"],
         reward=ours["reward_s"],
@@ -280,6 +276,18 @@ def main(argv: list[str] | None = None) -> int:
     out.write_text(json.dumps(result, indent=2))
     print(f"summary written to {out}")
     return 0
+
+
+def _add_utilisation(ours: dict[str, Any], config: Config) -> None:
+    """The learner's TFLOP/s against the matmul peak measured on this machine, when there is
+    one (``learner.flops.learner_peak_flops``)."""
+    # lazy: learner.flops imports torch (seconds); --help and config errors answer first
+    from learner.flops import learner_peak_flops
+
+    peak = learner_peak_flops(config.learner)
+    if peak:
+        ours["learner_peak_tflops"] = peak / 1e12
+        ours["learner_utilisation"] = ours["learner_tflops"] * 1e12 / peak
 
 
 class _UsageError(Exception):

@@ -20,6 +20,7 @@ CLIS = [
     "launch.train_verifier",
     "launch.scale",
     "launch.head",
+    "launch.bench",
     "sandbox.check",
     "sandbox.bench",
     "launch.fleet.memory_plan",
