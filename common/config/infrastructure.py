@@ -119,8 +119,9 @@ class RayConfig(Section):
         gt=0,
         description="the longest the driver waits for an actor (or the run's placement group) "
         "to start: one Ray cannot place, or whose engine is still loading by then, fails the "
-        "run with its name and what it asked for instead of hanging it. Generous, since a 7B "
-        "vLLM engine on a cold node takes minutes",
+        "run with its name and what it asked for instead of hanging it; also how long a rollout "
+        "actor Ray restarts after a crash has to come back. Generous, since a 7B vLLM engine on "
+        "a cold node takes minutes",
     )
     group_interface: str = Field(
         "",

@@ -309,9 +309,13 @@ class RolloutFleet:
 
     def _recover(self, index: int) -> dict[str, float]:
         """Wait for Ray to restart actor ``index`` and give it the current weights; the load's
-        record (``version``, ``seconds``; version 0 and no load before any push)."""
+        record (``version``, ``seconds``; version 0 and no load before any push).
+
+        A restart loads the engine again, maybe on another (cold) node, as a start does: it
+        gets the same ``ray.start_timeout_s``."""
         actor = self.actors[index]
-        deadline = time.monotonic() + 600
+        timeout_s = self.config.ray.start_timeout_s
+        deadline = time.monotonic() + timeout_s
         while True:
             try:
                 version = ray.get(actor.ready.remote(), timeout=60)
@@ -322,7 +326,10 @@ class RolloutFleet:
                 ray.exceptions.GetTimeoutError,
             ) as exc:
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"rollout actor {index} did not come back") from exc
+                    raise RuntimeError(
+                        f"rollout actor {index} did not come back within {timeout_s:g} s "
+                        "(ray.start_timeout_s)"
+                    ) from exc
                 time.sleep(1.0)
         self.counters["faults/rollout_restarts"] += 1
         load = {"version": float(version), "seconds": 0.0}

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import types
 
 import huggingface_hub
 import pytest
@@ -244,6 +245,32 @@ def test_the_placement_timeout_names_the_bundles():
     )
     assert "within 600 s (ray.start_timeout_s)" in message
     assert "learner-run (1 CPU, 1 GPU), rollout-run-0 (1 GPU)" in message
+
+
+def test_a_restarting_rollout_actor_has_start_timeout_s_to_come_back(monkeypatch):
+    """A restart loads the engine again, maybe on a cold node, as a start does: the fleet waits
+    for it ``ray.start_timeout_s`` (on a fake clock: each readiness probe times out after its
+    full wait), then ends the run naming that setting."""
+    from launch.fleet import rollout_fleet  # as test_colocation: imports Ray
+
+    clock = [0.0]
+
+    def advance(seconds: float) -> None:
+        clock[0] += seconds
+
+    def probe_times_out(ref, timeout: float):
+        advance(timeout)
+        raise rollout_fleet.ray.exceptions.GetTimeoutError("still loading")
+
+    fake_time = types.SimpleNamespace(monotonic=lambda: clock[0], sleep=advance)
+    monkeypatch.setattr(rollout_fleet, "time", fake_time)
+    monkeypatch.setattr(rollout_fleet.ray, "get", probe_times_out)
+    fleet = rollout_fleet.RolloutFleet(_config(ray={"start_timeout_s": 300}), "model", "r")
+    fleet.actors = [types.SimpleNamespace(ready=types.SimpleNamespace(remote=lambda: None))]
+    with pytest.raises(RuntimeError, match=r"within 300 s \(ray\.start_timeout_s\)"):
+        fleet._recover(0)
+    probe_s = 60 + 1  # one readiness probe (ray.get's timeout) and the pause after it
+    assert 300 < clock[0] <= 300 + probe_s
 
 
 _LOCAL_RAY = """
