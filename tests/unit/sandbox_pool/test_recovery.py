@@ -1,0 +1,63 @@
+"""Failure and restart: a worker that dies mid-job is replaced without losing a job, a closed
+pool leaves nothing behind, and a killed pool's directory is removed by the next one."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import psutil
+
+from common.config import SandboxConfig
+from common.types import ExecutionJob, Verdict
+from sandbox.trusted.pool import SandboxPool, remove_abandoned_dirs
+from tests.unit.sandbox_helpers import F_TESTS, GOOD_F
+
+
+def test_dead_worker_with_jobs_in_flight_is_replaced_and_nothing_is_lost():
+    config = SandboxConfig(num_workers=1, timeout_s=5.0, test_timeout_s=3.0, cache=False)
+    slow = "import time\ntime.sleep(1.0)\n" + GOOD_F
+    jobs = [ExecutionJob(slow, F_TESTS)] + [ExecutionJob(GOOD_F, F_TESTS)] * 3
+    with SandboxPool(config) as solo:
+        server = solo._workers[0].proc.pid
+        killer = threading.Timer(0.4, os.kill, (server, signal.SIGKILL))
+        killer.start()
+        results = solo.run(jobs)
+        killer.join()
+        assert [r.verdict for r in results] == [Verdict.PASSED] * 4
+        assert solo.stats()["sandbox/worker_restarts"] == 1.0
+        assert solo._workers[0].proc.pid != server
+
+
+def test_close_leaves_no_processes_or_files():
+    temp_pool = SandboxPool(SandboxConfig(num_workers=2))
+    temp_pool.run([ExecutionJob("import os, time\nos.fork()\nos.setsid()", ())])
+    workers = [psutil.Process(w.proc.pid) for w in temp_pool._workers]
+    family = workers + [c for w in workers for c in w.children(recursive=True)]
+    temp_pool.close()
+    time.sleep(0.1)
+    assert not [p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not os.path.exists(temp_pool._dir)
+
+
+def test_directory_of_a_killed_pool_is_removed_by_the_next_pool():
+    script = (
+        "import time\nfrom common.config import SandboxConfig\n"
+        "from sandbox.trusted.pool import SandboxPool\n"
+        "pool = SandboxPool(SandboxConfig(num_workers=1))\nprint(pool._dir, flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    crashed = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    abandoned = crashed.stdout.readline().strip()
+    crashed.kill()  # SIGKILL: close() never runs
+    crashed.wait()
+    assert os.path.isdir(abandoned)
+    with SandboxPool(SandboxConfig(num_workers=1)) as live:
+        assert not os.path.exists(abandoned)  # the new pool removed it on start
+        assert remove_abandoned_dirs(tempfile.gettempdir()) == []  # its own dir is kept
+        assert os.path.isdir(live._dir)
