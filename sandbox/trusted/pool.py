@@ -182,7 +182,11 @@ class SandboxPool:
                 results[index] = early
                 continue
             queue.append(_Task(index, job, stop_at_first_failure))
-        self._drive(queue, results)
+        try:
+            self._drive(queue, results)
+        except BaseException:  # KeyboardInterrupt (Ctrl-C in a local run) too
+            self._abandon_in_flight()
+            raise
         for task_result, job in zip(results, jobs):
             if self._cache is not None and task_result.verdict is not Verdict.INFRA_ERROR:
                 self._cache.put(job_key(job, stop_at_first_failure), task_result)
@@ -271,15 +275,31 @@ class SandboxPool:
         """
         running, *waiting = worker.take_all()
         log.warning("sandbox: worker %d died or hung; replacing it", worker.index)
+        self._restart(worker)
+        for task in reversed(waiting):
+            task.attempts -= 1
+            queue.appendleft(task)
+        self._retry_or_fail(running, queue, results, "sandbox worker died")
+
+    def _abandon_in_flight(self) -> None:
+        """Restart every worker that still holds jobs of a call that raised.
+
+        Those jobs' results have no list to go to any more. Left in flight, the next call would
+        wait behind them and then judge them into its own list, at an index of the aborted
+        call: another job's result, or an IndexError out of that call too.
+        """
+        for worker in self._workers:
+            if worker.in_flight or worker.outbox:
+                worker.take_all()
+                log.warning("sandbox: a call raised; restarting worker %d", worker.index)
+                self._restart(worker)
+
+    def _restart(self, worker: WorkerHandle) -> None:
         self._restarts += 1
         try:
             worker.restart()
         except Exception as exc:  # the pool keeps serving with the workers it has
             log.error("sandbox: could not restart worker %d: %s", worker.index, exc)
-        for task in reversed(waiting):
-            task.attempts -= 1
-            queue.appendleft(task)
-        self._retry_or_fail(running, queue, results, "sandbox worker died")
 
     def _retry_or_fail(self, task: _Task, queue: deque, results: list, why: str) -> None:
         if task.attempts < 2:
@@ -385,8 +405,8 @@ def _finish(task: _Task, message: dict) -> ExecutionResult:
     """The task's result from its judgement and the worker's ``done``.
 
     Judging is written not to raise on anything a program does; should it still, that one
-    result is ``failed`` rather than an exception out of ``run``, which would end the run that
-    called it and leave this worker's jobs in flight, so every later call would fail too.
+    result is ``failed`` rather than an exception out of ``run``, which would lose the results
+    of the whole call (and restart the workers that held its other jobs).
     """
     duration_ms = float(message.get("duration_ms") or 0.0)
     try:

@@ -1,5 +1,6 @@
-"""Failure and restart: a worker that dies mid-job is replaced without losing a job, a closed
-pool leaves nothing behind, and a killed pool's directory is removed by the next one."""
+"""Failure and restart: a worker that dies mid-job is replaced without losing a job, a call that
+raised leaves nothing in flight for the next, a closed pool leaves nothing behind, and a killed
+pool's directory is removed by the next one."""
 
 from __future__ import annotations
 
@@ -12,10 +13,12 @@ import threading
 import time
 
 import psutil
+import pytest
 
 from common.config import SandboxConfig
 from common.types import ExecutionJob, Verdict
-from sandbox.trusted.pool import SandboxPool, remove_abandoned_dirs
+from sandbox.trusted import pool as pool_module
+from sandbox.trusted.pool import MAX_SOURCE_BYTES, SandboxPool, remove_abandoned_dirs
 from tests.unit.sandbox_helpers import F_TESTS, GOOD_F
 
 
@@ -32,6 +35,32 @@ def test_dead_worker_with_jobs_in_flight_is_replaced_and_nothing_is_lost():
         assert [r.verdict for r in results] == [Verdict.PASSED] * 4
         assert solo.stats()["sandbox/worker_restarts"] == 1.0
         assert solo._workers[0].proc.pid != server
+
+
+def test_a_call_that_raised_leaves_no_job_in_flight_for_the_next(monkeypatch):
+    """An exception out of ``run`` (injected here: planning one job's tests fails; for real, a
+    worker that cannot restart, or Ctrl-C) comes after the call sent other jobs to a worker.
+    The next call must neither collect their results into its own list nor count them in its
+    metrics."""
+    unplannable = "def f(x):\n    return 'cannot plan'\n"
+    plan = pool_module._plan
+
+    def plan_or_fail(job: ExecutionJob):
+        if job.code == unplannable:
+            raise RuntimeError("planning failed")
+        return plan(job)
+
+    monkeypatch.setattr(pool_module, "_plan", plan_or_fail)
+    oversized = "#" * MAX_SOURCE_BYTES + "\n" + GOOD_F  # judged without a worker: index 0
+    with SandboxPool(SandboxConfig(num_workers=1, cache=False)) as solo:
+        # index 1 is sent to the worker, whose queue has room for index 2, which fails to plan
+        aborted = [ExecutionJob(code, F_TESTS) for code in (oversized, GOOD_F, unplannable)]
+        with pytest.raises(RuntimeError, match="planning failed"):
+            solo.run(aborted)
+        solo.stats()  # what the aborted call left in the metrics
+        wrong = ExecutionJob("def f(x):\n    return 0\n", F_TESTS)
+        assert [r.verdict for r in solo.run([wrong])] == [Verdict.FAILED]
+        assert solo.stats()["sandbox/verdict/failed"] == 1.0  # no PASSED from the aborted call
 
 
 def test_close_leaves_no_processes_or_files():
