@@ -266,22 +266,32 @@ def layer_activation_bytes(
 
 
 def activation_bytes_per_token(
-    shape: ModelShape, learner: LearnerConfig, row_tokens: int = DEFAULT_ROW_TOKENS
+    shape: ModelShape,
+    learner: LearnerConfig,
+    row_tokens: int = DEFAULT_ROW_TOKENS,
+    checkpointed: int | None = None,
 ) -> int:
     """Activation bytes of the policy's forward + backward per micro-batch token, at the peak
-    of the backward pass.
+    of the backward pass, with ``checkpointed`` decoder layers (default: as
+    ``learner.gradient_checkpointing`` resolves, :func:`checkpointed_layers`).
 
     Without checkpointing every layer's saved tensors, plus one layer's worth for the gradients
-    of the layer being differentiated. With ``gradient_checkpointing`` (HF's, per decoder layer)
-    each layer keeps only its input (the residual stream), and one layer is recomputed at a time
-    (its saved tensors and its gradients). ``logprob_chunk_tokens = 0`` adds the full-vocabulary
-    float32 logits of every token (learner/logprobs.py: no recompute); with chunks they are a
-    fixed cost (:func:`logit_bytes`). Plus the allowance the measurements asked for.
+    of the layer being differentiated. A checkpointed layer keeps only its input (the residual
+    stream) and is recomputed in backward (its saved tensors and its gradients, one layer at a
+    time). The checkpointed layers are the first k (learner/policy.py): backward reaches them
+    after the later layers' saved tensors are freed, so the peak is k residuals + the L - k
+    full layers + one layer's gradients; with all L checkpointed (HF's count) the last layer is
+    recomputed at once, which makes it k residuals + two layers. ``logprob_chunk_tokens = 0``
+    adds the full-vocabulary float32 logits of every token (learner/logprobs.py: no
+    recompute); with chunks they are a fixed cost (:func:`logit_bytes`). Plus the allowance
+    the measurements asked for.
     """
+    if checkpointed is None:
+        checkpointed = checkpointed_layers(shape, learner, row_tokens=row_tokens)
     layer = layer_activation_bytes(shape, learner, row_tokens)
     residual = Precision.of(learner).param * shape.hidden
-    if learner.gradient_checkpointing:
-        saved = shape.layers * residual + 2 * layer
+    if checkpointed:
+        saved = checkpointed * residual + (max(shape.layers - checkpointed, 1) + 1) * layer
     else:
         saved = (shape.layers + 1) * layer
         if learner.share_prompts_on("cuda"):  # the plan is for a GPU learner
@@ -310,10 +320,14 @@ def learner_step_peak(
     reference_dtype: str | None = None,
     row_tokens: int = DEFAULT_ROW_TOKENS,
     export_copy: int = 0,
+    checkpointed: int | None = None,
 ) -> int:
-    """One rank's peak over a train step: the backward of a full micro-batch, or AdamW's step."""
+    """One rank's peak over a train step: the backward of a full micro-batch, or AdamW's step
+    (``checkpointed`` layers as in :func:`activation_bytes_per_token`)."""
     state = learner_state(shape, learner, reference_dtype, export_copy)
-    per_token = activation_bytes_per_token(shape, learner, row_tokens)
+    if checkpointed is None:
+        checkpointed = checkpointed_layers(shape, learner, reference_dtype, row_tokens, export_copy)
+    per_token = activation_bytes_per_token(shape, learner, row_tokens, checkpointed)
     backward = (
         state.backward
         + micro_batch_tokens * per_token
@@ -326,6 +340,10 @@ class MemoryTargetError(ValueError):
     """``learner.memory_gib`` leaves no room for a micro-batch."""
 
 
+class CheckpointedLayersError(ValueError):
+    """``learner.gradient_checkpointing`` names more decoder layers than the model has."""
+
+
 #: The range a derived micro-batch budget is clamped to. Below it a micro-batch holds a few
 #: rows of an MBPP step and the step runs nearly row by row; above it (2^18) no rollout batch
 #: of the shipped configs needs more than one micro-batch.
@@ -336,19 +354,22 @@ MAX_MICRO_BATCH_TOKENS = 1 << 18
 def micro_batch_budget(
     shape: ModelShape,
     learner: LearnerConfig,
-    *,
     reference_dtype: str | None = None,
     row_tokens: int = DEFAULT_ROW_TOKENS,
     export_copy: int = 0,
+    checkpointed: int | None = None,
 ) -> int:
     """The micro-batch token budget that keeps one rank's step under ``learner.memory_gib``:
-    (target - state held through backward - the LM head's chunk) / activation bytes per token,
-    clamped to [MIN_MICRO_BATCH_TOKENS, MAX_MICRO_BATCH_TOKENS]. Raises
-    :class:`MemoryTargetError` when the target cannot hold the smallest."""
+    (target - state held through backward - the LM head's chunk) / activation bytes per token
+    with ``checkpointed`` layers (default: as configured), clamped to [MIN_MICRO_BATCH_TOKENS,
+    MAX_MICRO_BATCH_TOKENS]. Raises :class:`MemoryTargetError` when the target cannot hold
+    the smallest."""
+    if checkpointed is None:
+        checkpointed = checkpointed_layers(shape, learner, reference_dtype, row_tokens, export_copy)
     target = int(learner.memory_gib * GIB)
     state = learner_state(shape, learner, reference_dtype, export_copy)
     fixed = state.backward + logit_bytes(shape, learner, MAX_MICRO_BATCH_TOKENS)
-    per_token = activation_bytes_per_token(shape, learner, row_tokens)
+    per_token = activation_bytes_per_token(shape, learner, row_tokens, checkpointed)
     tokens = (target - fixed) // per_token
     if tokens < MIN_MICRO_BATCH_TOKENS or state.optimiser_step > target:
         need = max(fixed + MIN_MICRO_BATCH_TOKENS * per_token, state.optimiser_step)
@@ -360,6 +381,81 @@ def micro_batch_budget(
             f"{gib(need)} GiB, or LoRA / master_dtype = 'same'"
         )
     return int(min(tokens, MAX_MICRO_BATCH_TOKENS))
+
+
+def _tokens_that_fit(
+    shape: ModelShape,
+    learner: LearnerConfig,
+    checkpointed: int,
+    state: LearnerState,
+    row_tokens: int,
+) -> int:
+    """Micro-batch tokens whose activations fit ``learner.memory_gib`` beside ``state``
+    (unclamped; negative when the state alone exceeds it)."""
+    fixed = state.backward + logit_bytes(shape, learner, MAX_MICRO_BATCH_TOKENS)
+    per_token = activation_bytes_per_token(shape, learner, row_tokens, checkpointed)
+    return (int(learner.memory_gib * GIB) - fixed) // per_token
+
+
+@dataclass(frozen=True)
+class MicroBatchFit:
+    """How a learner rank's step is fitted to memory: decoder layers checkpointed (the first
+    ones) and the micro-batch token budget."""
+
+    checkpointed: int
+    tokens: int
+
+
+def fit_micro_batch(
+    shape: ModelShape,
+    learner: LearnerConfig,
+    *,
+    reference_dtype: str | None = None,
+    row_tokens: int = DEFAULT_ROW_TOKENS,
+    export_copy: int = 0,
+) -> MicroBatchFit:
+    """``learner.gradient_checkpointing`` resolved on this shape, and the micro-batch budget:
+    ``learner.micro_batch_tokens``, or with ``learner.memory_gib`` :func:`micro_batch_budget`
+    at those layers. Raises :class:`CheckpointedLayersError` or :class:`MemoryTargetError`."""
+    terms = (reference_dtype, row_tokens, export_copy)
+    checkpointed = checkpointed_layers(shape, learner, *terms)
+    if not learner.memory_gib:
+        return MicroBatchFit(checkpointed, learner.micro_batch_tokens)
+    return MicroBatchFit(checkpointed, micro_batch_budget(shape, learner, *terms, checkpointed))
+
+
+def checkpointed_layers(
+    shape: ModelShape,
+    learner: LearnerConfig,
+    reference_dtype: str | None = None,
+    row_tokens: int = DEFAULT_ROW_TOKENS,
+    export_copy: int = 0,
+) -> int:
+    """How many decoder layers (the first ones) ``learner.gradient_checkpointing`` checkpoints
+    on this shape: true all, false none, an integer that many; ``"auto"`` the fewest with
+    which a micro-batch of ``learner.micro_batch_tokens`` fits ``learner.memory_gib`` (all
+    when none does: :func:`micro_batch_budget` then shrinks the micro-batch), none without a
+    target. Raises :class:`CheckpointedLayersError` for more layers than the model has."""
+    setting, layers = learner.gradient_checkpointing, shape.layers
+    if isinstance(setting, bool):
+        return layers if setting else 0
+    if setting == "auto":
+        if not learner.memory_gib:
+            return 0
+        state = learner_state(shape, learner, reference_dtype, export_copy)
+        # all L never fits where L - 1 does not (its last layer is recomputed at once: the
+        # count above), so it is only the fallback
+        wanted = learner.micro_batch_tokens
+        for count in range(layers):
+            if _tokens_that_fit(shape, learner, count, state, row_tokens) >= wanted:
+                return count
+        return layers
+    if setting > layers:
+        raise CheckpointedLayersError(
+            f"learner.gradient_checkpointing ({setting}) is more than the model's {layers} "
+            f"decoder layers: give at most {layers}, or true for all of them"
+        )
+    return setting
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from torch import Tensor
 from algorithm.kl_control import KlControl
 from algorithm.loss import sequence_kl
 from common.config import LearnerConfig
-from common.memory import GIB, ModelShape, learner_step_peak, micro_batch_budget
+from common.memory import GIB, MicroBatchFit, ModelShape, fit_micro_batch, learner_step_peak
 from common.transport import DEFAULT_BUCKET_BYTES, transport_for
 from common.types import ProcessGroupSpec, TrainSample, WeightUpdate
 from learner import checkpoint
@@ -42,6 +42,7 @@ from learner.policy import (
     DTYPES,
     base_model_of,
     build_policy,
+    checkpoint_layers,
     compile_layers,
     load_causal_lm,
     load_tokenizer,
@@ -110,7 +111,7 @@ class Learner:
             pad_token_id=pad_token_id,
             seed=seed,
             total_steps=total_steps,
-            micro_batch_tokens=self._micro_batch_tokens(),
+            micro_batch_tokens=self.fit.tokens,
         )
         self.optimizer, self.trainable = self.trainer.optimizer, self.trainer.trainable
         # learner.offload_optimizer: the state's trips to host memory (offload.py)
@@ -134,6 +135,10 @@ class Learner:
         # A checkpoint's weights go in after the reference took the initial ones and before
         # the policy is sharded, through the same loaders for any number of ranks.
         state = checkpoint.load_weights(Path(resume_from), self.model) if resume_from else None
+        # Checkpointed layers before sharding and compiling: both wrap around what this sets
+        # (policy.checkpoint_layers); after the reference, which runs without autograd.
+        self.fit = self._fit_memory()
+        checkpoint_layers(self.model, self.fit.checkpointed)
         # The FSDP root around the policy, or the policy.
         self.root = self.ranks.shard(self.model, self.device)
         # learner.compile and learner.share_prompts, "auto" resolved for this device
@@ -142,32 +147,44 @@ class Learner:
             compile_layers(self.model)
         self._flop_shape = model_config_shape(self.model)  # (matmul params, layers, width)
         # Each distinct prompt run once where that computes the same logprobs: what the config
-        # allows on this device, and not with sliding-window attention (``can_share_prompts``).
-        self.share_prompts = config.share_prompts_on(self.device.type) and can_share_prompts(
-            self.model
+        # allows on this device, not with a checkpointed layer (its recompute would fill the KV
+        # cache the shared forward runs on a second time), not with sliding-window attention
+        # (``can_share_prompts``).
+        self.share_prompts = (
+            config.share_prompts_on(self.device.type)
+            and not self.fit.checkpointed
+            and can_share_prompts(self.model)
         )
         return state
 
-    def _micro_batch_tokens(self) -> int:
-        """The micro-batch token budget: ``learner.micro_batch_tokens``, or with
-        ``learner.memory_gib`` the one whose step peak fits that target by the arithmetic of
-        ``common/memory.py`` on this model's shape (logged once). Refuses (ValueError, one
-        line) a target below the learner's state."""
+    def _fit_memory(self) -> MicroBatchFit:
+        """The decoder layers to checkpoint (``learner.gradient_checkpointing`` on this model's
+        layers) and the micro-batch token budget (``learner.micro_batch_tokens``, or with
+        ``learner.memory_gib`` the one whose step peak fits that target), by the arithmetic of
+        ``common/memory.py`` on this model's shape; logged once. Refuses (ValueError, one
+        line) a target below the learner's state or more layers than the model has."""
         config = self.config
-        if not config.memory_gib:
-            return config.micro_batch_tokens
+        if config.gradient_checkpointing is False and not config.memory_gib:
+            return MicroBatchFit(0, config.micro_batch_tokens)
         shape = ModelShape.from_config(base_model_of(self.model).config.to_dict())
         # weights.transport = "ipc": every rank keeps a whole serving-dtype copy for its engine
         copy = shape.parameters * self.export_dtype.itemsize if self.sender.every_rank_sends else 0
-        budget = micro_batch_budget(shape, config, export_copy=copy)
-        logger.info(
-            "learner.memory_gib %g: micro-batches of %d tokens (a step's peak %.1f GiB by "
-            "common/memory.py's arithmetic)",
-            config.memory_gib,
-            budget,
-            learner_step_peak(shape, config, budget, export_copy=copy) / GIB,
+        fit = fit_micro_batch(shape, config, export_copy=copy)
+        peak = learner_step_peak(
+            shape, config, fit.tokens, export_copy=copy, checkpointed=fit.checkpointed
         )
-        return budget
+        logger.info(
+            "learner.gradient_checkpointing %s, memory_gib %g: %d of %d decoder layers "
+            "checkpointed, micro-batches of %d tokens (a step's peak %.1f GiB by "
+            "common/memory.py's arithmetic)",
+            config.gradient_checkpointing,
+            config.memory_gib,
+            fit.checkpointed,
+            shape.layers,
+            fit.tokens,
+            peak / GIB,
+        )
+        return fit
 
     def _build_reference(self, model_path: str) -> Reference | None:
         """pi_ref from the initial policy (beta > 0), its weights in ``learner.reference_dtype``.

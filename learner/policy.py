@@ -1,4 +1,4 @@
-"""Building the policy module: dtype policy, gradient checkpointing, LoRA, compiled layers.
+"""Building the policy module: dtype policy, LoRA, checkpointed layers, compiled layers.
 
 Precision. ``learner.dtype = "bfloat16"`` has two meanings, chosen by ``learner.master_dtype``:
 
@@ -21,10 +21,14 @@ model's config.
 from __future__ import annotations
 
 import contextlib
+import functools
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from common.config import LearnerConfig
 
@@ -92,15 +96,44 @@ def load_causal_lm(model_path: str, dtype: torch.dtype) -> nn.Module:
 
 
 def build_policy(model_path: str, config: LearnerConfig, param_dtype: torch.dtype) -> nn.Module:
-    """The trainable policy: the HF model, optionally checkpointed, optionally LoRA-wrapped."""
+    """The trainable policy: the HF model, optionally LoRA-wrapped. Its checkpointed layers
+    are chosen later, from the model's shape (:func:`checkpoint_layers`)."""
     model = load_causal_lm(model_path, param_dtype)
-    if config.gradient_checkpointing:
-        # Non-reentrant checkpointing lets gradients reach LoRA weights even though the
-        # (frozen) embedding output does not require grad.
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if config.lora.enabled:
         model = _wrap_lora(model, config)
     return model
+
+
+def checkpoint_layers(model: nn.Module, count: int) -> None:
+    """Checkpoint the first ``count`` decoder layers (``learner.gradient_checkpointing``):
+    their forward keeps only its inputs for backward and runs again there.
+
+    The first ones because backward reaches them last, after the later layers' saved tensors
+    are freed: a recomputed layer's tensors never sit on top of the un-checkpointed layers'
+    (common/memory.py counts the peak that way). Non-reentrant checkpointing (Hugging Face's
+    own switch used it here before) lets gradients reach LoRA weights although the frozen
+    embedding's output does not require grad, so peft needs no ``enable_input_require_grads``.
+    The wrapper replaces the layer's ``forward``, not the module: parameter names stay
+    (checkpoints, export, LoRA), FSDP2's hooks (``sharding.py``, around ``forward``) gather
+    the parameters before the recompute as before the forward, and a compiled layer
+    (:func:`compile_layers`, before or after this) compiles the checkpoint with it.
+    """
+    layers = decoder_layers(model)
+    if not 0 <= count <= len(layers):
+        raise ValueError(f"cannot checkpoint {count} of {len(layers)} decoder layers")
+    for layer in layers[:count]:
+        layer.forward = functools.partial(_checkpointed, layer.forward)
+
+
+def _checkpointed(forward: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``forward`` checkpointed when autograd records it (no-grad passes keep nothing anyway).
+    A KV cache is refused: the recompute would append to it a second time (the learner turns
+    ``share_prompts``, its only user, off with any checkpointed layer)."""
+    if not torch.is_grad_enabled():
+        return forward(*args, **kwargs)
+    if kwargs.get("past_key_values") is not None:
+        raise RuntimeError("a checkpointed decoder layer cannot fill a KV cache: share_prompts")
+    return checkpoint(forward, *args, use_reentrant=False, **kwargs)
 
 
 def compile_layers(model: nn.Module) -> int:

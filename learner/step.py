@@ -69,7 +69,7 @@ class Trainer:
     ) -> None:
         self.model, self.config, self.root, self.reference = model, config, root, reference
         # The token budget of one micro-batch: learner.micro_batch_tokens, or what the learner
-        # derived from learner.memory_gib (``Learner._micro_batch_tokens``).
+        # derived from learner.memory_gib (``Learner._fit_memory``).
         self.micro_batch_tokens = micro_batch_tokens or config.micro_batch_tokens
         self.ranks, self.device, self.autocast_dtype = ranks, device, autocast_dtype
         self.threads, self.share_prompts = threads, share_prompts

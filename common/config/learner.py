@@ -16,6 +16,7 @@ from pydantic import (
     ValidationError,
     ValidatorFunctionWrapHandler,
     WrapValidator,
+    field_validator,
     model_serializer,
     model_validator,
 )
@@ -145,7 +146,16 @@ class SpeedKnobs(Section):
         "0: micro_batch_tokens",
     )
     dtype: Literal["float32", "bfloat16"] = "float32"
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: bool | int | Literal["auto"] = Field(
+        False,
+        description="recompute activations in backward instead of keeping them, decoder layer "
+        "by decoder layer: true every layer, false none, an integer k the first k layers (k "
+        "<= the model's layers), 'auto' the fewest layers with which a micro-batch of "
+        "micro_batch_tokens fits memory_gib (common/memory.py's arithmetic; all of them, and "
+        "a smaller micro-batch, when even that does not fit); 'auto' without memory_gib "
+        "checkpoints none, as false does. The count is logged when the learner starts. Any "
+        "checkpointed layer turns share_prompts off",
+    )
     compile: AutoBool = Field(
         "auto",
         description="torch.compile each decoder layer of the policy (dynamic shapes); the "
@@ -171,6 +181,19 @@ class SpeedKnobs(Section):
         "in the compute dtype; not at start, where a colocated engine may still be loading "
         "on the same device)",
     )
+
+    @field_validator("gradient_checkpointing", mode="before")
+    @classmethod
+    def _check_checkpointing(cls, value: Any) -> Any:
+        # before pydantic's union, whose three failures would read as three errors
+        if isinstance(value, bool) or value == "auto":
+            return value
+        if isinstance(value, int) and value >= 0:
+            return value
+        raise ValueError(
+            f"{value!r}: give true, false, 'auto' or how many decoder layers to checkpoint "
+            "(an integer >= 0)"
+        )
 
     def reference_dtype_on(self, device_type: str) -> Literal["float32", "bfloat16"]:
         """``reference_dtype`` with ``auto`` resolved for a learner on ``device_type``
@@ -329,12 +352,15 @@ class LearnerConfig(LossKnobs, OptimiserKnobs, SpeedKnobs, ResourceKnobs):
 
     def share_prompts_on(self, device_type: str) -> bool:
         """``share_prompts`` with ``auto`` resolved for a learner on ``device_type``, and off
-        where the shared forward cannot run: under gradient checkpointing (HF's drops the KV
-        cache it runs on) and with compiled layers (one graph per layer and pass once they
+        where the shared forward cannot run: with checkpointed layers (a layer's recompute
+        would fill the KV cache the shared forward runs on a second time) and with compiled layers (one graph per layer and pass once they
         read the cache). The model's own limit (sliding-window attention) is the learner's
         to add: ``learner.logprobs.can_share_prompts``."""
         wanted = device_type == "cpu" if self.share_prompts == "auto" else self.share_prompts
-        return wanted and not self.gradient_checkpointing and not self.compile_on(device_type)
+        # gradient_checkpointing "auto" may checkpoint no layer: the learner, which resolves
+        # it, turns sharing off when it does (Learner.share_prompts)
+        checkpointed = self.gradient_checkpointing not in (False, 0, "auto")
+        return wanted and not checkpointed and not self.compile_on(device_type)
 
     @model_serializer(mode="wrap")
     def _in_saved_order(self, handler: Any) -> dict[str, Any]:

@@ -189,7 +189,6 @@ NOTES = {
     "numerics and, in async mode, staleness",
     "learner.micro_batch_tokens": "padded tokens of one micro-batch (gradient accumulation)",
     "learner.dtype": "compute dtype (`bfloat16`: autocast, see `master_dtype`)",
-    "learner.gradient_checkpointing": "trade compute for activation memory",
     "learner.lora.enabled": "train a LoRA adapter (peft); the reference is the base with the "
     "adapter off",
     "learner.lora.rank": "LoRA rank",

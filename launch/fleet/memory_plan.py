@@ -32,18 +32,20 @@ from common.config import Config, ConfigError, LearnerConfig, load_config
 from common.help_format import DefaultsHelpFormatter
 from common.memory import (
     GIB,
+    CheckpointedLayersError,
     EngineMemory,
     MemoryTargetError,
+    MicroBatchFit,
     ModelShape,
     activation_bytes_per_token,
     engine_memory,
+    fit_micro_batch,
     gib,
     ipc_export_copy,
     kv_cache_tokens,
     learner_state,
     learner_step_peak,
     logit_bytes,
-    micro_batch_budget,
 )
 
 logger = logging.getLogger("launch.memory_plan")
@@ -63,6 +65,8 @@ class _Sides:
     """The byte counts the verdict compares."""
 
     step_peak: int  # the learner's step
+    fit: MicroBatchFit  # the learner's checkpointed layers and micro-batch budget
+    layers: int  # the model's decoder layers
     between_steps: int  # what the learner keeps while the engine generates
     engine: EngineMemory
 
@@ -93,21 +97,19 @@ def export_copy_of(config: Config, shape: ModelShape) -> int:
     return ipc_export_copy(shape, config.model.dtype) if config.weights.transport == "ipc" else 0
 
 
-def micro_batch_tokens(config: Config, shape: ModelShape) -> int:
-    """The learner's micro-batch budget, as the learner will derive it."""
-    learner = config.learner
-    if not learner.memory_gib:
-        return learner.micro_batch_tokens
+def learner_fit(config: Config, shape: ModelShape) -> MicroBatchFit:
+    """The learner's checkpointed layers and micro-batch budget, as the learner will derive
+    them (``learner.gradient_checkpointing``, ``learner.memory_gib``)."""
     try:
-        return micro_batch_budget(shape, learner, export_copy=export_copy_of(config, shape))
-    except MemoryTargetError as exc:
+        return fit_micro_batch(shape, config.learner, export_copy=export_copy_of(config, shape))
+    except (MemoryTargetError, CheckpointedLayersError) as exc:
         raise ConfigError(str(exc)) from None
 
 
 def plan_memory(config: Config, shape: ModelShape) -> MemoryPlan:
     """The plan of ``config`` on a model of ``shape`` (see the module docstring)."""
     learner, rollout = config.learner, config.rollout
-    tokens = micro_batch_tokens(config, shape)
+    fit = learner_fit(config, shape)
     copy = export_copy_of(config, shape)
     state = learner_state(shape, learner, export_copy=copy)
     engine = engine_memory(
@@ -115,12 +117,16 @@ def plan_memory(config: Config, shape: ModelShape) -> MemoryPlan:
     )
     offloaded = learner.offload_optimizer == "while_generating"
     sides = _Sides(
-        learner_step_peak(shape, learner, tokens, export_copy=copy),
+        learner_step_peak(
+            shape, learner, fit.tokens, export_copy=copy, checkpointed=fit.checkpointed
+        ),
+        fit,
+        shape.layers,
         state.between_steps(offloaded and rollout.colocate),
         engine,
     )
     plan = MemoryPlan()
-    plan.lines.append(_learner_line(shape, learner, tokens, sides.step_peak, copy))
+    plan.lines.append(_learner_line(shape, learner, fit, sides.step_peak, copy))
     tokens_held = kv_cache_tokens(shape, config.model.dtype, rollout.kv_cache_gib)
     plan.lines.append(
         f"engine: weights {gib(engine.weights)} GiB ({config.model.dtype}) + KV cache "
@@ -133,18 +139,19 @@ def plan_memory(config: Config, shape: ModelShape) -> MemoryPlan:
 
 
 def _learner_line(
-    shape: ModelShape, learner: LearnerConfig, tokens: int, peak: int, copy: int
+    shape: ModelShape, learner: LearnerConfig, fit: MicroBatchFit, peak: int, copy: int
 ) -> str:
     state = learner_state(shape, learner, export_copy=copy)
-    activations = tokens * activation_bytes_per_token(shape, learner)
+    tokens = fit.tokens
+    per_token = activation_bytes_per_token(shape, learner, checkpointed=fit.checkpointed)
     return (
         f"learner rank: state {gib(state.backward)} GiB (weights {gib(state.weights)}, "
         f"gradients {gib(state.gradients)}, AdamW {gib(state.optimiser)}, reference "
         f"{gib(state.reference)}, autocast copies {gib(state.autocast_copies)}, "
         f"{f'IPC export copy {gib(copy)}, ' if copy else ''}CUDA context "
-        f"{gib(state.context)}); activations {gib(activations)} at {tokens} tokens per "
-        f"micro-batch + LM head {gib(logit_bytes(shape, learner, tokens))}; step peak "
-        f"{gib(peak)} GiB"
+        f"{gib(state.context)}); activations {gib(tokens * per_token)} at {tokens} tokens per "
+        f"micro-batch ({fit.checkpointed} of {shape.layers} layers checkpointed) + LM head "
+        f"{gib(logit_bytes(shape, learner, tokens))}; step peak {gib(peak)} GiB"
     )
 
 
@@ -192,7 +199,7 @@ def _advice(config: Config, sides: _Sides, learning: int, card: float) -> str:
     learner, rollout = config.learner, config.rollout
     if learning >= sides.engine.awake + sides.between_steps:
         changes = ["a smaller learner.micro_batch_tokens (or learner.memory_gib)"]
-        if not learner.gradient_checkpointing:
+        if sides.fit.checkpointed < sides.layers:
             changes.insert(0, "learner.gradient_checkpointing = true")
         if not learner.lora.enabled:
             changes.append("learner.lora.enabled = true")
@@ -224,7 +231,7 @@ def check_memory_plan(config: Config, model_path: str) -> None:
         logger.warning("memory plan: not made, %s has no config.json here yet", model_path)
         return
     if not on_gpu:
-        micro_batch_tokens(config, shape)  # ConfigError when the target is too small
+        learner_fit(config, shape)  # ConfigError when the target is too small
         return
     plan = plan_memory(config, shape)
     for line in plan.lines:
