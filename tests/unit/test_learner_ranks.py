@@ -111,6 +111,8 @@ UPDATES = {
     "frozen_reference": {"beta": 0.05},
     "epochs": {"ppo_epochs": 2, "mini_batches": 2, "beta": 0.05, "kl_in": "loss"},
     "lora": {"lora": LoraConfig(enabled=True, rank=4), "beta": 0.05},
+    # FSDP2's hooks around a checkpointed layer's forward gather its shard for the recompute
+    "checkpointed_layer": {"gradient_checkpointing": 1, "beta": 0.05},
 }
 
 
