@@ -172,7 +172,9 @@ def _grpo_config(
         disable_tqdm=True,
         dataloader_num_workers=0,
         log_completions=False,
-        gradient_checkpointing=config.learner.gradient_checkpointing,
+        # TRL checkpoints all layers or none: any checkpointed layer of ours counts as all
+        # ("auto" resolves only in our learner, from the model's shape: none here)
+        gradient_checkpointing=learner.gradient_checkpointing not in (False, 0, "auto"),
     )
 
 

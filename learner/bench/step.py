@@ -284,6 +284,15 @@ def _flatten(data: dict, prefix: str = "") -> list[str]:
     return flat
 
 
+def _checkpointing(value: str) -> bool | int | str:
+    """``--gradient-checkpointing``'s value as learner.gradient_checkpointing takes it (the
+    config refuses what is none of them, naming the field)."""
+    lowered = value.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    return int(value) if value.lstrip("-").isdigit() else value
+
+
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     """The flags below, and the ``--learner.key value`` overrides left over."""
     parser = argparse.ArgumentParser(
@@ -321,8 +330,14 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     )
     add(
         "--gradient-checkpointing",
-        action="store_true",
-        help="recompute activations in the backward pass: less memory, more time",
+        nargs="?",
+        const="true",
+        default="false",
+        type=_checkpointing,
+        metavar="LAYERS",
+        help="recompute activations in the backward pass: less memory, more time "
+        "(learner.gradient_checkpointing: alone or 'true' every decoder layer, a number the "
+        "first that many, 'auto' the fewest that fit --learner.memory_gib)",
     )
     add(
         "--micro-batch-tokens",
