@@ -353,9 +353,9 @@ class LearnerConfig(LossKnobs, OptimiserKnobs, SpeedKnobs, ResourceKnobs):
     def share_prompts_on(self, device_type: str) -> bool:
         """``share_prompts`` with ``auto`` resolved for a learner on ``device_type``, and off
         where the shared forward cannot run: with checkpointed layers (a layer's recompute
-        would fill the KV cache the shared forward runs on a second time) and with compiled layers (one graph per layer and pass once they
-        read the cache). The model's own limit (sliding-window attention) is the learner's
-        to add: ``learner.logprobs.can_share_prompts``."""
+        would fill the KV cache the shared forward runs on a second time) and with compiled
+        layers (one graph per layer and pass once they read the cache). The model's own limit
+        (sliding-window attention) is the learner's to add: ``can_share_prompts``."""
         wanted = device_type == "cpu" if self.share_prompts == "auto" else self.share_prompts
         # gradient_checkpointing "auto" may checkpoint no layer: the learner, which resolves
         # it, turns sharing off when it does (Learner.share_prompts)
