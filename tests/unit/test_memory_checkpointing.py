@@ -28,8 +28,10 @@ LAYERS = SHAPE.layers  # 28
 
 def learner(checkpointing: str, *overrides: str) -> LearnerConfig:
     """bf16 autocast over fp32 masters with a reference (issue 34's rows), from the command
-    line as a user gives it."""
+    line as a user gives it, with the options those rows ran (shared prompts, no compile: the
+    defaults before they became per-device)."""
     base = ["--learner.dtype", "bfloat16", "--learner.beta", "0.04"]
+    base += ["--learner.share_prompts", "true", "--learner.compile", "false"]
     pairs = [f"--learner.{word}" if i % 2 == 0 else word for i, word in enumerate(overrides)]
     flags = ["--learner.gradient_checkpointing", checkpointing]
     return load_config(None, base + flags + pairs).learner
