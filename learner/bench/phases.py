@@ -11,17 +11,21 @@ micro-batch, one per step) reports its largest.
 The boundaries are found from outside the learner: the trainer's methods are wrapped on the
 instance and a forward hook marks the end of the decoder layers, so the learner's code carries
 no bench instrumentation. The counters are CUDA's (``torch.cuda.reset_peak_memory_stats``,
-``max_memory_allocated``); on CPU there is no allocator counter to read, and the bench says so.
+``max_memory_allocated``) on a GPU; on CPU, which has no allocator counter, the bytes of live
+tensors (``live_bytes.py``): the same phases and the same tensors, without what CUDA's counter
+adds (kernel workspaces, 512-byte rounding) or what neither counts (the allocator's cache).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable
 
 import torch
 from torch import nn
 
+from learner.bench.live_bytes import LiveTensorBytes
 from learner.policy import base_model_of
 
 #: Phases in the order a step runs them; "other" is the time between them (collation, the
@@ -39,10 +43,15 @@ PHASES = (
 
 class PhaseMemory:
     """The peak of each phase, from a counter that ``reset`` restarts at the memory allocated
-    now and ``peak`` reads (bytes)."""
+    now and ``peak`` reads (bytes); the steps to measure run inside :meth:`counting`."""
 
-    def __init__(self, reset: Callable[[], None], peak: Callable[[], int]) -> None:
-        self._reset, self._peak = reset, peak
+    def __init__(
+        self,
+        reset: Callable[[], None],
+        peak: Callable[[], int],
+        counting: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+    ) -> None:
+        self._reset, self._peak, self.counting = reset, peak, counting
         self.before = peak()  # building the model and anything before the first phase
         self.peaks: dict[str, int] = {}
         self.sequence: list[str] = []  # every phase entered, in order (for tests)
@@ -55,6 +64,14 @@ class PhaseMemory:
             lambda: torch.cuda.reset_peak_memory_stats(device),
             lambda: torch.cuda.max_memory_allocated(device),
         )
+
+    @classmethod
+    def live_tensors(cls, device: torch.device) -> PhaseMemory:
+        """The bytes of live tensors on ``device`` (any device; the bench uses it on CPU)."""
+        counter = LiveTensorBytes(device)
+        with counter:  # counts the model, the reference and the optimiser already built
+            pass
+        return cls(counter.reset, counter.peak, lambda: counter)
 
     def enter(self, phase: str) -> None:
         """End the current phase and begin ``phase``; ignored inside a held phase (the

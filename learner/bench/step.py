@@ -47,7 +47,10 @@ EPILOG = """\
 what the JSON reports:
   step_s                median time of the timed steps (--steps, after --warmup untimed ones)
   tokens_per_s          the batch's completion tokens / step_s
-  peak_memory_gib       CUDA: max_memory_allocated; CPU: the process's peak resident set
+  peak_memory_gib       the largest phase_peak_gib (CUDA: max_memory_allocated; CPU: bytes of
+                        live tensors, learner/bench/live_bytes.py)
+  peak_rss_gib          the process's peak resident set (host memory: on CPU the tensors plus
+                        the interpreter, libraries and the allocator's free lists)
   state_gib             parameters + gradients + AdamW state this process holds
   model_tflop_per_step  model FLOPs of one step (learner/flops.py; padding not counted)
   achieved_tflops       model_tflop_per_step / step_s
@@ -57,9 +60,11 @@ what the JSON reports:
   mfu                   as utilisation, counting each distinct prompt once whatever the path
                         (learner.share_prompts on or off): train/mfu's FLOPs, which compare
                         across options
-  phase_peak_gib        CUDA: the peak inside each phase of the step (reference forward, policy
+  phase_peak_gib        the peak inside each phase of the step (reference forward, policy
                         forward, LM head and log-softmax, backward, optimiser step; the largest
-                        sets peak_memory_gib), also printed on stderr; null on CPU
+                        sets peak_memory_gib), also printed on stderr. CUDA: the allocator's
+                        counter; CPU: live tensor bytes, the same tensors without CUDA's kernel
+                        workspaces and 512-byte rounding (neither counts the allocator's cache)
   learner               the learner config the step ran with
   resolved              share_prompts and compile as they ran on this device ("auto"
                         resolved: LearnerConfig.share_prompts_on, compile_on)
@@ -100,12 +105,14 @@ PRESETS: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 
 
-def build_random_model(preset: str, root: Path) -> Path:
-    """A Qwen2 model of ``preset``'s shape with random bf16 weights, saved under ``root``."""
+def build_random_model(preset: str, root: Path, layers: int | None = None) -> Path:
+    """A Qwen2 model of ``preset``'s shape with random bf16 weights, saved under ``root``;
+    ``layers`` decoder layers instead of the preset's (every other dimension kept)."""
     # lazy: importing learner needs only torch; transformers loads when a model is built
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    config = Qwen2Config(**PRESETS[preset], max_position_embeddings=32768, dtype="bfloat16")
+    shape = {**PRESETS[preset], **({"num_hidden_layers": layers} if layers else {})}
+    config = Qwen2Config(**shape, max_position_embeddings=32768, dtype="bfloat16")
     torch.manual_seed(0)
     with torch.device("cpu"):
         model = Qwen2ForCausalLM(config).to(torch.bfloat16)
@@ -129,10 +136,8 @@ def random_batch(prompts: int, group: int, prompt_len: int, completion_len: int,
     return samples
 
 
-def peak_memory_gib(device: torch.device) -> float:
-    """The process's peak memory on ``device`` so far (see ``EPILOG``)."""
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**30
+def peak_rss_gib() -> float:
+    """The process's peak resident set so far, GiB."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB
 
 
@@ -174,7 +179,7 @@ def learner_config(args: argparse.Namespace, overrides: list[str]) -> LearnerCon
 def run(args: argparse.Namespace, overrides: list[str]) -> dict[str, Any]:
     config = learner_config(args, overrides)
     with tempfile.TemporaryDirectory(prefix="learner-bench-") as root:
-        path = build_random_model(args.preset, Path(root))
+        path = build_random_model(args.preset, Path(root), args.layers)
         if args.ranks == 1:
             return {**measure(args, config, path, None), "learner": config.model_dump()}
         store = GroupStore(LOOPBACK)  # the ranks' store, served here while they run
@@ -182,10 +187,11 @@ def run(args: argparse.Namespace, overrides: list[str]) -> dict[str, Any]:
         mp.spawn(_rank_main, args=spawn_args, nprocs=args.ranks, join=True)
         ranks = [json.loads((Path(root) / f"rank{r}.json").read_text()) for r in range(args.ranks)]
     slowest = max(ranks, key=lambda r: r["step_s"])
-    keep = ("preset", "device", "parameters", "trainable_parameters", "samples")
+    keep = ("preset", "layers", "device", "parameters", "trainable_parameters", "samples")
     result = {key: slowest[key] for key in keep}
     result.update({key: slowest[key] for key in slowest if key not in keep})
     result["peak_memory_gib"] = max(r["peak_memory_gib"] for r in ranks)
+    result["peak_rss_gib"] = max(r["peak_rss_gib"] for r in ranks)
     result["state_gib"] = max(r["state_gib"] for r in ranks)
     result["ranks"] = [
         {key: r[key] for key in ("step_s", "peak_memory_gib", "state_gib")} for r in ranks
@@ -209,19 +215,8 @@ def measure(args: argparse.Namespace, config, path: Path, group) -> dict[str, An
     shape = (args.prompts, args.group, args.prompt_len, args.completion_len)
     samples = random_batch(*shape, vocab)
     phases = phase_memory(learner)
-    times = []
-    for index in range(args.warmup + args.steps):
-        if learner.device.type == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        learner.train_step(samples)
-        if learner.device.type == "cuda":
-            torch.cuda.synchronize()
-        elapsed = time.perf_counter() - start
-        if index >= args.warmup:
-            times.append(elapsed)
-        if learner.ranks.rank == 0:
-            print(f"step {index + 1}: {elapsed:.2f}s", file=sys.stderr, flush=True)
+    with phases.counting():
+        times = timed_steps(learner, samples, args.warmup, args.steps)
     parameters = sum(p.numel() for p in learner.model.parameters())  # global shapes
     trainable = sum(p.numel() for p in learner.trainable)
     step_s = statistics.median(times)
@@ -230,16 +225,14 @@ def measure(args: argparse.Namespace, config, path: Path, group) -> dict[str, An
     needed = learner.model_flops(samples, share_prompts=True)
     peak = learner_peak_flops(config) * learner.ranks.size
     state = state_gib(learner)
-    peak_gib = peak_memory_gib(learner.device)
-    if phases is not None:
-        phases.close()
-        peak_gib = phases.overall / 2**30  # the phases reset CUDA's own peak counter
-        if learner.ranks.rank == 0:
-            for name, gib in phases.gib().items():
-                print(f"phase {name}: peak {gib:.2f} GiB", file=sys.stderr, flush=True)
+    phases.close()
+    if learner.ranks.rank == 0:
+        for name, gib in phases.gib().items():
+            print(f"phase {name}: peak {gib:.2f} GiB", file=sys.stderr, flush=True)
     learner.ranks.close()
     return {
         "preset": args.preset,
+        "layers": args.layers or PRESETS[args.preset]["num_hidden_layers"],
         "device": str(learner.device),
         "parameters": parameters,
         "trainable_parameters": trainable,
@@ -247,29 +240,44 @@ def measure(args: argparse.Namespace, config, path: Path, group) -> dict[str, An
         "completion_tokens": tokens,
         "step_s": step_s,
         "tokens_per_s": tokens / step_s,
-        "peak_memory_gib": peak_gib,
+        "peak_memory_gib": phases.overall / 2**30,  # the phases reset CUDA's own peak counter
+        "peak_rss_gib": peak_rss_gib(),
         "state_gib": state,
         "model_tflop_per_step": flops / 1e12,
         "achieved_tflops": flops / step_s / 1e12,
         "peak_tflops": peak / 1e12,
         "utilisation": flops / step_s / peak,
         "mfu": needed / step_s / peak,
-        "phase_peak_gib": None if phases is None else phases.gib(),
+        "phase_peak_gib": phases.gib(),
         "resolved": {"share_prompts": learner.share_prompts, "compile": learner.compiled},
     }
 
 
-def phase_memory(learner: Learner) -> PhaseMemory | None:
-    """The per-phase memory recorder on a CUDA learner; None (and a line on stderr) on CPU."""
-    if learner.device.type != "cuda":
+def timed_steps(learner: Learner, samples: list, warmup: int, steps: int) -> list[float]:
+    """``warmup`` then ``steps`` train steps; the seconds of the last ``steps``."""
+    times = []
+    for index in range(warmup + steps):
+        if learner.device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        learner.train_step(samples)
+        if learner.device.type == "cuda":
+            torch.cuda.synchronize()
+        elapsed = time.perf_counter() - start
+        if index >= warmup:
+            times.append(elapsed)
         if learner.ranks.rank == 0:
-            print(
-                "the per-phase memory breakdown needs CUDA (the caching allocator's peak "
-                "counters); on CPU peak_memory_gib is the process's peak RSS",
-                file=sys.stderr,
-            )
-        return None
-    recorder = PhaseMemory.cuda(learner.device)
+            print(f"step {index + 1}: {elapsed:.2f}s", file=sys.stderr, flush=True)
+    return times
+
+
+def phase_memory(learner: Learner) -> PhaseMemory:
+    """The per-phase memory recorder of ``learner``'s device, its phases instrumented: CUDA's
+    allocator counter on a GPU, the bytes of live tensors elsewhere."""
+    if learner.device.type == "cuda":
+        recorder = PhaseMemory.cuda(learner.device)
+    else:
+        recorder = PhaseMemory.live_tensors(learner.device)
     instrument(learner, recorder)
     return recorder
 
@@ -309,6 +317,12 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         help="the model's shape: qwen2.5-1.5b, qwen2.5-7b and qwen2.5-coder-0.5b are the "
         "public checkpoints' (their config.json), bench-20m is configs/bench.toml's model, tiny "
         "is for tests",
+    )
+    add(
+        "--layers",
+        type=int,
+        help="decoder layers instead of the preset's (hidden size, vocabulary and heads kept): "
+        "the full shape's per-layer and LM-head memory, measured at a depth that fits",
     )
     add("--prompts", type=int, default=16, help="distinct prompts in the batch")
     add("--group", type=int, default=8, help="G: samples per prompt")

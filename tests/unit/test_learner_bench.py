@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from learner.bench.step import PRESETS, main, random_batch
+from learner.bench.step import PRESETS, build_random_model, main, random_batch
 
 
 def test_random_batch_has_the_rollout_shape():
@@ -39,7 +39,7 @@ def test_presets_match_the_public_shapes():
 def test_bench_reports_step_time_throughput_and_memory(tmp_path, capsys):
     out = tmp_path / "result.json"
     argv = ["--preset", "tiny", "--prompts", "2", "--group", "2", "--prompt-len", "4",
-            "--completion-len", "8", "--steps", "1", "--warmup", "0", "--lora",
+            "--completion-len", "8", "--steps", "1", "--warmup", "0", "--lora", "--layers", "1",
             "--learner.lora.rank", "4", "--out", str(out)]  # fmt: skip
     assert main(argv) == 0
     result = json.loads(out.read_text())
@@ -56,10 +56,24 @@ def test_bench_reports_step_time_throughput_and_memory(tmp_path, capsys):
     assert result["utilisation"] > 0
     # LoRA's 4 N T counts the same on both paths, and this batch's prompts run once either way
     assert 0 < result["mfu"] <= result["utilisation"] * 1.0001
-    assert result["phase_peak_gib"] is None  # CUDA's counters only
+    # on CPU the phases' peaks are live tensor bytes; the largest is the step's peak
+    phases = result["phase_peak_gib"]
+    assert {"reference_forward", "policy_forward", "lm_head", "backward"} <= set(phases)
+    assert max(phases.values()) == result["peak_memory_gib"] and result["peak_rss_gib"] > 0
+    assert result["layers"] == 1
     captured = capsys.readouterr()
     assert json.loads(captured.out) == result
-    assert "per-phase memory breakdown needs CUDA" in captured.err
+    assert "phase backward: peak" in captured.err
+
+
+def test_layers_override_keeps_every_other_dimension(tmp_path):
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(build_random_model("tiny", tmp_path, layers=1))
+    tiny = PRESETS["tiny"]
+    assert config.num_hidden_layers == 1 and tiny["num_hidden_layers"] == 2
+    for key in ("hidden_size", "intermediate_size", "num_attention_heads", "vocab_size"):
+        assert getattr(config, key) == tiny[key]
 
 
 def test_step_flops_by_hand():

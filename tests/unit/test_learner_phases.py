@@ -1,14 +1,20 @@
 """``learner.bench``'s per-phase memory: the phases of a real step, found from outside the learner.
 
 CUDA's counters are replaced by a fake allocator whose level each test moves, so the phase
-boundaries and the bookkeeping run on CPU; the numbers themselves need a GPU (docs/benchmarks.md).
+boundaries and the bookkeeping run on CPU; CUDA's numbers themselves need a GPU
+(docs/benchmarks.md). The CPU's counter (live tensor bytes) is checked against allocations of
+known sizes.
 """
 
 from __future__ import annotations
 
+import gc
+
 import pytest
+import torch
 
 from common.config import LearnerConfig, LoraConfig
+from learner.bench.live_bytes import LiveTensorBytes
 from learner.bench.phases import PhaseMemory, instrument
 from learner.bench.step import build_random_model, random_batch
 from learner.learner import Learner
@@ -95,3 +101,51 @@ def test_a_step_runs_reference_forward_head_backward_then_the_optimiser(
         "other",
     ]
     assert share_prompts == (len(recorder.sequence) > len(sequence.split()))
+
+
+@pytest.fixture
+def no_collection():
+    """The counter sees frees as they happen; a garbage collection of earlier tests' tensors in
+    the middle of a test would move the level by bytes the test does not own."""
+    gc.collect()
+    gc.disable()
+    yield
+    gc.enable()
+
+
+def test_live_tensor_bytes_count_a_known_allocation_pattern_exactly(no_collection):
+    held = torch.empty(1000)  # 4000 B alive before counting: counted from the start
+    recorder = PhaseMemory.live_tensors(torch.device("cpu"))
+    base = recorder.before
+    with recorder.counting():
+        recorder.enter("policy_forward")
+        a = torch.empty(2000, dtype=torch.bfloat16)  # +4000
+        b = torch.ones(100, 10)  # +4000
+        view = b[:5].t()  # a view: no storage of its own
+        del b, view  # -4000
+        recorder.enter("backward")
+        c = torch.empty(250, dtype=torch.float64)  # +2000 over the 4000 of a
+        del a, held  # -8000
+        recorder.enter("optimizer_step")
+        s = torch.empty(0)
+        s.untyped_storage().resize_(800)  # +800 (not an operator: counted at the resize)
+        recorder.close()
+    assert recorder.peaks["policy_forward"] - base == 8000
+    assert recorder.peaks["backward"] - base == 4000 + 2000
+    assert recorder.peaks["optimizer_step"] - base == 2000 - 4000 + 800  # held and a freed
+    del c, s
+
+
+def test_live_tensor_bytes_count_what_autograd_saves_and_the_gradients(no_collection):
+    weight = torch.nn.Parameter(torch.ones(1000))  # 4000 B, counted from the start
+    counter = LiveTensorBytes()
+    with counter:
+        base = counter.live
+        y = (weight * 2).exp()  # the product (freed) and exp's output (saved for backward)
+        assert counter.high - base == 8000
+        total = y.sum()
+        del y
+        assert counter.live - base == 4000 + 4  # exp's output lives on in the graph
+        total.backward()
+        del total  # the graph and its saved output go; the gradient stays
+        assert counter.live - base == 4000 and weight.grad.nbytes == 4000
