@@ -159,33 +159,48 @@ def state_gib(learner) -> float:
     return total / 2**30
 
 
+#: the flags that set a learner option: flag destination -> [learner] key
+_LEARNER_FLAGS = {
+    "beta": "beta",
+    "dtype": "dtype",
+    "gradient_checkpointing": "gradient_checkpointing",
+    "micro_batch_tokens": "micro_batch_tokens",
+    "threads": "num_cpus",
+    "ranks": "num_ranks",
+}
+
+
 def learner_config(args: argparse.Namespace, overrides: list[str]) -> LearnerConfig:
-    """The flags' learner options, then ``--learner.key value`` overrides on top."""
-    learner_options = {
-        "lr": 1e-6,
-        "beta": args.beta,
-        "dtype": args.dtype,
-        "gradient_checkpointing": args.gradient_checkpointing,
-        "micro_batch_tokens": args.micro_batch_tokens,
-        "num_gpus": 1.0 if torch.cuda.is_available() else 0.0,
-        "num_cpus": args.threads,
-        "num_ranks": args.ranks,
-        "lora": {"enabled": args.lora, "rank": args.lora_rank},
-    }
+    """The flags' learner options, then ``--learner.key value`` overrides on top. With
+    ``--config`` the file's ``[learner]`` replaces the flags' defaults: only the flags given
+    (``args.given``) and the overrides change it, so a row measures that config's learner."""
+    options: dict[str, Any] = {key: getattr(args, dest) for dest, key in _LEARNER_FLAGS.items()}
+    options["lora"] = {"enabled": args.lora, "rank": args.lora_rank}
+    if args.config:
+        given = getattr(args, "given", set())
+        options = {key: options[key] for dest, key in _LEARNER_FLAGS.items() if dest in given}
+        lora = {"enabled": args.lora} if "lora" in given else {}
+        options["lora"] = lora | ({"rank": args.lora_rank} if "lora_rank" in given else {})
+    else:
+        options["lr"] = 1e-6
+    options["num_gpus"] = 1.0 if torch.cuda.is_available() else 0.0  # this machine's device
     # the command-line overrides come last, so they win over the flags' values
-    return load_config(None, _flatten({"learner": learner_options}) + overrides).learner
+    flat = _flatten({"learner": options}) + overrides
+    return load_config(Path(args.config) if args.config else None, flat).learner
 
 
 def run(args: argparse.Namespace, overrides: list[str]) -> dict[str, Any]:
     config = learner_config(args, overrides)
     with tempfile.TemporaryDirectory(prefix="learner-bench-") as root:
         path = build_random_model(args.preset, Path(root), args.layers)
-        if args.ranks == 1:
+        if config.num_ranks == 1:
             return {**measure(args, config, path, None), "learner": config.model_dump()}
         store = GroupStore(LOOPBACK)  # the ranks' store, served here while they run
         spawn_args = (args, config, path, store.address, Path(root))
-        mp.spawn(_rank_main, args=spawn_args, nprocs=args.ranks, join=True)
-        ranks = [json.loads((Path(root) / f"rank{r}.json").read_text()) for r in range(args.ranks)]
+        mp.spawn(_rank_main, args=spawn_args, nprocs=config.num_ranks, join=True)
+        ranks = [
+            json.loads((Path(root) / f"rank{r}.json").read_text()) for r in range(config.num_ranks)
+        ]
     slowest = max(ranks, key=lambda r: r["step_s"])
     keep = ("preset", "layers", "device", "parameters", "trainable_parameters", "samples")
     result = {key: slowest[key] for key in keep}
@@ -203,7 +218,7 @@ def _rank_main(rank: int, args, config, path: Path, address: str, root: Path) ->
     if torch.cuda.is_available():
         torch.cuda.set_device(rank)
     backend = "nccl" if torch.cuda.is_available() else "gloo"
-    group = ProcessGroupSpec(address, rank, args.ranks, backend)
+    group = ProcessGroupSpec(address, rank, config.num_ranks, backend)
     result = measure(args, config, path, group)
     (root / f"rank{rank}.json").write_text(json.dumps(result))
 
@@ -324,6 +339,11 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         help="decoder layers instead of the preset's (hidden size, vocabulary and heads kept): "
         "the full shape's per-layer and LM-head memory, measured at a depth that fits",
     )
+    add(
+        "--config",
+        help="take the learner options from this TOML file's [learner] (e.g. a shipped config) "
+        "instead of the defaults below; the flags given and --learner.* overrides still win",
+    )
     add("--prompts", type=int, default=16, help="distinct prompts in the batch")
     add("--group", type=int, default=8, help="G: samples per prompt")
     add("--prompt-len", type=int, default=128, help="tokens of each prompt")
@@ -371,7 +391,18 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     add("--steps", type=int, default=2, help="timed steps; step_s is their median")
     add("--warmup", type=int, default=1, help="untimed steps before them")
     add("--out", help="also write the JSON result to this file")
-    return parser.parse_known_args(argv)
+    args, overrides = parser.parse_known_args(argv)
+    args.given = _given(parser, argv)
+    return args, overrides
+
+
+def _given(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
+    """The destinations of the flags ``argv`` gives: parsed again with every default replaced
+    by a marker (a parser's own defaults win over its arguments')."""
+    unset = object()
+    parser.set_defaults(**{action.dest: unset for action in parser._actions})
+    again, _ = parser.parse_known_args(argv)
+    return {dest for dest, value in vars(again).items() if value is not unset}
 
 
 def main(argv: list[str] | None = None) -> int:

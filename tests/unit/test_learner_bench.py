@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
-from learner.bench.step import PRESETS, build_random_model, main, random_batch
+from learner.bench.step import (
+    PRESETS,
+    build_random_model,
+    learner_config,
+    main,
+    parse_args,
+    random_batch,
+)
 
 
 def test_random_batch_has_the_rollout_shape():
@@ -16,6 +24,25 @@ def test_random_batch_has_the_rollout_shape():
     assert {s.group_index for s in samples} == {0, 1, 2}
     assert [s.advantage for s in samples[:4]] == [1.0, -1.0, 1.0, -1.0]
     assert all(0 <= t < 50 for s in samples for t in s.prompt_token_ids + s.completion_token_ids)
+
+
+def test_a_config_file_gives_the_learner_and_the_flags_given_win():
+    """``--config``: a shipped config's [learner] is what the row measures (its checkpointing
+    and micro-batch, not the bench's defaults); a flag given and a --learner override win."""
+    shipped = str(Path(__file__).parents[2] / "configs" / "qwen2.5-coder-1.5b-mbpp.toml")
+    config = learner_config(*parse_args(["--config", shipped, "--prompt-len", "384"]))
+    assert (config.gradient_checkpointing, config.micro_batch_tokens) == (True, 16384)
+    assert (config.lr, config.beta, config.dtype) == (1e-6, 0.04, "bfloat16")
+    argv = ["--config", shipped, "--micro-batch-tokens", "4096", "--learner.beta", "0"]
+    config = learner_config(*parse_args(argv))
+    assert (config.gradient_checkpointing, config.micro_batch_tokens, config.beta) == (
+        True,
+        4096,
+        0.0,
+    )
+    # without a file the flags' defaults, as before
+    config = learner_config(*parse_args([]))
+    assert (config.gradient_checkpointing, config.micro_batch_tokens) == (False, 8192)
 
 
 def test_presets_match_the_public_shapes():
