@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Issue 34's done-when rows on a lent GPU in one device call (about 6 minutes on an H200).
+# The lent machine has torch but not this project's other packages, and no network; carry them:
+#   here, once:  (see docs/benchmarks.md, "Issue 34 on a lent GPU" for the pip download line)
+#                rm -rf .baseline && mkdir .baseline && git archive 1b02179 | tar -x -C .baseline
+#   device run:  command "bash learner/bench/gpu_rows.sh", carry [".whl", ".baseline"]
+# Every row is one learner.bench JSON line in $OUT/rows.jsonl (its "row" names it); stderr of
+# all rows in $OUT/log.txt. A row that fails or runs out of memory is recorded and the next runs.
+set -u
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:. PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/gpu_rows}
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$OUT/card.txt"
+python3 -c "import torch; print(torch.__version__, torch.cuda.get_device_name())" >>"$OUT/card.txt"
+
+row() {  # row NAME DIR ARGS...: learner.bench in DIR (this checkout or the baseline's)
+    local name=$1 dir=$2
+    shift 2
+    echo "== $name: $*" | tee -a "$OUT/log.txt"
+    if (cd "$dir" && PYTHONPATH=/tmp/site:. timeout 240 python3 -m learner.bench --steps 3 \
+        --warmup 1 "$@" --out /tmp/row.json 2>>"$OUT/log.txt" >/dev/null); then
+        python3 -c "import json,sys; r=json.load(open('/tmp/row.json')); r['row']=sys.argv[1]; \
+print(json.dumps(r))" "$name" >>"$OUT/rows.jsonl"
+    else
+        echo "{\"row\": \"$name\", \"failed\": true}" >>"$OUT/rows.jsonl"
+    fi
+    rm -f /tmp/row.json
+}
+
+SHIPPED=(--preset qwen2.5-1.5b --prompt-len 384)
+# 1. the shipped 1.5B config's learner, now (its defaults) and at 1b02179 on the same card
+row config_now . "${SHIPPED[@]}" --config configs/qwen2.5-coder-1.5b-mbpp.toml
+row config_1b02179 .baseline "${SHIPPED[@]}" --gradient-checkpointing --micro-batch-tokens 16384
+# 2. the 1.5B default case (utilisation; same FLOP count), and the 0.5B LoRA G = 2 case
+row default_1p5b . --preset qwen2.5-1.5b
+row lora_0p5b_g2 . --preset qwen2.5-coder-0.5b --lora --group 2
+# 3. the 7B LoRA case on every linear layer (fits in 80 GiB?)
+row lora_7b . --preset qwen2.5-7b --lora --learner.lora.target_modules \
+    '["q_proj","k_proj","v_proj","o_proj","gate_proj","up_proj","down_proj"]'
+# 4. the memory options alone on the 1.5B default row, if time is left
+row default_8bit . --preset qwen2.5-1.5b --learner.optimizer adamw_8bit
+row default_gc_auto36 . --preset qwen2.5-1.5b --gradient-checkpointing auto \
+    --learner.memory_gib 36
