@@ -4,9 +4,13 @@ A (B, T, V) float32 logits tensor is the largest activation in GRPO training (Qw
 vocabulary is 151,936: 8 sequences of 2,048 tokens need 10 GB). Only the logprob of the sampled
 token at each completion position is needed, so we run the backbone for hidden states, keep the
 hidden states of positions that predict a completion token, and apply the LM head plus
-log-softmax chunk by chunk. Under autograd each chunk is checkpointed, so backward keeps only the
-(chunk, H) hidden states and recomputes the (chunk, V) logits, instead of keeping every chunk's
-softmax alive until the backward pass.
+log-softmax chunk by chunk, so backward keeps only the (chunk, H) hidden states and recomputes
+the (chunk, V) logits, instead of keeping every chunk's softmax alive until the backward pass.
+A plain ``nn.Linear`` head runs as one autograd function (lm_head.py) that writes the logits'
+gradient in place: a checkpointed chunk's recompute and backward still hold four or five
+(chunk, V) float32 tensors at once (the head's output and its float32 copy, the division by
+the temperature, the log-softmax, the entropy's exp), the function one or two. Any other head
+(peft's wrappers, FSDP's sharded root) keeps each chunk checkpointed through its module.
 
 Layout: right padding. Sequence b is ``prompt + completion + pad``; with right padding the
 default position ids (0, 1, 2, ...) are already correct for every real token and, the model being
@@ -25,6 +29,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from learner.batching import SharedPrompts
+from learner.lm_head import head_is_plain, head_logprobs, softmax_dtype
 from learner.policy import base_model_of
 
 # Architectures whose causal-LM head is exactly ``lm_head(backbone(x))``: no logit soft-capping
@@ -71,7 +76,8 @@ def _token_logprobs_and_entropy(
 ) -> tuple[Tensor, Tensor | None]:
     if isinstance(temperature, Tensor):
         temperature = temperature.unsqueeze(-1)  # (n, 1)
-    logits = head(hidden).float() / temperature  # (n, V)
+    logits = head(hidden)
+    logits = logits.to(softmax_dtype(logits.dtype)) / temperature  # (n, V)
     logp = torch.log_softmax(logits, dim=-1)  # (n, V)
     token_logp = logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (n,)
     entropy = -(logp.exp() * logp).sum(dim=-1) if with_entropy else None  # (n,)
@@ -106,6 +112,7 @@ def completion_logprobs(
             model, input_ids, attention_mask, completion_mask, temperature, return_entropy
         )
     backbone, head = parts
+    plain = head_is_plain(model, head)
     if prompts is not None and can_share_prompts(model):
         return _shared_prompt_logprobs(
             backbone,
@@ -117,6 +124,7 @@ def completion_logprobs(
             chunk_tokens,
             return_entropy,
             prompts,
+            plain,
         )
     out = backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
     hidden = out[0]  # (B, T, H)
@@ -128,6 +136,7 @@ def completion_logprobs(
         _per_token(temperature, predicts),
         chunk_tokens,
         return_entropy,
+        plain,
     )
     logprobs = _scatter(token_logp, predicts)
     if return_entropy:
@@ -149,12 +158,17 @@ def _head_in_chunks(
     temperature: float | Tensor,  # a number, or (N,)
     chunk_tokens: int,
     return_entropy: bool,
+    plain_head: bool,
 ) -> tuple[Tensor, Tensor | None]:
     """(N,) logprobs of ``targets`` (and entropies), the LM head applied ``chunk_tokens`` rows
-    at a time, each chunk checkpointed under autograd. ``chunk_tokens`` 0: all N rows at once,
-    kept for backward (no recompute, the (N, V) float32 log-softmax alive until backward)."""
+    at a time. A plain head (:func:`head_is_plain`) runs as one function that recomputes
+    each chunk's logits in backward (lm_head.py); any other head's chunks are checkpointed
+    under autograd. ``chunk_tokens`` 0: all N rows at once, kept for backward (no recompute,
+    the (N, V) float32 log-softmax alive until backward)."""
     if chunk_tokens <= 0:
         return _token_logprobs_and_entropy(head, selected, targets, temperature, return_entropy)
+    if plain_head:
+        return head_logprobs(head, selected, targets, temperature, chunk_tokens, return_entropy)
     use_checkpoint = torch.is_grad_enabled() and selected.requires_grad
     logp_chunks, entropy_chunks = [], []
     for start in range(0, selected.shape[0], chunk_tokens):
@@ -184,6 +198,7 @@ def _shared_prompt_logprobs(
     chunk_tokens: int,
     return_entropy: bool,
     prompts: SharedPrompts,
+    plain_head: bool,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """``completion_logprobs`` with each distinct prompt run once.
 
@@ -215,6 +230,7 @@ def _shared_prompt_logprobs(
         _per_token(temperature, predicts),
         chunk_tokens,
         return_entropy,
+        plain_head,
     )
 
     def place(values: Tensor) -> Tensor:  # (N,) at the predicted (B, C) -> (B, T)

@@ -1,0 +1,224 @@
+"""The LM head and log-softmax as one autograd function that keeps no (N, V) tensor for backward.
+
+GRPO needs, at each completion position, only the logprob of the sampled token (and the
+entropy of the distribution). Autograd through ``log_softmax(head(h).float() / T)`` keeps
+several (rows, V) tensors per chunk for backward even when the chunk is checkpointed: during
+the recompute the head's output, its float32 copy, the division by T, log_softmax's output and
+the exp() of the entropy are all alive at once (V = 151,936: 622 MB each per 1,024 rows).
+
+:class:`HeadLogprobs` saves only its inputs (the hidden rows, the targets, the temperature)
+and the (N,) entropies. Backward recomputes each chunk's logits and writes the gradient in
+place, with z = (h W^T + b) / T, p = softmax(z) and the upstream gradients g (logprob) and
+e (entropy):
+
+    d logp_y / dz = onehot(y) - p
+    dH / dz       = -p * (log p + H)          (H = -sum p log p)
+    g_z           = g * onehot(y) - p * (g + e * (log p + H))
+
+then grad_h = (g_z / T) W, grad_W = (g_z / T)^T h, grad_b = sum_rows (g_z / T). The
+log-softmax is computed in place and p a block of rows at a time, so one (chunk, V) float32
+buffer is alive, beside the head's output (or g_z) in the head's dtype while it is copied.
+Precision follows the module path it replaces: the head's matmuls run under the caller's
+autocast (bf16 under mixed precision), the softmax math in float32. One difference: the
+weight's gradient is summed over the chunks in the weight's dtype (float32), where autograd
+sums the module path's chunks at autocast's single bf16 copy of the weight, in bf16.
+
+Only where calling ``F.linear`` on the head's own weight is what its module would do
+(:func:`head_is_plain`); elsewhere logprobs.py keeps its checkpointed module path.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
+from torch.distributed.fsdp import FSDPModule
+from torch.distributed.tensor import DTensor
+
+
+def head_is_plain(model: nn.Module, head: nn.Module) -> bool:
+    """Whether :func:`head_logprobs` computes what ``head``'s module path does.
+
+    Exactly ``nn.Linear`` (not peft's LoRA ``Linear`` or ``ModulesToSaveWrapper``, not a class
+    FSDP swapped in), no forward hooks, and not under FSDP2: ``learner.num_ranks > 1`` shards
+    the decoder layers and a root around the model (sharding.py), whose forward hooks gather
+    the head's weight and reduce-scatter its gradient; inside that forward the weight looks
+    like an ordinary tensor, so the sharded decoder layers are what give FSDP away.
+    """
+    if type(head) is not nn.Linear or head._forward_hooks or head._forward_pre_hooks:
+        return False
+    if isinstance(head.weight, DTensor):
+        return False
+    return not any(isinstance(module, FSDPModule) for module in model.modules())
+
+
+def head_logprobs(
+    head: nn.Linear,
+    hidden: Tensor,  # (N, H)
+    targets: Tensor,  # (N,)
+    temperature: float | Tensor,  # a number, or (N,)
+    chunk_tokens: int,
+    with_entropy: bool,
+) -> tuple[Tensor, Tensor | None]:
+    """(N,) float32 logprobs of ``targets`` under ``head(hidden) / temperature`` (and the
+    entropies), ``chunk_tokens`` rows of logits at a time in forward and in backward."""
+    logp, entropy = HeadLogprobs.apply(
+        hidden, head.weight, head.bias, targets, temperature, chunk_tokens, with_entropy
+    )
+    return logp, entropy if with_entropy else None
+
+
+# Rows per temporary of the softmax sums and of the entropy's p, and vocabulary rows per
+# block of the weight gradient: temporaries a fraction of one (chunk, V) buffer.
+_ROW_BLOCK = 64
+_VOCAB_BLOCKS = 8
+
+
+class HeadLogprobs(torch.autograd.Function):
+    """See the module docstring. Outputs (logp (N,), entropy (N,), zeros without
+    ``with_entropy``), float32 (float64 for float64 logits)."""
+
+    @staticmethod
+    def forward(
+        ctx,
+        hidden: Tensor,
+        weight: Tensor,
+        bias: Tensor | None,
+        targets: Tensor,
+        temperature: float | Tensor,
+        chunk_tokens: int,
+        with_entropy: bool,
+    ) -> tuple[Tensor, Tensor]:
+        ctx.set_materialize_grads(False)  # None for an output outside the loss: no work for it
+        device = hidden.device.type
+        ctx.autocast = (device, torch.is_autocast_enabled(device), torch.get_autocast_dtype(device))
+        ctx.temperature = temperature if not isinstance(temperature, Tensor) else None
+        ctx.chunk_tokens = chunk_tokens
+        logp = hidden.new_empty(hidden.shape[0], dtype=softmax_dtype(hidden.dtype))
+        entropy = torch.zeros_like(logp)
+        for rows in _chunks(hidden.shape[0], chunk_tokens):
+            z_logp = _log_softmax(hidden[rows], weight, bias, _scale(temperature, rows))
+            logp[rows] = z_logp.gather(-1, targets[rows, None]).squeeze(-1)
+            if with_entropy:
+                entropy[rows] = _entropy(z_logp)
+            del z_logp  # before the next chunk's logits
+        scale = temperature if isinstance(temperature, Tensor) else None
+        ctx.save_for_backward(hidden, weight, bias, targets, scale, entropy)
+        if not with_entropy:
+            ctx.mark_non_differentiable(entropy)
+        return logp, entropy
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_logp: Tensor | None, grad_entropy: Tensor | None):
+        hidden, weight, bias, targets, scale, entropy = ctx.saved_tensors
+        temperature = scale if scale is not None else ctx.temperature
+        needs_h, needs_w, needs_b = ctx.needs_input_grad[:3]
+        grads: list[Tensor | None] = [None, None, None]
+        device, enabled, dtype = ctx.autocast
+        with torch.autocast(device, dtype=dtype, enabled=enabled):
+            for rows in _chunks(hidden.shape[0], ctx.chunk_tokens):
+                t = _scale(temperature, rows)
+                g_z = _logit_grad(
+                    _log_softmax(hidden[rows], weight, bias, t),
+                    targets[rows],
+                    None if grad_logp is None else grad_logp[rows],
+                    None if grad_entropy is None else grad_entropy[rows],
+                    entropy[rows],
+                )
+                # In the head's dtype, as the module path's .float() hands it back; the
+                # float32 buffer goes before the matmuls.
+                g_z = g_z.div_(t).to(_head_dtype(hidden, weight, enabled, dtype))
+                if needs_h:
+                    grads[0] = _put(grads[0], hidden, rows, g_z @ weight)
+                if needs_w:
+                    grads[1] = _add_weight_grad(grads[1], weight, g_z, hidden[rows])
+                if needs_b:
+                    grads[2] = _put(grads[2], bias, slice(None), g_z.sum(dim=0), add=True)
+                del g_z
+        return *grads, None, None, None, None
+
+
+def softmax_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype of the log-softmax math: float32, or float64 for float64 logits (tests)."""
+    return torch.promote_types(dtype, torch.float32)
+
+
+def _chunks(count: int, chunk_tokens: int) -> list[slice]:
+    return [slice(start, start + chunk_tokens) for start in range(0, count, chunk_tokens)]
+
+
+def _scale(temperature: float | Tensor, rows: slice) -> float | Tensor:
+    """The temperature of ``rows``: the number, or (rows, 1) to divide (rows, V) logits."""
+    return temperature[rows, None] if isinstance(temperature, Tensor) else temperature
+
+
+def _head_dtype(
+    hidden: Tensor, weight: Tensor, autocast: bool, autocast_dtype: torch.dtype
+) -> torch.dtype:
+    """The dtype the head's matmul runs in: autocast's, or the operands' own."""
+    return autocast_dtype if autocast else torch.result_type(hidden, weight)
+
+
+def _put(total: Tensor | None, like: Tensor, rows: slice, value: Tensor, add: bool = False):
+    """``value`` written (or added) at ``rows`` of a gradient shaped and typed as ``like``,
+    allocated on first use so that it is not alive during the first chunk's logits."""
+    if total is None:
+        total = torch.zeros_like(like)
+    if add:
+        total[rows] += value
+    else:
+        total[rows] = value
+    return total
+
+
+def _add_weight_grad(total: Tensor | None, weight: Tensor, g_z: Tensor, hidden: Tensor) -> Tensor:
+    """``total`` += g_z^T hidden, in vocabulary blocks: the product comes in the head's dtype
+    (bf16 under autocast) and is summed in the weight's, as autograd sums the module path's
+    chunks, and a block of it at a time is alive rather than a second (V, H) tensor."""
+    if total is None:
+        total = torch.zeros_like(weight)
+    step = -(-weight.shape[0] // _VOCAB_BLOCKS)
+    for start in range(0, weight.shape[0], step):
+        block = slice(start, start + step)
+        total[block] += g_z[:, block].t() @ hidden
+    return total
+
+
+def _log_softmax(hidden: Tensor, weight: Tensor, bias: Tensor | None, t: float | Tensor) -> Tensor:
+    """(rows, V) log-softmax of the logits / t, in one float32 buffer: the head's output
+    (autocast dtype) is dropped once copied, and the softmax is computed in place as
+    ``torch.log_softmax`` does, (z - max) - log(sum(exp(z - max)))."""
+    z = F.linear(hidden, weight, bias)
+    z = z.to(softmax_dtype(z.dtype)).div_(t)
+    z.sub_(z.amax(dim=-1, keepdim=True))
+    sums = torch.cat([z[b].exp().sum(dim=-1) for b in _chunks(z.shape[0], _ROW_BLOCK)])
+    return z.sub_(sums.log_()[:, None])
+
+
+def _entropy(logp: Tensor) -> Tensor:
+    """(rows,) -sum p log p, a block of rows' p at a time."""
+    blocks = _chunks(logp.shape[0], _ROW_BLOCK)
+    return torch.cat([-(logp[b].exp() * logp[b]).sum(dim=-1) for b in blocks])
+
+
+def _logit_grad(
+    logp: Tensor,  # (rows, V), overwritten
+    targets: Tensor,  # (rows,)
+    grad_logp: Tensor | None,  # (rows,); None: the logprobs are outside the loss
+    grad_entropy: Tensor | None,  # (rows,); None: the entropies are outside the loss
+    entropy: Tensor,  # (rows,)
+) -> Tensor:
+    """d(grad_logp . logp_y + grad_entropy . H)/dz, written over ``logp``:
+    g * onehot(y) - p * (g + e * (log p + H)), a block of rows' p at a time."""
+    g = torch.zeros_like(entropy) if grad_logp is None else grad_logp
+    g = g[:, None].to(logp.dtype)
+    if grad_entropy is None:  # p in place of log p
+        logp.exp_().mul_(g).neg_()
+    else:
+        e, h = grad_entropy[:, None], entropy[:, None]
+        for b in _chunks(logp.shape[0], _ROW_BLOCK):
+            p = logp[b].exp()
+            logp[b].add_(h[b]).mul_(e[b]).add_(g[b]).mul_(p).neg_()
+    return logp.scatter_add_(-1, targets[:, None], g)
