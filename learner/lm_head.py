@@ -1,10 +1,11 @@
 """The LM head and log-softmax as one autograd function that keeps no (N, V) tensor for backward.
 
 GRPO needs, at each completion position, only the logprob of the sampled token (and the
-entropy of the distribution). Autograd through ``log_softmax(head(h).float() / T)`` keeps
-several (rows, V) tensors per chunk for backward even when the chunk is checkpointed: during
-the recompute the head's output, its float32 copy, the division by T, log_softmax's output and
-the exp() of the entropy are all alive at once (V = 151,936: 622 MB each per 1,024 rows).
+entropy of the distribution). Autograd through ``log_softmax(head(h).float() / T)`` holds
+several (rows, V) tensors per chunk even when the chunk is checkpointed: during its recompute
+and backward, log_softmax's output (and the entropy's exp()) saved for backward beside their
+gradients and the head's output and its float32 copy (V = 151,936: 622 MB each per 1,024
+rows; measured in docs/benchmarks.md, "LM head").
 
 :class:`HeadLogprobs` saves only its inputs (the hidden rows, the targets, the temperature)
 and the (N,) entropies. Backward recomputes each chunk's logits and writes the gradient in
@@ -16,8 +17,8 @@ e (entropy):
     g_z           = g * onehot(y) - p * (g + e * (log p + H))
 
 then grad_h = (g_z / T) W, grad_W = (g_z / T)^T h, grad_b = sum_rows (g_z / T). The
-log-softmax is computed in place and p a block of rows at a time, so one (chunk, V) float32
-buffer is alive, beside the head's output (or g_z) in the head's dtype while it is copied.
+log-softmax is computed in place, and p, the head's output and g_z in the head's dtype a block
+at a time, so one (chunk, V) float32 buffer is alive, beside blocks a fraction of it.
 Precision follows the module path it replaces: the head's matmuls run under the caller's
 autocast (bf16 under mixed precision), the softmax math in float32. One difference: the
 weight's gradient is summed over the chunks in the weight's dtype (float32), where autograd
@@ -69,10 +70,12 @@ def head_logprobs(
     return logp, entropy if with_entropy else None
 
 
-# Rows per temporary of the softmax sums and of the entropy's p, and vocabulary rows per
-# block of the weight gradient: temporaries a fraction of one (chunk, V) buffer.
+# Rows per temporary of the softmax sums and of the entropy's p, blocks of the vocabulary for
+# the weight's gradient and of a chunk's rows for the matmuls: temporaries a fraction of one
+# (chunk, V) buffer.
 _ROW_BLOCK = 64
 _VOCAB_BLOCKS = 8
+_MATMUL_ROW_BLOCKS = 4
 
 
 class HeadLogprobs(torch.autograd.Function):
@@ -127,15 +130,21 @@ class HeadLogprobs(torch.autograd.Function):
                     None if grad_entropy is None else grad_entropy[rows],
                     entropy[rows],
                 )
-                # In the head's dtype, as the module path's .float() hands it back; the
-                # float32 buffer goes before the matmuls.
-                g_z = g_z.div_(t).to(_head_dtype(hidden, weight, enabled, dtype))
+                # Into the head's dtype block by block, as the module path's .float() hands
+                # it back, rather than as a second (chunk, V) tensor.
+                g_z = g_z.div_(t)
+                head_dtype = _head_dtype(hidden, weight, enabled, dtype)
                 if needs_h:
-                    grads[0] = _put(grads[0], hidden, rows, g_z @ weight)
-                if needs_w:
-                    grads[1] = _add_weight_grad(grads[1], weight, g_z, hidden[rows])
-                if needs_b:
-                    grads[2] = _put(grads[2], bias, slice(None), g_z.sum(dim=0), add=True)
+                    grads[0] = _put(grads[0], hidden, rows, _hidden_grad(g_z, weight, head_dtype))
+                if needs_w or needs_b:
+                    grads[1:] = _add_vocab_block_grads(
+                        grads[1:],
+                        weight if needs_w else None,
+                        bias if needs_b else None,
+                        g_z,
+                        hidden[rows],
+                        head_dtype,
+                    )
                 del g_z
         return *grads, None, None, None, None
 
@@ -147,6 +156,13 @@ def softmax_dtype(dtype: torch.dtype) -> torch.dtype:
 
 def _chunks(count: int, chunk_tokens: int) -> list[slice]:
     return [slice(start, start + chunk_tokens) for start in range(0, count, chunk_tokens)]
+
+
+def _row_blocks(count: int) -> list[slice]:
+    """A chunk's rows in ``_MATMUL_ROW_BLOCKS`` blocks, for the matmuls whose output is a
+    temporary (the head's output, g_z in the head's dtype): big enough to keep the matmul
+    efficient, a quarter of the chunk's temporaries."""
+    return _chunks(count, max(1, -(-count // _MATMUL_ROW_BLOCKS)))
 
 
 def _scale(temperature: float | Tensor, rows: slice) -> float | Tensor:
@@ -161,37 +177,60 @@ def _head_dtype(
     return autocast_dtype if autocast else torch.result_type(hidden, weight)
 
 
-def _put(total: Tensor | None, like: Tensor, rows: slice, value: Tensor, add: bool = False):
-    """``value`` written (or added) at ``rows`` of a gradient shaped and typed as ``like``,
-    allocated on first use so that it is not alive during the first chunk's logits."""
+def _put(total: Tensor | None, like: Tensor, rows: slice, value: Tensor) -> Tensor:
+    """``value`` written at ``rows`` of a gradient shaped and typed as ``like``, allocated on
+    first use so that it is not alive during the first chunk's logits."""
     if total is None:
         total = torch.zeros_like(like)
-    if add:
-        total[rows] += value
-    else:
-        total[rows] = value
+    total[rows] = value
     return total
 
 
-def _add_weight_grad(total: Tensor | None, weight: Tensor, g_z: Tensor, hidden: Tensor) -> Tensor:
-    """``total`` += g_z^T hidden, in vocabulary blocks: the product comes in the head's dtype
-    (bf16 under autocast) and is summed in the weight's, as autograd sums the module path's
-    chunks, and a block of it at a time is alive rather than a second (V, H) tensor."""
-    if total is None:
-        total = torch.zeros_like(weight)
-    step = -(-weight.shape[0] // _VOCAB_BLOCKS)
-    for start in range(0, weight.shape[0], step):
+def _hidden_grad(g_z: Tensor, weight: Tensor, head_dtype: torch.dtype) -> Tensor:
+    """g_z W, a block of rows at a time (each row's product is the whole matmul's)."""
+    return torch.cat([g_z[b].to(head_dtype) @ weight for b in _row_blocks(g_z.shape[0])])
+
+
+def _add_vocab_block_grads(
+    totals: list[Tensor | None],
+    weight: Tensor | None,
+    bias: Tensor | None,
+    g_z: Tensor,
+    hidden: Tensor,
+    head_dtype: torch.dtype,
+) -> list[Tensor | None]:
+    """[grad W + g_z^T hidden, grad b + sum_rows g_z] (None for a frozen one), a block of the
+    vocabulary at a time: each product comes in the head's dtype (bf16 under autocast) and is
+    summed in the parameter's, and a block of it is alive rather than a second (V, H)."""
+    like = weight if weight is not None else bias
+    grad_w, grad_b = totals
+    if weight is not None and grad_w is None:
+        grad_w = torch.zeros_like(weight)
+    if bias is not None and grad_b is None:
+        grad_b = torch.zeros_like(bias)
+    step = -(-like.shape[0] // _VOCAB_BLOCKS)
+    for start in range(0, like.shape[0], step):
         block = slice(start, start + step)
-        total[block] += g_z[:, block].t() @ hidden
-    return total
+        g_block = g_z[:, block].to(head_dtype)
+        if grad_w is not None:
+            grad_w[block] += g_block.t() @ hidden
+        if grad_b is not None:
+            grad_b[block] += g_block.sum(dim=0)
+    return [grad_w, grad_b]
 
 
 def _log_softmax(hidden: Tensor, weight: Tensor, bias: Tensor | None, t: float | Tensor) -> Tensor:
     """(rows, V) log-softmax of the logits / t, in one float32 buffer: the head's output
-    (autocast dtype) is dropped once copied, and the softmax is computed in place as
+    (autocast dtype) comes a block of rows at a time, and the softmax is computed in place as
     ``torch.log_softmax`` does, (z - max) - log(sum(exp(z - max)))."""
-    z = F.linear(hidden, weight, bias)
-    z = z.to(softmax_dtype(z.dtype)).div_(t)
+    blocks = _row_blocks(hidden.shape[0])
+    first = F.linear(hidden[blocks[0]], weight, bias)
+    z = first.new_empty(hidden.shape[0], first.shape[1], dtype=softmax_dtype(first.dtype))
+    z[blocks[0]] = first
+    del first
+    for b in blocks[1:]:
+        z[b] = F.linear(hidden[b], weight, bias)
+    z = z.div_(t)
     z.sub_(z.amax(dim=-1, keepdim=True))
     sums = torch.cat([z[b].exp().sum(dim=-1) for b in _chunks(z.shape[0], _ROW_BLOCK)])
     return z.sub_(sums.log_()[:, None])

@@ -7,10 +7,11 @@ hidden states of positions that predict a completion token, and apply the LM hea
 log-softmax chunk by chunk, so backward keeps only the (chunk, H) hidden states and recomputes
 the (chunk, V) logits, instead of keeping every chunk's softmax alive until the backward pass.
 A plain ``nn.Linear`` head runs as one autograd function (lm_head.py) that writes the logits'
-gradient in place: a checkpointed chunk's recompute and backward still hold four or five
-(chunk, V) float32 tensors at once (the head's output and its float32 copy, the division by
-the temperature, the log-softmax, the entropy's exp), the function one or two. Any other head
-(peft's wrappers, FSDP's sharded root) keeps each chunk checkpointed through its module.
+gradient in place: a checkpointed chunk's recompute and backward still hold two to four
+(chunk, V) float32 tensors at once (among the head's output and its float32 copy, the division
+by the temperature, the log-softmax, the entropy's exp and their gradients), the function one
+(docs/benchmarks.md, "LM head"). Any other head (peft's wrappers, FSDP's sharded root) keeps
+each chunk checkpointed through its module.
 
 Layout: right padding. Sequence b is ``prompt + completion + pad``; with right padding the
 default position ids (0, 1, 2, ...) are already correct for every real token and, the model being

@@ -132,6 +132,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="hidden states per micro-batch, in chunks: from the second on, the head's weight "
         "gradient is alive while a chunk's logits are recomputed",
     )
+    parser.add_argument(
+        "--paths", nargs="+", choices=["checkpoint", "function"], default=["checkpoint", "function"]
+    )
     parser.add_argument("--entropy", action="store_true", help="the entropy bonus in the loss")
     parser.add_argument("--float32", action="store_true", help="no bf16 autocast")
     parser.add_argument("--repeats", type=int, default=0, help="timed runs after the measured")
@@ -143,7 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     head = nn.Linear(args.hidden, args.vocab, bias=False)
     autocast = None if args.float32 else torch.bfloat16
     for chunk in args.chunks:
-        for path, plain in (("checkpoint", False), ("function", True)):
+        for path in args.paths:
+            plain = path == "function"
             print(json.dumps(_row(head, chunk, path, plain, autocast, args)), flush=True)
     return 0
 
