@@ -74,6 +74,7 @@ def _token_logprobs_and_entropy(
     targets: Tensor,
     temperature: float | Tensor,  # a number, or (n,) one per token
     with_entropy: bool,
+    entropy_grad: bool = True,
 ) -> tuple[Tensor, Tensor | None]:
     if isinstance(temperature, Tensor):
         temperature = temperature.unsqueeze(-1)  # (n, 1)
@@ -81,8 +82,11 @@ def _token_logprobs_and_entropy(
     logits = logits.to(softmax_dtype(logits.dtype)) / temperature  # (n, V)
     logp = torch.log_softmax(logits, dim=-1)  # (n, V)
     token_logp = logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (n,)
-    entropy = -(logp.exp() * logp).sum(dim=-1) if with_entropy else None  # (n,)
-    return token_logp, entropy
+    if not with_entropy:
+        return token_logp, None
+    # A metric only: no graph, so a checkpointed chunk's recompute keeps nothing for it
+    source = logp if entropy_grad else logp.detach()
+    return token_logp, -(source.exp() * source).sum(dim=-1)  # (n,)
 
 
 def completion_logprobs(
@@ -94,6 +98,7 @@ def completion_logprobs(
     chunk_tokens: int = 1024,
     return_entropy: bool = False,
     prompts: SharedPrompts | None = None,
+    entropy_grad: bool = True,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Logprob of each completion token given everything before it; 0 elsewhere. (B, T).
 
@@ -102,7 +107,10 @@ def completion_logprobs(
 
     The token at position t is predicted from the hidden state at t - 1, so position 0 (always
     a prompt token) has no logprob. With ``return_entropy`` also returns the entropy of the
-    predictive distribution at each completion position (B, T), with the same gradient path.
+    predictive distribution at each completion position (B, T), with the same gradient path;
+    ``entropy_grad = False`` when the loss does not use it (a metric): where a chunk's logits
+    are recomputed under autograd, a graph for an entropy no gradient reaches would keep two
+    (rows, V) float32 tensors per token alive to the end of the backward pass.
 
     ``prompts``: rows that share a prompt run it once (see :class:`SharedPrompts`); the result
     is the same function of the inputs. Ignored where :func:`can_share_prompts` says no.
@@ -110,7 +118,13 @@ def completion_logprobs(
     parts = _split_backbone(model)
     if parts is None:
         return _full_logits_logprobs(
-            model, input_ids, attention_mask, completion_mask, temperature, return_entropy
+            model,
+            input_ids,
+            attention_mask,
+            completion_mask,
+            temperature,
+            return_entropy,
+            entropy_grad,
         )
     backbone, head = parts
     plain = head_is_plain(model, head)
@@ -123,7 +137,7 @@ def completion_logprobs(
             completion_mask,
             temperature,
             chunk_tokens,
-            return_entropy,
+            (return_entropy, entropy_grad),
             prompts,
             plain,
         )
@@ -138,6 +152,7 @@ def completion_logprobs(
         chunk_tokens,
         return_entropy,
         plain,
+        entropy_grad,
     )
     logprobs = _scatter(token_logp, predicts)
     if return_entropy:
@@ -160,6 +175,7 @@ def _head_in_chunks(
     chunk_tokens: int,
     return_entropy: bool,
     plain_head: bool,
+    entropy_grad: bool = True,
 ) -> tuple[Tensor, Tensor | None]:
     """(N,) logprobs of ``targets`` (and entropies), the LM head applied ``chunk_tokens`` rows
     at a time. A plain head (:func:`head_is_plain`) runs as one function that recomputes
@@ -167,15 +183,16 @@ def _head_in_chunks(
     under autograd. ``chunk_tokens`` 0: all N rows at once, kept for backward (no recompute,
     the (N, V) float32 log-softmax alive until backward)."""
     if chunk_tokens <= 0:
-        return _token_logprobs_and_entropy(head, selected, targets, temperature, return_entropy)
-    if plain_head:
+        args = (head, selected, targets, temperature, return_entropy, entropy_grad)
+        return _token_logprobs_and_entropy(*args)
+    if plain_head:  # an entropy without a gradient gets none there
         return head_logprobs(head, selected, targets, temperature, chunk_tokens, return_entropy)
     use_checkpoint = torch.is_grad_enabled() and selected.requires_grad
     logp_chunks, entropy_chunks = [], []
     for start in range(0, selected.shape[0], chunk_tokens):
         chunk = slice(start, start + chunk_tokens)
         scale = temperature[chunk] if isinstance(temperature, Tensor) else temperature
-        args = (head, selected[chunk], targets[chunk], scale, return_entropy)
+        args = (head, selected[chunk], targets[chunk], scale, return_entropy, entropy_grad)
         if use_checkpoint:
             logp, ent = checkpoint(_token_logprobs_and_entropy, *args, use_reentrant=False)
         else:
@@ -197,7 +214,7 @@ def _shared_prompt_logprobs(
     completion_mask: Tensor,  # (B, T)
     temperature: float | Tensor,
     chunk_tokens: int,
-    return_entropy: bool,
+    entropy_options: tuple[bool, bool],  # (return it, with its gradient)
     prompts: SharedPrompts,
     plain_head: bool,
 ) -> Tensor | tuple[Tensor, Tensor]:
@@ -230,15 +247,16 @@ def _shared_prompt_logprobs(
         tokens[predicts],
         _per_token(temperature, predicts),
         chunk_tokens,
-        return_entropy,
+        entropy_options[0],
         plain_head,
+        entropy_grad=entropy_options[1],
     )
 
     def place(values: Tensor) -> Tensor:  # (N,) at the predicted (B, C) -> (B, T)
         grid = values.new_zeros(predicts.shape).masked_scatter(predicts, values)
         return grid.new_zeros(input_ids.shape).scatter_add(1, source, grid)
 
-    if return_entropy:
+    if entropy_options[0]:
         return place(token_logp), place(entropy)
     return place(token_logp)
 
@@ -280,6 +298,7 @@ def _full_logits_logprobs(
     completion_mask: Tensor,
     temperature: float | Tensor,
     return_entropy: bool,
+    entropy_grad: bool = True,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Reference path for architectures not known to be plain: materialises (B, T, V) logits."""
     logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
@@ -292,5 +311,6 @@ def _full_logits_logprobs(
     logprobs = torch.cat([pad, token_logp * mask], dim=1)  # (B, T)
     if not return_entropy:
         return logprobs
-    entropy = -(logp.exp() * logp).sum(dim=-1) * mask  # (B, T-1)
+    source = logp if entropy_grad else logp.detach()
+    entropy = -(source.exp() * source).sum(dim=-1) * mask  # (B, T-1)
     return logprobs, torch.cat([pad, entropy], dim=1)

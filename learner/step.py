@@ -126,7 +126,8 @@ class Trainer:
         temperature: float | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """(B, T) completion logprobs of ``batch`` under ``model`` (default: the policy), and
-        their entropies with ``return_entropy``."""
+        their entropies with ``return_entropy``: with a gradient only where the loss has an
+        entropy bonus (``learner.entropy_coef``), else a metric that keeps no graph."""
         if temperature is None:  # each row's own where samples have one, else the run's
             temperature = self.temperature if batch.temperatures is None else batch.temperatures
         runner = self.root if model is None or model is self.model else model
@@ -144,6 +145,7 @@ class Trainer:
                 chunk_tokens=self.config.logprob_chunk_tokens,
                 return_entropy=return_entropy,
                 prompts=prompts,
+                entropy_grad=self.config.entropy_coef > 0,
             )
 
     @torch.no_grad()
