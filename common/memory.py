@@ -39,17 +39,23 @@ CUDA_CONTEXT_GIB = 0.5
 #: frees only what its own allocator tagged (weights, KV cache), so a sleeping engine keeps it
 #: (vLLM docs, features/sleep_mode).
 ENGINE_RUNTIME_GIB = 1.0
-#: float32 (rows, vocab) tensors alive at the peak of one LM-head chunk's backward, counted in
-#: learner/logprobs.py ``_token_logprobs_and_entropy``: the log-softmax output and its exp (kept
-#: for the entropy's backward) plus three gradients of that size.
+#: float32 (rows, vocab) tensors alive at the peak of one LM-head chunk's backward. The module
+#: path (learner/logprobs.py ``_token_logprobs_and_entropy`` checkpointed, or all rows at once
+#: with ``logprob_chunk_tokens = 0``): the log-softmax output and its exp plus three gradients
+#: of that size (measured 2.3-4.3 on CPU, docs/benchmarks.md "LM head"). Used by sharded
+#: learners and heads that are not a plain Linear (``learner.lm_head.head_is_plain``).
 LOGIT_TENSORS_AT_PEAK = 5
+#: The same for learner/lm_head.py's autograd function, which one-rank learners use for a plain
+#: head: one (chunk, vocab) float32 buffer plus blocks a fraction of it (measured 1.2 on CPU).
+HEAD_FUNCTION_LOGIT_TENSORS = 2
 #: torch's foreach AdamW (the default on CUDA) holds one parameter-sized temporary (the square
 #: root of the second moment) while it steps: counted from torch/optim/adamw.py.
 ADAMW_TEMPORARIES = 1
-#: Measured learner peaks exceed the count below by up to ~0.6 MB per micro-batch token under
-#: gradient checkpointing (issue 34's H200 rows; docs/scaling.md compares them): an allowance of
-#: 4 bytes x vocabulary per token covers them until a per-phase breakdown explains it.
-UNEXPLAINED_BYTES_PER_TOKEN_PER_VOCAB = 4
+#: Tied embeddings (Qwen2.5 0.5B/1.5B): the input embedding's and the LM head's gradients are
+#: float32 (vocab, hidden) tensors summed into one; two more of them are alive while the sum
+#: is made (measured on CPU with live tensor bytes: three copies, docs/benchmarks.md "Where the
+#: peak goes").
+TIED_GRADIENT_EXTRA_COPIES = 2
 #: ``learner.share_prompts``, where in effect (``LearnerConfig.share_prompts_on``; off by default
 #: on CUDA), keeps each prompt's keys and values gathered out to its rows for the completion
 #: pass: the H200 rows of issue 34 measured 70.5 against 65.2 GiB without it (1.5B, micro-batch
@@ -168,6 +174,7 @@ class LearnerState:
     reference: int  # the frozen reference copy (beta > 0, full fine-tuning, frozen_copy)
     autocast_copies: int  # bf16 copies of fp32 weights autocast keeps through forward/backward
     optimiser_temporaries: int  # foreach AdamW's temporaries while it steps
+    tied_gradients: int = 0  # extra copies while a tied embedding's two gradients are summed
     context: int = int(CUDA_CONTEXT_GIB * GIB)
     # weights.transport = "ipc": the serving-dtype copy of the whole model each rank keeps from
     # one export to the next, for its engine to read (learner/ipc_sender.py)
@@ -181,7 +188,7 @@ class LearnerState:
     @property
     def backward(self) -> int:
         """Held through the backward pass, activations aside."""
-        return self.resident + self.gradients + self.autocast_copies
+        return self.resident + self.gradients + self.autocast_copies + self.tied_gradients
 
     @property
     def optimiser_step(self) -> int:
@@ -231,6 +238,9 @@ def learner_state(
         reference = params * DTYPE_BYTES[reference_dtype or learner.reference_dtype_on("cuda")]
     matmul = params - (0 if shape.tied_embeddings else shape.embedding_parameters)
     ranks = learner.num_ranks
+    tied = 0
+    if shape.tied_embeddings and not lora.enabled:
+        tied = TIED_GRADIENT_EXTRA_COPIES * shape.embedding_parameters * 4
     return LearnerState(
         weights=(params + lora_count) * p // ranks,
         gradients=trainable * p // ranks,
@@ -238,6 +248,7 @@ def learner_state(
         reference=reference // ranks,
         autocast_copies=2 * matmul // ranks if precision.autocast else 0,
         optimiser_temporaries=ADAMW_TEMPORARIES * trainable * p // ranks,
+        tied_gradients=tied // ranks,
         export_copy=export_copy,
     )
 
@@ -283,8 +294,7 @@ def activation_bytes_per_token(
     full layers + one layer's gradients; with all L checkpointed (HF's count) the last layer is
     recomputed at once, which makes it k residuals + two layers. ``logprob_chunk_tokens = 0``
     adds the full-vocabulary float32 logits of every token (learner/logprobs.py: no
-    recompute); with chunks they are a fixed cost (:func:`logit_bytes`). Plus the allowance
-    the measurements asked for.
+    recompute); with chunks they are a fixed cost (:func:`logit_bytes`).
     """
     if checkpointed is None:
         checkpointed = checkpointed_layers(shape, learner, row_tokens=row_tokens)
@@ -300,7 +310,7 @@ def activation_bytes_per_token(
     logits = 0
     if learner.logprob_chunk_tokens <= 0:
         logits = LOGIT_TENSORS_AT_PEAK * 4 * shape.vocab
-    return saved + final + logits + UNEXPLAINED_BYTES_PER_TOKEN_PER_VOCAB * shape.vocab
+    return saved + final + logits
 
 
 def logit_bytes(shape: ModelShape, learner: LearnerConfig, micro_batch_tokens: int) -> int:
@@ -309,7 +319,12 @@ def logit_bytes(shape: ModelShape, learner: LearnerConfig, micro_batch_tokens: i
     chunk = learner.logprob_chunk_tokens
     if chunk <= 0:
         return 0
-    return LOGIT_TENSORS_AT_PEAK * 4 * shape.vocab * min(chunk, micro_batch_tokens)
+    lora = learner.lora
+    wrapped = lora.enabled and "lm_head" in [*lora.target_modules, *lora.modules_to_save]
+    tensors = LOGIT_TENSORS_AT_PEAK
+    if learner.num_ranks == 1 and not wrapped:
+        tensors = HEAD_FUNCTION_LOGIT_TENSORS  # a plain head: learner/lm_head.py
+    return tensors * 4 * shape.vocab * min(chunk, micro_batch_tokens)
 
 
 def learner_step_peak(

@@ -148,6 +148,7 @@ def _learner_line(
         f"learner rank: state {gib(state.backward)} GiB (weights {gib(state.weights)}, "
         f"gradients {gib(state.gradients)}, AdamW {gib(state.optimiser)}, reference "
         f"{gib(state.reference)}, autocast copies {gib(state.autocast_copies)}, "
+        f"{f'tied gradients {gib(state.tied_gradients)}, ' if state.tied_gradients else ''}"
         f"{f'IPC export copy {gib(copy)}, ' if copy else ''}CUDA context "
         f"{gib(state.context)}); activations {gib(tokens * per_token)} at {tokens} tokens per "
         f"micro-batch ({fit.checkpointed} of {shape.layers} layers checkpointed) + LM head "
@@ -213,6 +214,8 @@ def _advice(config: Config, sides: _Sides, learning: int, card: float) -> str:
         changes.append(f"rollout.kv_cache_gib <= {fits:g} (now {rollout.kv_cache_gib:g})")
     if learner.offload_optimizer == "never" and not learner.lora.enabled:
         changes.append("learner.offload_optimizer = 'while_generating'")
+    if room < 0 and not learner.lora.enabled:  # the weights alone leave the KV cache no room
+        changes.append("learner.lora.enabled = true")
     if not changes:
         return "the engine and the learner's resident state alone exceed the card: a bigger card"
     return "try " + ", ".join(changes)

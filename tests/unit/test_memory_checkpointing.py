@@ -117,11 +117,11 @@ def test_auto_checkpoints_fewer_layers_as_the_target_grows():
 
 
 def test_auto_falls_back_to_every_layer_and_a_smaller_micro_batch():
-    config = learner("auto", "memory_gib", "36", "micro_batch_tokens", "8192")
+    config = learner("auto", "memory_gib", "34", "micro_batch_tokens", "8192")
     fit = fit_micro_batch(SHAPE, config)
     assert fit.checkpointed == LAYERS
     assert fit.tokens < 8192
-    assert fit.tokens == micro_batch_budget(SHAPE, learner("true", "memory_gib", "36"))
+    assert fit.tokens == micro_batch_budget(SHAPE, learner("true", "memory_gib", "34"))
 
 
 def test_auto_without_a_memory_target_checkpoints_nothing():

@@ -39,9 +39,9 @@ def test_a_full_fine_tune_of_1_5b_colocated_on_10_gib_is_refused_in_one_line():
     )
     refusal = plan_memory(config, shape("qwen2.5-coder-1.5b")).refusal
     assert refusal is not None and "\n" not in refusal
-    assert "rollout.colocate needs 44.6 GiB on a 10 GiB card (ray.gpu_memory_gib)" in refusal
-    assert "learner step 43.1 + sleeping engine 1.5" in refusal
-    assert "learner.lora.enabled = true" in refusal
+    assert "rollout.colocate needs 43.9 GiB on a 10 GiB card (ray.gpu_memory_gib)" in refusal
+    assert "learner step 38.5 + sleeping engine 1.5" in refusal
+    assert "learner.lora.enabled = true" in refusal  # the weights leave the KV cache no room
 
 
 def test_an_engine_that_peaks_is_told_the_kv_cache_that_fits():
@@ -66,11 +66,11 @@ def test_an_unknown_card_is_printed_but_not_enforced():
 
 def test_a_learner_on_its_own_gpu_that_exceeds_the_card_is_a_warning():
     config = load_config(
-        REPO_ROOT / "configs" / "qwen2.5-coder-1.5b-mbpp.toml", ["--ray.gpu_memory_gib", "39.4"]
+        REPO_ROOT / "configs" / "qwen2.5-coder-1.5b-mbpp.toml", ["--ray.gpu_memory_gib", "23.6"]
     )
     plan = plan_memory(config, shape("qwen2.5-coder-1.5b"))
     assert plan.refusal is None
-    assert ["learner step" in w and "39.4 GiB card" in w for w in plan.warnings] == [True]
+    assert ["learner step" in w and "23.6 GiB card" in w for w in plan.warnings] == [True]
 
 
 def test_cpu_runs_have_no_plan(caplog):
@@ -98,13 +98,15 @@ def test_launch_train_exits_2_on_a_refused_plan(tmp_path, capsys):
     assert not (tmp_path / "runs").exists()
 
 
-def test_the_table_says_the_users_40_gb_card_cannot_hold_1_5b_with_a_reference():
+def test_the_table_says_the_users_40_gb_card_holds_1_5b_with_a_reference():
+    """By the arithmetic since the LM head's function and the metric entropy's fix (issue 34;
+    the H200 measured 1b02179's learner at 42.5 GiB with gradient checkpointing)."""
     rows = {
         tuple(cell.strip() for cell in row.split("|")[1:4]): row
         for row in fit_table().splitlines()[2:]
     }
     assert len(rows) == 12
-    assert rows[("Qwen2.5-Coder-1.5B", "full", "yes")].rstrip(" |").split("|")[-3].strip() == "no"
+    assert rows[("Qwen2.5-Coder-1.5B", "full", "yes")].rstrip(" |").split("|")[-3].strip() == "both"
     assert rows[("Qwen2.5-7B", "LoRA r16", "yes")].split("|")[-2].strip() == "both"
 
 
