@@ -35,7 +35,8 @@ from pathlib import Path
 
 from actor.receivers import make_receiver
 from common.config import ModelConfig, RolloutConfig
-from common.memory import ModelShape, engine_memory
+from common.engine_memory import engine_memory
+from common.memory import ModelShape
 from common.transport import collective, ipc
 from common.transport.collective import backend_for
 from common.types import Completion, RolloutRequest, TrainSample, WeightUpdate

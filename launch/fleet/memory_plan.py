@@ -29,20 +29,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from common.config import Config, ConfigError, LearnerConfig, load_config
+from common.engine_memory import EngineMemory, engine_memory, kv_cache_tokens
 from common.help_format import DefaultsHelpFormatter
 from common.memory import (
     GIB,
     CheckpointedLayersError,
-    EngineMemory,
     MemoryTargetError,
     MicroBatchFit,
     ModelShape,
     activation_bytes_per_token,
-    engine_memory,
     fit_micro_batch,
     gib,
     ipc_export_copy,
-    kv_cache_tokens,
     learner_state,
     learner_step_peak,
     logit_bytes,

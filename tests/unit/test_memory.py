@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from common.config import load_config
+from common.engine_memory import engine_memory, kv_cache_tokens
 from common.memory import (
     GIB,
     HEAD_FUNCTION_LOGIT_TENSORS,
@@ -18,8 +19,6 @@ from common.memory import (
     MemoryTargetError,
     ModelShape,
     activation_bytes_per_token,
-    engine_memory,
-    kv_cache_tokens,
     learner_state,
     learner_step_peak,
     micro_batch_budget,
