@@ -116,31 +116,15 @@ def completion_logprobs(
     is the same function of the inputs. Ignored where :func:`can_share_prompts` says no.
     """
     parts = _split_backbone(model)
+    rows = (input_ids, attention_mask, completion_mask, temperature)
     if parts is None:
-        return _full_logits_logprobs(
-            model,
-            input_ids,
-            attention_mask,
-            completion_mask,
-            temperature,
-            return_entropy,
-            entropy_grad,
-        )
+        return _full_logits_logprobs(model, *rows, return_entropy, entropy_grad)
     backbone, head = parts
     plain = head_is_plain(model, head)
     if prompts is not None and can_share_prompts(model):
-        return _shared_prompt_logprobs(
-            backbone,
-            head,
-            input_ids,
-            attention_mask,
-            completion_mask,
-            temperature,
-            chunk_tokens,
-            (return_entropy, entropy_grad),
-            prompts,
-            plain,
-        )
+        entropy_options = (return_entropy, entropy_grad)
+        shared = (chunk_tokens, entropy_options, prompts, plain)
+        return _shared_prompt_logprobs(backbone, head, *rows, *shared)
     out = backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
     hidden = out[0]  # (B, T, H)
     predicts = completion_mask[:, 1:].bool()  # (B, T-1): position t predicts token t + 1

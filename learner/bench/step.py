@@ -348,6 +348,17 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     add("--group", type=int, default=8, help="G: samples per prompt")
     add("--prompt-len", type=int, default=128, help="tokens of each prompt")
     add("--completion-len", type=int, default=512, help="tokens of each completion, all trained")
+    _add_learner_flags(add)
+    add("--steps", type=int, default=2, help="timed steps; step_s is their median")
+    add("--warmup", type=int, default=1, help="untimed steps before them")
+    add("--out", help="also write the JSON result to this file")
+    args, overrides = parser.parse_known_args(argv)
+    args.given = _given(parser, argv)
+    return args, overrides
+
+
+def _add_learner_flags(add) -> None:
+    """The flags that set a learner option (``_LEARNER_FLAGS``) or LoRA."""
     add(
         "--beta",
         type=float,
@@ -388,12 +399,6 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         default=1,
         help="learner ranks (learner.num_ranks): FSDP2, one process each",
     )
-    add("--steps", type=int, default=2, help="timed steps; step_s is their median")
-    add("--warmup", type=int, default=1, help="untimed steps before them")
-    add("--out", help="also write the JSON result to this file")
-    args, overrides = parser.parse_known_args(argv)
-    args.given = _given(parser, argv)
-    return args, overrides
 
 
 def _given(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:

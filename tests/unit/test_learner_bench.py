@@ -27,12 +27,12 @@ def test_random_batch_has_the_rollout_shape():
 
 
 def test_a_config_file_gives_the_learner_and_the_flags_given_win():
-    """``--config``: a shipped config's [learner] is what the row measures (its checkpointing
-    and micro-batch, not the bench's defaults); a flag given and a --learner override win."""
+    """``--config``: a shipped config's [learner] is what the row measures (its checkpointing,
+    memory target and optimiser, not the bench's defaults); a flag given and a --learner override win."""
     shipped = str(Path(__file__).parents[2] / "configs" / "qwen2.5-coder-1.5b-mbpp.toml")
     config = learner_config(*parse_args(["--config", shipped, "--prompt-len", "384"]))
-    assert (config.gradient_checkpointing, config.micro_batch_tokens) == (True, 16384)
-    assert (config.lr, config.beta, config.dtype) == (1e-6, 0.04, "bfloat16")
+    assert (config.gradient_checkpointing, config.memory_gib) == (True, 32)
+    assert (config.lr, config.beta, config.optimizer) == (1e-6, 0.04, "adamw_8bit")
     argv = ["--config", shipped, "--micro-batch-tokens", "4096", "--learner.beta", "0"]
     config = learner_config(*parse_args(argv))
     assert (config.gradient_checkpointing, config.micro_batch_tokens, config.beta) == (
