@@ -69,6 +69,8 @@ class LiveTensorBytes(TorchDispatchMode):
             return
         if tensor.device.type != self.device.type or tensor.layout != torch.strided:
             return  # another device's, or sparse (no storage of its own)
+        if isinstance(tensor, FakeTensor):
+            return  # torch.compile's stand-ins (alive in the process after a compile): no memory
         storage = tensor.untyped_storage()
         key = id(storage)
         if key in self._sizes:

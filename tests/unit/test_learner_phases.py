@@ -12,6 +12,9 @@ import gc
 
 import pytest
 import torch
+from torch._dynamo.source import ConstantSource
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
 
 from common.config import LearnerConfig, LoraConfig
 from learner.bench.live_bytes import LiveTensorBytes
@@ -149,3 +152,16 @@ def test_live_tensor_bytes_count_what_autograd_saves_and_the_gradients(no_collec
         total.backward()
         del total  # the graph and its saved output go; the gradient stays
         assert counter.live - base == 4000 and weight.grad.nbytes == 4000
+
+
+def test_fake_tensors_alive_from_an_earlier_compile_are_not_counted():
+    """torch.compile leaves FakeTensors of symbolic sizes in the process (the whole unit tier
+    runs in one); counting one made the peak a SymInt, which the bench could not print."""
+    shapes = ShapeEnv()
+    symbol = shapes.create_symbol(10, ConstantSource("rows"), dynamic_dim=DimDynamic.DYNAMIC)
+    with FakeTensorMode(shape_env=shapes):
+        fake = torch.empty(shapes.create_symintnode(symbol, hint=10))
+    with LiveTensorBytes() as counter:
+        real = torch.ones(1000)
+    assert isinstance(counter.peak(), int) and counter.peak() >= real.nbytes
+    del fake
