@@ -234,7 +234,9 @@ def learner_state(
     ranks = learner.num_ranks
     tied = 0
     if shape.tied_embeddings and not lora.enabled:
-        tied = TIED_GRADIENT_EXTRA_COPIES * shape.embedding_parameters * 4
+        # in the gradients' dtype, and whole on every rank: FSDP2 sums the two before it
+        # reduce-scatters
+        tied = TIED_GRADIENT_EXTRA_COPIES * shape.embedding_parameters * p
     return LearnerState(
         weights=(params + lora_count) * p // ranks,
         gradients=trainable * p // ranks,
@@ -242,7 +244,7 @@ def learner_state(
         reference=reference // ranks,
         autocast_copies=2 * matmul // ranks if precision.autocast else 0,
         optimiser_temporaries=ADAMW_TEMPORARIES * trainable * p // ranks,
-        tied_gradients=tied // ranks,
+        tied_gradients=tied,
         export_copy=export_copy,
     )
 

@@ -161,9 +161,10 @@ class SpeedKnobs(Section):
         description="torch.compile each decoder layer of the policy (dynamic shapes); the "
         "first steps pay the compilation (docs/benchmarks.md, one learner step). auto: on for "
         "a CUDA learner of one rank, whose first steps then pay it (the step after is 1.43x "
-        "faster, also under gradient checkpointing, in issue 34's H200 measurements, not "
-        "re-run), unless share_prompts = true asks for the shared path it turns off; off on "
-        "CPU (11% faster there, not worth the compilation in tests and short runs)",
+        "faster, also under Hugging Face's gradient checkpointing, in issue 34's H200 "
+        "measurements; not re-run, nor with today's per-layer checkpointing), unless "
+        "share_prompts = true asks for the shared path it turns off; off on CPU (11% faster "
+        "there, not worth the compilation in tests and short runs)",
     )
     offload_optimizer: Literal["never", "while_generating"] = Field(
         "never",

@@ -47,8 +47,9 @@ EPILOG = """\
 what the JSON reports:
   step_s                median time of the timed steps (--steps, after --warmup untimed ones)
   tokens_per_s          the batch's completion tokens / step_s
-  peak_memory_gib       the largest phase_peak_gib (CUDA: max_memory_allocated; CPU: bytes of
-                        live tensors, learner/bench/live_bytes.py)
+  peak_memory_gib       the largest phase_peak_gib, the model's build ("before") included
+                        (CUDA: max_memory_allocated; CPU: bytes of live tensors,
+                        learner/bench/live_bytes.py)
   peak_rss_gib          the process's peak resident set (host memory: on CPU the tensors plus
                         the interpreter, libraries and the allocator's free lists)
   state_gib             parameters + gradients + AdamW state this process holds
@@ -186,6 +187,8 @@ def learner_config(args: argparse.Namespace, overrides: list[str]) -> LearnerCon
     options["num_gpus"] = 1.0 if torch.cuda.is_available() else 0.0  # this machine's device
     # the command-line overrides come last, so they win over the flags' values
     flat = _flatten({"learner": options}) + overrides
+    if args.config:  # the bench has no engine: a colocated config's pairing rules do not apply
+        flat = ["--rollout.colocate", "false", *flat]
     return load_config(Path(args.config) if args.config else None, flat).learner
 
 

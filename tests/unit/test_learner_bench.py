@@ -28,7 +28,8 @@ def test_random_batch_has_the_rollout_shape():
 
 def test_a_config_file_gives_the_learner_and_the_flags_given_win():
     """``--config``: a shipped config's [learner] is what the row measures (its checkpointing,
-    memory target and optimiser, not the bench's defaults); a flag given and a --learner override win."""
+    memory target and optimiser, not the bench's defaults); a flag given and a --learner
+    override win."""
     shipped = str(Path(__file__).parents[2] / "configs" / "qwen2.5-coder-1.5b-mbpp.toml")
     config = learner_config(*parse_args(["--config", shipped, "--prompt-len", "384"]))
     assert (config.gradient_checkpointing, config.memory_gib) == (True, 32)
@@ -40,6 +41,11 @@ def test_a_config_file_gives_the_learner_and_the_flags_given_win():
         4096,
         0.0,
     )
+    # a colocated config's learner too (the bench has no engine to pair it with), on ranks
+    for name in ("qwen2.5-coder-1.5b-mbpp-1gpu.toml", "qwen2.5-coder-0.5b-lora-mbpp-1gpu.toml"):
+        colocated = str(Path(shipped).parent / name)
+        config = learner_config(*parse_args(["--config", colocated, "--ranks", "2"]))
+        assert config.num_ranks == 2 and config.memory_gib > 0
     # without a file the flags' defaults, as before
     config = learner_config(*parse_args([]))
     assert (config.gradient_checkpointing, config.micro_batch_tokens) == (False, 8192)
