@@ -71,11 +71,13 @@ def _stand_in_fleet():
     """A fleet of one restartable :class:`SlowLoader` on a private cluster: (fleet, actor)."""
     import ray
 
+    from common.config import load_config
     from launch.fleet.rollout_fleet import RolloutFleet
 
     with private_ray():
         actor = _restartable(SlowLoader)
-        fleet = RolloutFleet(config=None, model_path="", run_id="stand-in")
+        # the defaults: a restart waits ray.start_timeout_s, as the product's fleet does
+        fleet = RolloutFleet(config=load_config(None, []), model_path="", run_id="stand-in")
         fleet.actors = [actor]
         try:
             yield fleet, actor
