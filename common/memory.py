@@ -379,8 +379,7 @@ def micro_batch_budget(
         checkpointed = checkpointed_layers(shape, learner, reference_dtype, row_tokens, export_copy)
     target = int(learner.memory_gib * GIB)
     state = learner_state(shape, learner, reference_dtype, export_copy)
-    fixed = state.backward + logit_bytes(shape, learner, MAX_MICRO_BATCH_TOKENS)
-    per_token = activation_bytes_per_token(shape, learner, row_tokens, checkpointed)
+    fixed, per_token = _step_bytes(shape, learner, checkpointed, state, row_tokens)
     tokens = (target - fixed) // per_token
     if tokens < MIN_MICRO_BATCH_TOKENS or state.optimiser_step > target:
         need = max(fixed + MIN_MICRO_BATCH_TOKENS * per_token, state.optimiser_step)
@@ -394,18 +393,17 @@ def micro_batch_budget(
     return int(min(tokens, MAX_MICRO_BATCH_TOKENS))
 
 
-def _tokens_that_fit(
+def _step_bytes(
     shape: ModelShape,
     learner: LearnerConfig,
     checkpointed: int,
     state: LearnerState,
     row_tokens: int,
-) -> int:
-    """Micro-batch tokens whose activations fit ``learner.memory_gib`` beside ``state``
-    (unclamped; negative when the state alone exceeds it)."""
+) -> tuple[int, int]:
+    """A step's bytes through backward whatever the micro-batch (``state`` and the LM head's
+    chunk), and its activation bytes per micro-batch token with ``checkpointed`` layers."""
     fixed = state.backward + logit_bytes(shape, learner, MAX_MICRO_BATCH_TOKENS)
-    per_token = activation_bytes_per_token(shape, learner, row_tokens, checkpointed)
-    return (int(learner.memory_gib * GIB) - fixed) // per_token
+    return fixed, activation_bytes_per_token(shape, learner, row_tokens, checkpointed)
 
 
 @dataclass(frozen=True)
@@ -454,11 +452,12 @@ def checkpointed_layers(
         if not learner.memory_gib:
             return 0
         state = learner_state(shape, learner, reference_dtype, export_copy)
+        target = int(learner.memory_gib * GIB)
         # all L never fits where L - 1 does not (its last layer is recomputed at once: the
         # count above), so it is only the fallback
-        wanted = learner.micro_batch_tokens
         for count in range(layers):
-            if _tokens_that_fit(shape, learner, count, state, row_tokens) >= wanted:
+            fixed, per_token = _step_bytes(shape, learner, count, state, row_tokens)
+            if (target - fixed) // per_token >= learner.micro_batch_tokens:
                 return count
         return layers
     if setting > layers:
