@@ -7,9 +7,8 @@ module path (``checkpoint``) and the autograd function of ``learner/lm_head.py``
 during forward + backward and still alive (all devices; the weight and the hidden states,
 allocated before, are not counted, their gradients are) and the median time.
 
-Live bytes are counted by a ``TorchDispatchMode`` that sees every tensor an operator returns
-and a finaliser on each storage, so the count is the same on CPU (whose allocator keeps no
-statistics) and CUDA.
+Live bytes are counted by ``learner/bench/live_bytes.py`` (the same count on CPU, whose
+allocator keeps no statistics, and CUDA), less what was alive before the run.
 """
 
 from __future__ import annotations
@@ -18,50 +17,13 @@ import argparse
 import json
 import statistics
 import time
-import weakref
 from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor, nn
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
+from learner.bench.live_bytes import LiveTensorBytes
 from learner.logprobs import _head_in_chunks
-
-
-class LiveBytes(TorchDispatchMode):
-    """Bytes of the storages that operators allocate inside the mode and that are alive,
-    and their peak."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.live = 0
-        self.peak = 0
-        self._seen: set[int] = set()
-        self._before: set[int] = set()  # storages an operator read before any returned them
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        for leaf in tree_leaves((args, kwargs)):
-            if isinstance(leaf, Tensor) and leaf.untyped_storage().data_ptr() not in self._seen:
-                self._before.add(leaf.untyped_storage().data_ptr())
-        out = func(*args, **(kwargs or {}))
-        for leaf in tree_leaves(out):
-            if isinstance(leaf, Tensor):
-                self._track(leaf.untyped_storage())
-        return out
-
-    def _track(self, storage: torch.UntypedStorage) -> None:
-        key = storage.data_ptr()
-        if key in self._seen or key in self._before or storage.nbytes() == 0:
-            return  # a view of a storage already counted, or of one allocated before the mode
-        self._seen.add(key)
-        self.live += storage.nbytes()
-        self.peak = max(self.peak, self.live)
-        weakref.finalize(storage, self._free, key, storage.nbytes())
-
-    def _free(self, key: int, nbytes: int) -> None:
-        self._seen.discard(key)
-        self.live -= nbytes
 
 
 def _step(
@@ -79,7 +41,9 @@ def measure(run: Callable[[], None], repeats: int) -> tuple[int, list[float]]:
     """(peak live bytes of one ``run``, the time of it and of ``repeats`` more). The counter's
     own cost is a few Python calls per operator, each on a whole chunk: negligible here."""
     times = []
-    with LiveBytes() as counter:
+    with LiveTensorBytes() as counter:
+        before = counter.live  # the weight, the hidden states: allocated before, not counted
+        counter.reset()
         start = time.perf_counter()
         run()
         times.append(time.perf_counter() - start)
@@ -87,7 +51,7 @@ def measure(run: Callable[[], None], repeats: int) -> tuple[int, list[float]]:
         start = time.perf_counter()
         run()
         times.append(time.perf_counter() - start)
-    return counter.peak, times
+    return counter.peak() - before, times
 
 
 def _row(
@@ -107,6 +71,7 @@ def _row(
         with torch.autocast("cpu", dtype=autocast or torch.float32, enabled=bool(autocast)):
             _step(head, hidden, targets, chunk, args.entropy, plain)
 
+    head.weight.grad = None  # the last row's: its gradient counts in this row's peak too
     peak, times = measure(run, args.repeats)
     return {
         "path": path,
