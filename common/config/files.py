@@ -14,7 +14,7 @@ from common.config.base import ConfigError
 from common.config.root import Config
 
 
-def _parse_value(raw: str) -> Any:
+def parse_value(raw: str) -> Any:
     """A command-line value: JSON when it parses (numbers, bools, lists), else a string."""
     lowered = raw.lower()
     if lowered in ("true", "false"):
@@ -38,7 +38,7 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
             node = node.setdefault(section, {})
             if not isinstance(node, dict):
                 raise ConfigError(f"override {flag!r}: {section!r} is not a section")
-        node[key] = _parse_value(raw)
+        node[key] = parse_value(raw)
     return data
 
 

@@ -358,10 +358,16 @@ class LearnerConfig(LossKnobs, OptimiserKnobs, SpeedKnobs, ResourceKnobs):
         layers (one graph per layer and pass once they read the cache). The model's own limit
         (sliding-window attention) is the learner's to add: ``can_share_prompts``."""
         wanted = device_type == "cpu" if self.share_prompts == "auto" else self.share_prompts
-        # gradient_checkpointing "auto" may checkpoint no layer: the learner, which resolves
-        # it, turns sharing off when it does (Learner.share_prompts)
-        checkpointed = self.gradient_checkpointing not in (False, 0, "auto")
-        return wanted and not checkpointed and not self.compile_on(device_type)
+        # "auto" checkpointing may checkpoint no layer: the learner, which resolves it, turns
+        # sharing off when it does (Learner.share_prompts)
+        return wanted and not self.checkpoints_layers and not self.compile_on(device_type)
+
+    @property
+    def checkpoints_layers(self) -> bool:
+        """Whether ``gradient_checkpointing`` checkpoints a layer whatever the model: true or a
+        count above 0. ``"auto"`` is decided from the model's shape when the learner starts
+        (``common.memory.checkpointed_layers``), so it does not count here."""
+        return self.gradient_checkpointing not in (False, 0, "auto")
 
     @model_serializer(mode="wrap")
     def _in_saved_order(self, handler: Any) -> dict[str, Any]:

@@ -174,7 +174,7 @@ def _grpo_config(
         log_completions=False,
         # TRL checkpoints all layers or none: any checkpointed layer of ours counts as all
         # ("auto" resolves only in our learner, from the model's shape: none here)
-        gradient_checkpointing=learner.gradient_checkpointing not in (False, 0, "auto"),
+        gradient_checkpointing=learner.checkpoints_layers,
     )
 
 

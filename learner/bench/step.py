@@ -23,6 +23,7 @@ import torch
 import torch.multiprocessing as mp
 
 from common.config import ConfigError, LearnerConfig, load_config
+from common.config.files import parse_value
 from common.help_format import DefaultsHelpFormatter
 from common.rendezvous import LOOPBACK, GroupStore
 from common.types import ProcessGroupSpec, TrainSample
@@ -310,15 +311,6 @@ def _flatten(data: dict, prefix: str = "") -> list[str]:
     return flat
 
 
-def _checkpointing(value: str) -> bool | int | str:
-    """``--gradient-checkpointing``'s value as learner.gradient_checkpointing takes it (the
-    config refuses what is none of them, naming the field)."""
-    lowered = value.lower()
-    if lowered in ("true", "false"):
-        return lowered == "true"
-    return int(value) if value.lstrip("-").isdigit() else value
-
-
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     """The flags below, and the ``--learner.key value`` overrides left over."""
     parser = argparse.ArgumentParser(
@@ -381,7 +373,7 @@ def _add_learner_flags(add) -> None:
         nargs="?",
         const="true",
         default="false",
-        type=_checkpointing,
+        type=parse_value,  # as --learner.gradient_checkpointing would take it
         metavar="LAYERS",
         help="recompute activations in the backward pass: less memory, more time "
         "(learner.gradient_checkpointing: alone or 'true' every decoder layer, a number the "
