@@ -120,6 +120,7 @@ class HeadLogprobs(torch.autograd.Function):
         needs_h, needs_w, needs_b = ctx.needs_input_grad[:3]
         grads: list[Tensor | None] = [None, None, None]
         device, enabled, dtype = ctx.autocast
+        head_dtype = _head_dtype(hidden, weight, enabled, dtype)
         with torch.autocast(device, dtype=dtype, enabled=enabled):
             for rows in _chunks(hidden.shape[0], ctx.chunk_tokens):
                 t = _scale(temperature, rows)
@@ -133,7 +134,6 @@ class HeadLogprobs(torch.autograd.Function):
                 # Into the head's dtype block by block, as the module path's .float() hands
                 # it back, rather than as a second (chunk, V) tensor.
                 g_z = g_z.div_(t)
-                head_dtype = _head_dtype(hidden, weight, enabled, dtype)
                 if needs_h:
                     grads[0] = _put(grads[0], hidden, rows, _hidden_grad(g_z, weight, head_dtype))
                 if needs_w or needs_b:
