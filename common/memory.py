@@ -280,7 +280,8 @@ def activation_bytes_per_token(
 ) -> int:
     """Activation bytes of the policy's forward + backward per micro-batch token, at the peak
     of the backward pass, with ``checkpointed`` decoder layers (default: as
-    ``learner.gradient_checkpointing`` resolves, :func:`checkpointed_layers`).
+    ``learner.gradient_checkpointing`` says; required with ``"auto"``, which
+    :func:`checkpointed_layers` resolves from the run's memory terms).
 
     Without checkpointing every layer's saved tensors, plus one layer's worth for the gradients
     of the layer being differentiated. A checkpointed layer keeps only its input (the residual
@@ -293,6 +294,12 @@ def activation_bytes_per_token(
     recompute); with chunks they are a fixed cost (:func:`logit_bytes`).
     """
     if checkpointed is None:
+        if learner.gradient_checkpointing == "auto":
+            # "auto" depends on the state (reference dtype, export copy) a caller knows
+            raise ValueError(
+                "gradient_checkpointing = 'auto': pass checkpointed, from "
+                "checkpointed_layers with the run's memory terms"
+            )
         checkpointed = checkpointed_layers(shape, learner, row_tokens=row_tokens)
     layer = layer_activation_bytes(shape, learner, row_tokens)
     residual = Precision.of(learner).param * shape.hidden
@@ -442,9 +449,10 @@ def checkpointed_layers(
 ) -> int:
     """How many decoder layers (the first ones) ``learner.gradient_checkpointing`` checkpoints
     on this shape: true all, false none, an integer that many; ``"auto"`` the fewest with
-    which a micro-batch of ``learner.micro_batch_tokens`` fits ``learner.memory_gib`` (all
-    when none does: :func:`micro_batch_budget` then shrinks the micro-batch), none without a
-    target. Raises :class:`CheckpointedLayersError` for more layers than the model has."""
+    which a micro-batch of ``learner.micro_batch_tokens`` fits ``learner.memory_gib`` (when
+    none does, the count that leaves the most room, all but the last layer, and
+    :func:`micro_batch_budget` shrinks the micro-batch), none without a target. Raises
+    :class:`CheckpointedLayersError` for more layers than the model has."""
     setting, layers = learner.gradient_checkpointing, shape.layers
     if isinstance(setting, bool):
         return layers if setting else 0
@@ -453,13 +461,16 @@ def checkpointed_layers(
             return 0
         state = learner_state(shape, learner, reference_dtype, export_copy)
         target = int(learner.memory_gib * GIB)
-        # all L never fits where L - 1 does not (its last layer is recomputed at once: the
-        # count above), so it is only the fallback
-        for count in range(layers):
+        room = []  # micro-batch tokens that fit with 0, 1, ..., L layers checkpointed
+        for count in range(layers + 1):
             fixed, per_token = _step_bytes(shape, learner, count, state, row_tokens)
-            if (target - fixed) // per_token >= learner.micro_batch_tokens:
+            room.append((target - fixed) // per_token)
+            if room[-1] >= learner.micro_batch_tokens:
                 return count
-        return layers
+        # none fits: the count that holds the most tokens, for micro_batch_budget to shrink
+        # the micro-batch at (L - 1 rather than L: checkpointing the last layer keeps its
+        # input as well, as backward recomputes it at once)
+        return room.index(max(room))
     if setting > layers:
         raise CheckpointedLayersError(
             f"learner.gradient_checkpointing ({setting}) is more than the model's {layers} "

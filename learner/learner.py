@@ -169,10 +169,13 @@ class Learner:
         shape = ModelShape.from_config(base_model_of(self.model).config.to_dict())
         # weights.transport = "ipc": every rank keeps a whole serving-dtype copy for its engine
         copy = shape.parameters * self.export_dtype.itemsize if self.sender.every_rank_sends else 0
-        fit = fit_micro_batch(shape, config, export_copy=copy)
-        peak = learner_step_peak(
-            shape, config, fit.tokens, export_copy=copy, checkpointed=fit.checkpointed
-        )
+        # the reference as this device keeps it ("auto" is the plan's CUDA reading otherwise)
+        terms = {
+            "reference_dtype": config.reference_dtype_on(self.device.type),
+            "export_copy": copy,
+        }
+        fit = fit_micro_batch(shape, config, **terms)
+        peak = learner_step_peak(shape, config, fit.tokens, checkpointed=fit.checkpointed, **terms)
         logger.info(
             "learner.gradient_checkpointing %s, memory_gib %g: %d of %d decoder layers "
             "checkpointed, micro-batches of %d tokens (a step's peak %.1f GiB by "
