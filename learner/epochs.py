@@ -97,4 +97,5 @@ class MicroBatchSums:
             "train/num_tokens": float(self.total_tokens),
             "train/num_samples": float(self.num_samples),
             "train/compute_threads_mean": threads / micro_batches,
+            "train/micro_batches": float(micro_batches),
         }

@@ -323,6 +323,8 @@ class Learner:
         normaliser. The weight version advances once per call, however many optimiser steps.
         """
         peak = self.peak_flops  # before the clock starts: the first call measures it
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
         start = time.perf_counter()
         validate_samples(samples)
         beta = self.beta
@@ -334,6 +336,10 @@ class Learner:
         kl = metrics.get("train/kl", 0.0) if self.config.kl_in == "loss" else self._reward_kl
         self.kl_control.update(kl or 0.0, len(samples), self.step)
         metrics["train/step_time_s"] = time.perf_counter() - start
+        metrics["train/checkpointed_layers"] = float(self.fit.checkpointed)
+        metrics["train/micro_batch_tokens"] = float(self.fit.tokens)
+        if self.device.type == "cuda":  # what learner.memory_gib is a target for
+            metrics["train/peak_memory_gib"] = torch.cuda.max_memory_allocated(self.device) / GIB
         if peak > 0:
             needed = self.model_flops(samples, share_prompts=True)
             metrics["train/mfu"] = needed / metrics["train/step_time_s"] / peak

@@ -22,7 +22,8 @@ Modes are composed into a few short runs so the tier stays within CI's budget:
   ratios, every built-in reward term plus a user function
   (which asks ``python -m launch.scale`` for a second engine at step 1: a resize at a step the
   test controls), small weight buckets through the collective transport (its group formed
-  again for the second engine), the self-play saboteur;
+  again for the second engine), the self-play saboteur, micro-batches and checkpointed
+  layers fitted to a memory target (``learner.memory_gib``, ``gradient_checkpointing = "auto"``);
 - ``episodes``: the multi-turn demo's config (two-turn episodes with sandbox feedback) with the
   discounted first-success reward, the learner's decoder layers compiled, and the engine split
   across two tensor-parallel worker processes.
@@ -39,10 +40,13 @@ from __future__ import annotations
 
 import json
 import statistics
+import tomllib
 from pathlib import Path
 
 import pytest
 
+from common.config import LearnerConfig
+from common.memory import ModelShape, fit_micro_batch
 from launch.loop.rollouts import read_rollouts
 from learner.schedule import learning_rate
 from tests.integration.helpers import REPO, read_jsonl, run_module
@@ -58,6 +62,15 @@ DEMO_REPAIR = REPO / "configs" / "demo_repair.toml"
 #: the probe at 0.0007-0.0014 and train/logprob_diff_mean at 0.0008-0.0013 when the push
 #: works; a push skipped on purpose puts the probe above 0.1 (test_parity_probe_*).
 PARITY_BOUND = 0.05
+
+#: learner.memory_gib with "auto" checkpointing, on the tiny model: the target at which a
+#: micro-batch of 1,200 tokens fits with one of its two decoder layers checkpointed and not
+#: with none (common/memory.py: ~1,070 tokens fit without, ~1,560 with one).
+MEMORY_TARGET = (
+    "--learner.gradient_checkpointing", "auto",
+    "--learner.memory_gib", "0.55",
+    "--learner.micro_batch_tokens", "1200",
+)  # fmt: skip
 
 #: A user reward term: prefers short completions, and at its first call asks for a second
 #: rollout engine through the operator's CLI, which the driver applies before the next step.
@@ -290,10 +303,12 @@ options = {{ run_dir = "{run_dir}" }}
         "--selfplay.saboteur", "true",
         "--selfplay.saboteur_prompts", "1",
         "--model.max_model_len", "384",  # the saboteur's and fixers' prompts hold programs
+        *MEMORY_TARGET,
         config=config,
     )  # fmt: skip
     metrics = _check_run(run_dir, 3)
     _check_saboteur(run_dir, metrics)
+    _check_memory_fit(run_dir, metrics)
     for term in ("execution", "format", "length", "scorer", "brevity"):
         assert all(f"reward/{term}/mean" in m for m in metrics), term
     assert [m["rollout/num_actors"] for m in metrics] == [1, 2, 2]
@@ -344,6 +359,23 @@ def test_multi_turn_episodes_with_a_discounted_reward(tmp_path, tiny_model_path)
             # a success at turn k: 0.5^(k-1); unsolved: as if it ran to the last turn (2)
             expected = row["terms"]["execution"] * 0.5 ** ((row["turns"] if solved else 2) - 1)
             assert row["reward"] == pytest.approx(expected, rel=1e-12), row
+
+
+def _check_memory_fit(run_dir: Path, metrics: list[dict]) -> None:
+    """Every step ran with what common/memory.py's arithmetic fits to MEMORY_TARGET on the
+    run's model and saved config: some but not all of its decoder layers checkpointed, and
+    micro-batches of the budget derived at that count (the learner on CPU: fp32 reference,
+    no IPC copy with the collective transport)."""
+    saved = tomllib.loads((run_dir / "config.toml").read_text())  # its user term: not here
+    model = json.loads((Path(saved["model"]["path"]) / "config.json").read_text())
+    shape = ModelShape.from_config(model)
+    learner = LearnerConfig.model_validate(saved["learner"])
+    fit = fit_micro_batch(shape, learner, reference_dtype="float32")
+    assert 0 < fit.checkpointed < shape.layers  # "auto" chose, rather than an extreme
+    for m in metrics:
+        assert m["train/checkpointed_layers"] == fit.checkpointed, m
+        assert m["train/micro_batch_tokens"] == fit.tokens, m
+        assert m["train/micro_batches"] >= 1, m
 
 
 def _check_saboteur(run_dir: Path, metrics: list[dict]) -> None:

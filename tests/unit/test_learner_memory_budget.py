@@ -17,6 +17,7 @@ from common.memory import (
     learner_state,
     logit_bytes,
 )
+from common.types import TrainSample
 from learner.learner import Learner
 
 
@@ -44,3 +45,41 @@ def test_without_a_target_the_fixed_budget_stays(tiny_model_path):
 def test_a_target_below_the_state_is_refused(tiny_model_path):
     with pytest.raises(ValueError, match=r"learner\.memory_gib \(0\.1\) cannot hold"):
         Learner(tiny_model_path, LearnerConfig(num_cpus=1, memory_gib=0.1))
+
+
+def _samples(count: int) -> list[TrainSample]:
+    return [
+        TrainSample(
+            prompt_token_ids=[5 + i // 2, 6, 7],
+            completion_token_ids=[8, 9 + i],
+            sampler_logprobs=[-4.0, -4.0],
+            advantage=1.0 if i % 2 else -1.0,
+            weight_version=0,
+            group_index=i // 2,
+        )
+        for i in range(count)
+    ]
+
+
+@pytest.mark.parametrize("target", [True, False])
+def test_a_step_reports_the_budget_the_layers_and_the_micro_batches(tiny_model_path, target):
+    """What the budget and the checkpointing resolved to is in every step's metrics
+    (train/micro_batch_tokens, train/checkpointed_layers), and the micro-batches the batch
+    took, counted by the learner's own plan: one at a 700-token budget derived from a memory
+    target, several at a fixed 16 tokens."""
+    config = LearnerConfig(num_cpus=1, gradient_checkpointing=1, share_prompts=False)
+    if target:
+        budget = 700
+        config = config.model_copy(update={"memory_gib": _target_for(tiny_model_path, config, 700)})
+    else:
+        budget = 16
+        config = config.model_copy(update={"micro_batch_tokens": 16})
+    learner = Learner(tiny_model_path, config)
+    samples = _samples(8)
+    metrics = learner.train_step(samples)
+    assert metrics["train/micro_batch_tokens"] == budget
+    assert metrics["train/checkpointed_layers"] == 1
+    planned = learner.trainer.ranks.plan(samples, budget, False).micro_batches
+    # 8 samples of 5 tokens: all in one at 700, three to a micro-batch at 16
+    assert metrics["train/micro_batches"] == len(planned) == (1 if target else 3)
+    assert "train/peak_memory_gib" not in metrics  # CUDA only
