@@ -170,3 +170,17 @@ def test_check_gives_the_same_verdicts_as_an_ordinary_user_as_as_root(ordinary: 
     assert verdicts["user"] == verdicts["self"]
     assert verdicts["self"].count("passed") == 20
     assert {"failed", "syntax_error"} <= set(verdicts["self"])
+
+
+def test_the_pool_suite_passes_as_an_ordinary_user(ordinary: Runner) -> None:
+    """tests/unit/sandbox_pool/ (verdicts, limits, confinement, worker restarts after a crash
+    or a call that raised, clean-up) run by that user in a pytest of its own: what the pool
+    does after a failure starts processes and namespaces again, with that user's privileges.
+    As root the same suite runs in this process."""
+    if not ordinary.prefix:
+        pytest.skip("not root: the suite already runs as this ordinary user")
+    suite = REPO_ROOT / "tests" / "unit" / "sandbox_pool"
+    flags = ["-q", "-p", "no:cacheprovider", "--rootdir", str(REPO_ROOT)]
+    done = ordinary.run("-m", "pytest", *flags, str(suite), timeout=600)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert " passed" in done.stdout.splitlines()[-1], done.stdout[-500:]
