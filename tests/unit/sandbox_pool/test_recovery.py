@@ -9,8 +9,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 
 import psutil
 import pytest
@@ -18,23 +16,33 @@ import pytest
 from common.config import SandboxConfig
 from common.types import ExecutionJob, Verdict
 from sandbox.trusted import pool as pool_module
+from sandbox.trusted.handles import WorkerHandle
 from sandbox.trusted.pool import MAX_SOURCE_BYTES, SandboxPool, remove_abandoned_dirs
 from tests.unit.sandbox_helpers import F_TESTS, GOOD_F
 
 
-def test_dead_worker_with_jobs_in_flight_is_replaced_and_nothing_is_lost():
+def test_dead_worker_with_jobs_in_flight_is_replaced_and_nothing_is_lost(monkeypatch):
+    """The worker is killed (SIGKILL, and reaped) as soon as the pool has handed it its first
+    job, a program that sleeps 1 s: that job is in flight whatever the machine's speed, and
+    the jobs behind it are queued or sent to a dead worker. No timer races the job."""
     config = SandboxConfig(num_workers=1, timeout_s=5.0, test_timeout_s=3.0, cache=False)
     slow = "import time\ntime.sleep(1.0)\n" + GOOD_F
     jobs = [ExecutionJob(slow, F_TESTS)] + [ExecutionJob(GOOD_F, F_TESTS)] * 3
+    dispatch, killed = WorkerHandle.dispatch, []
+
+    def dispatch_then_kill(worker: WorkerHandle, task, limits: dict) -> None:
+        dispatch(worker, task, limits)
+        if not killed:
+            killed.append(worker.proc.pid)
+            worker.proc.send_signal(signal.SIGKILL)
+            worker.proc.wait()
+
+    monkeypatch.setattr(WorkerHandle, "dispatch", dispatch_then_kill)
     with SandboxPool(config) as solo:
-        server = solo._workers[0].proc.pid
-        killer = threading.Timer(0.4, os.kill, (server, signal.SIGKILL))
-        killer.start()
         results = solo.run(jobs)
-        killer.join()
-        assert [r.verdict for r in results] == [Verdict.PASSED] * 4
+        assert killed and [r.verdict for r in results] == [Verdict.PASSED] * 4
         assert solo.stats()["sandbox/worker_restarts"] == 1.0
-        assert solo._workers[0].proc.pid != server
+        assert solo._workers[0].proc.pid != killed[0]
 
 
 def test_a_call_that_raised_leaves_no_job_in_flight_for_the_next(monkeypatch):
@@ -69,8 +77,8 @@ def test_close_leaves_no_processes_or_files():
     workers = [psutil.Process(w.proc.pid) for w in temp_pool._workers]
     family = workers + [c for w in workers for c in w.children(recursive=True)]
     temp_pool.close()
-    time.sleep(0.1)
-    assert not [p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    _, alive = psutil.wait_procs(family, timeout=10)  # gone or a zombie; a survivor fails
+    assert not [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     assert not os.path.exists(temp_pool._dir)
 
 
