@@ -97,11 +97,40 @@ def export_copy_of(config: Config, shape: ModelShape) -> int:
 
 def learner_fit(config: Config, shape: ModelShape) -> MicroBatchFit:
     """The learner's checkpointed layers and micro-batch budget, as the learner will derive
-    them (``learner.gradient_checkpointing``, ``learner.memory_gib``)."""
+    them (``learner.gradient_checkpointing``, ``learner.memory_gib``). Refuses a memory target
+    whose budget is shorter than one sequence of ``model.max_model_len`` tokens: such a
+    sequence would still run, alone, past the target (learner/batching.py)."""
+    learner, copy = config.learner, export_copy_of(config, shape)
     try:
-        return fit_micro_batch(shape, config.learner, export_copy=export_copy_of(config, shape))
+        fit = fit_micro_batch(shape, learner, export_copy=copy)
     except (MemoryTargetError, CheckpointedLayersError) as exc:
         raise ConfigError(str(exc)) from None
+    longest = config.model.max_model_len
+    if learner.memory_gib and fit.tokens < longest:
+        need = learner_step_peak(
+            shape, learner, longest, export_copy=copy, checkpointed=fit.checkpointed
+        )
+        raise ConfigError(
+            f"learner.memory_gib ({learner.memory_gib:g}) gives micro-batches of {fit.tokens} "
+            f"tokens, fewer than one sequence of model.max_model_len ({longest}), which would "
+            f"run alone past the target: give learner.memory_gib >= {_gib_up(need)}, a smaller "
+            f"model.max_model_len{_more_layers(learner, fit, shape.layers, longest)}"
+        )
+    return fit
+
+
+def _gib_up(num_bytes: int) -> str:
+    """GiB rounded up to a tenth: advice that must be enough."""
+    return f"{math.ceil(num_bytes / GIB * 10) / 10:g}"
+
+
+def _more_layers(learner: LearnerConfig, fit: MicroBatchFit, layers: int, longest: int) -> str:
+    """The checkpointing advice, where more layers would make room."""
+    if fit.checkpointed >= layers - 1:  # all but the last: the most room there is
+        return ""
+    if learner.gradient_checkpointing == "auto":
+        return f", or learner.micro_batch_tokens >= {longest} ('auto' checkpoints more layers)"
+    return ", or learner.gradient_checkpointing = 'auto'"
 
 
 def plan_memory(config: Config, shape: ModelShape) -> MemoryPlan:

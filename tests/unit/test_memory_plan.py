@@ -140,3 +140,26 @@ def test_a_cpu_run_whose_memory_target_cannot_hold_a_micro_batch_is_refused_on_t
     with pytest.raises(ConfigError, match=r"learner\.memory_gib \(1\) cannot hold"):
         check_memory_plan(config, str(tmp_path))
     check_memory_plan(load_config(None, []), str(tmp_path))  # no target: nothing to check
+
+
+@pytest.mark.parametrize("gpus", [0, 1])
+def test_a_memory_target_shorter_than_one_sequence_is_refused_with_what_holds_one(tmp_path, gpus):
+    """A sequence longer than the derived budget would run alone past the target: refused on
+    the driver (CPU and GPU runs), with a target that holds one, which then passes."""
+    shutil.copy(CONFIGS / "qwen2.5-coder-1.5b.json", tmp_path / "config.json")
+    flags = ["--learner.num_gpus", str(gpus), "--learner.dtype", "bfloat16"]
+    flags += ["--learner.gradient_checkpointing", "true", "--model.max_model_len", "32768"]
+    config = load_config(None, [*flags, "--learner.memory_gib", "40"])
+    with pytest.raises(ConfigError) as refused:
+        check_memory_plan(config, str(tmp_path))
+    message = str(refused.value)
+    assert message.startswith("learner.memory_gib (40) gives micro-batches of ")
+    assert "fewer than one sequence of model.max_model_len (32768)" in message
+    assert "'auto'" not in message  # every layer is checkpointed already
+    enough = re.search(r"learner\.memory_gib >= ([0-9.]+),", message)[1]
+    assert 40 < float(enough) < 80
+    check_memory_plan(load_config(None, [*flags, "--learner.memory_gib", enough]), str(tmp_path))
+    short = load_config(
+        None, [*flags, "--learner.memory_gib", "40", "--model.max_model_len", "4096"]
+    )
+    check_memory_plan(short, str(tmp_path))  # the same target holds a 4096-token sequence
