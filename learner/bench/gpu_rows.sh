@@ -45,3 +45,10 @@ SEVEN=(--preset qwen2.5-7b --lora --learner.lora.target_modules
     '["q_proj","k_proj","v_proj","o_proj","gate_proj","up_proj","down_proj"]')
 row lora_7b . "${SEVEN[@]}"
 row lora_7b_76gib . "${SEVEN[@]}" --gradient-checkpointing auto --learner.memory_gib 76
+# 4. the shipped config's checkpointing, if time is left: all but the last layer (the same
+#    32 GiB plan, ~20.3k-token micro-batches) and "auto" at 8192 tokens (22 of 28 layers,
+#    ~8.4k-token micro-batches): which is faster decides the shipped setting
+row config_27_layers . "${SHIPPED[@]}" --config configs/qwen2.5-coder-1.5b-mbpp.toml \
+    --gradient-checkpointing 27
+row config_auto_8192 . "${SHIPPED[@]}" --config configs/qwen2.5-coder-1.5b-mbpp.toml \
+    --gradient-checkpointing auto --micro-batch-tokens 8192
