@@ -449,10 +449,9 @@ def checkpointed_layers(
 ) -> int:
     """How many decoder layers (the first ones) ``learner.gradient_checkpointing`` checkpoints
     on this shape: true all, false none, an integer that many; ``"auto"`` the fewest with
-    which a micro-batch of ``learner.micro_batch_tokens`` fits ``learner.memory_gib`` (when
-    none does, the count that leaves the most room, all but the last layer, and
-    :func:`micro_batch_budget` shrinks the micro-batch), none without a target. Raises
-    :class:`CheckpointedLayersError` for more layers than the model has."""
+    which a micro-batch of ``learner.micro_batch_tokens`` fits ``learner.memory_gib`` (all
+    when none does: :func:`micro_batch_budget` then shrinks the micro-batch), none without a
+    target. Raises :class:`CheckpointedLayersError` for more layers than the model has."""
     setting, layers = learner.gradient_checkpointing, shape.layers
     if isinstance(setting, bool):
         return layers if setting else 0
@@ -461,16 +460,16 @@ def checkpointed_layers(
             return 0
         state = learner_state(shape, learner, reference_dtype, export_copy)
         target = int(learner.memory_gib * GIB)
-        room = []  # micro-batch tokens that fit with 0, 1, ..., L layers checkpointed
-        for count in range(layers + 1):
+        for count in range(layers):
             fixed, per_token = _step_bytes(shape, learner, count, state, row_tokens)
-            room.append((target - fixed) // per_token)
-            if room[-1] >= learner.micro_batch_tokens:
+            if (target - fixed) // per_token >= learner.micro_batch_tokens:
                 return count
-        # none fits: the count that holds the most tokens, for micro_batch_budget to shrink
-        # the micro-batch at (L - 1 rather than L: checkpointing the last layer keeps its
-        # input as well, as backward recomputes it at once)
-        return room.index(max(room))
+        # None fits: all of them, and micro_batch_budget shrinks the micro-batch. The count
+        # gives L - 1 layers one residual less than L, but L measured smaller (bench-20m on
+        # CPU: 0.651 against 0.689 GiB, docs/benchmarks.md "Checkpointed layers on CPU"):
+        # with the last layer kept, its saved tensors meet the LM head's; recomputed, they
+        # do not. Where L - 1 already fits, L is not tried.
+        return layers
     if setting > layers:
         raise CheckpointedLayersError(
             f"learner.gradient_checkpointing ({setting}) is more than the model's {layers} "

@@ -151,9 +151,9 @@ class SpeedKnobs(Section):
         description="recompute activations in backward instead of keeping them, decoder layer "
         "by decoder layer: true every layer, false none, an integer k the first k layers (k "
         "<= the model's layers), 'auto' the fewest layers with which a micro-batch of "
-        "micro_batch_tokens fits memory_gib (common/memory.py's arithmetic; when none does, "
-        "all but the last, which holds less than all, and a smaller micro-batch); 'auto' "
-        "without memory_gib checkpoints none, as false does. The count is logged when the "
+        "micro_batch_tokens fits memory_gib (common/memory.py's arithmetic; all of them, and "
+        "a smaller micro-batch, when even that does not fit); 'auto' without memory_gib "
+        "checkpoints none, as false does. The count is logged when the "
         "learner starts. Any checkpointed layer turns share_prompts off",
     )
     compile: AutoBool = Field(

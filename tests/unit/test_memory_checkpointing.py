@@ -89,7 +89,8 @@ def test_true_false_and_the_counts_between_them():
     assert len(steps) == 1 and steps.pop() > 0
     # the first one also ends prompt sharing (its 16% is counted without checkpointing)
     assert per_token[0] - per_token[1] > per_token[1] - per_token[2]
-    # the last layer is recomputed as soon as backward starts: checkpointing it saves nothing
+    # the last layer is recomputed as soon as backward starts: by the count, checkpointing it
+    # saves nothing (measured on CPU it saves a little: docs/benchmarks.md)
     assert per_token[LAYERS] >= per_token[LAYERS - 1]
 
 
@@ -113,28 +114,15 @@ def test_auto_checkpoints_fewer_layers_as_the_target_grows():
         for gib in range(34, 90, 2)
     ]
     assert chosen == sorted(chosen, reverse=True)
-    assert chosen[0] == LAYERS - 1 and chosen[-1] == 0  # the range spans both ends
+    assert chosen[0] == LAYERS and chosen[-1] == 0  # the range spans both ends
 
 
-def test_auto_falls_back_to_all_but_the_last_layer_and_a_smaller_micro_batch():
-    """Where no count fits micro_batch_tokens, the one that leaves the most room: all but the
-    last layer, whose checkpoint would keep its input and still recompute it at once."""
+def test_auto_falls_back_to_every_layer_and_a_smaller_micro_batch():
     config = learner("auto", "memory_gib", "34", "micro_batch_tokens", "8192")
     fit = fit_micro_batch(SHAPE, config)
-    assert fit.checkpointed == LAYERS - 1
+    assert fit.checkpointed == LAYERS
     assert fit.tokens < 8192
-    every_layer = micro_batch_budget(SHAPE, learner("true", "memory_gib", "34"))
-    assert fit.tokens == micro_batch_budget(SHAPE, learner(str(LAYERS - 1), "memory_gib", "34"))
-    assert fit.tokens > every_layer
-
-
-def test_auto_on_one_layer_never_checkpoints_it():
-    """One decoder layer: its checkpoint holds its input on top of what it saves (without
-    shared prompts, whose 16% a checkpoint would also end)."""
-    one = ModelShape(**{**SHAPE.__dict__, "layers": 1})
-    flags = ("memory_gib", "20", "micro_batch_tokens", "1000000", "share_prompts", "false")
-    config = learner("auto", *flags)
-    assert checkpointed_layers(one, config) == 0
+    assert fit.tokens == micro_batch_budget(SHAPE, learner("true", "memory_gib", "34"))
 
 
 def test_auto_asks_the_caller_for_the_layers_of_its_memory_terms():
