@@ -323,8 +323,6 @@ class Learner:
         normaliser. The weight version advances once per call, however many optimiser steps.
         """
         peak = self.peak_flops  # before the clock starts: the first call measures it
-        if self.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(self.device)
         start = time.perf_counter()
         validate_samples(samples)
         beta = self.beta
@@ -338,8 +336,6 @@ class Learner:
         metrics["train/step_time_s"] = time.perf_counter() - start
         metrics["train/checkpointed_layers"] = float(self.fit.checkpointed)
         metrics["train/micro_batch_tokens"] = float(self.fit.tokens)
-        if self.device.type == "cuda":  # what learner.memory_gib is a target for
-            metrics["train/peak_memory_gib"] = torch.cuda.max_memory_allocated(self.device) / GIB
         if peak > 0:
             needed = self.model_flops(samples, share_prompts=True)
             metrics["train/mfu"] = needed / metrics["train/step_time_s"] / peak
@@ -369,14 +365,19 @@ class Learner:
         return [row.tolist() for row in self.policy_logprobs(samples, temperature=1.0)]
 
     def train_and_export(self, samples: Sequence[TrainSample]) -> tuple[dict, WeightUpdate | None]:
-        """``train_step`` then ``export_weights`` in one call, ``time/weight_export_s`` added
-        to the metrics. Called with ``num_returns=2``, the driver gets the update's reference
+        """``train_step`` then ``export_weights`` in one call, ``time/weight_export_s`` (and on
+        CUDA ``train/peak_memory_gib`` over both) added to the metrics. Called with ``num_returns=2``, the driver gets the update's reference
         before the step ends and queues every engine's load on it, so the push starts the
         moment the export is done instead of one driver round trip later."""
+        cuda = self.device.type == "cuda"
+        if cuda:  # the step and the export's gathered copy: what learner.memory_gib is for
+            torch.cuda.reset_peak_memory_stats(self.device)
         metrics = self.train_step(samples)
         start = time.perf_counter()
         update = self.export_weights()
         metrics["time/weight_export_s"] = time.perf_counter() - start
+        if cuda:
+            metrics["train/peak_memory_gib"] = torch.cuda.max_memory_allocated(self.device) / GIB
         if update is not None:
             metrics["weights/update_mib"] = update.num_bytes / (1 << 20)
             metrics["weights/buckets"] = float(update.buckets)

@@ -33,6 +33,7 @@ from common.engine_memory import EngineMemory, engine_memory, kv_cache_tokens
 from common.help_format import DefaultsHelpFormatter
 from common.memory import (
     GIB,
+    MAX_MICRO_BATCH_TOKENS,
     CheckpointedLayersError,
     MemoryTargetError,
     MicroBatchFit,
@@ -95,65 +96,80 @@ def export_copy_of(config: Config, shape: ModelShape) -> int:
     return ipc_export_copy(shape, config.model.dtype) if config.weights.transport == "ipc" else 0
 
 
+def memory_terms(config: Config, shape: ModelShape) -> dict:
+    """What the learner's arithmetic needs beyond its section: the reference's dtype as the
+    learner's own device keeps it (``learner.reference_dtype = "auto"``), and the IPC copy."""
+    device = "cuda" if config.learner.num_gpus else "cpu"
+    return {
+        "reference_dtype": config.learner.reference_dtype_on(device),
+        "export_copy": export_copy_of(config, shape),
+    }
+
+
 def learner_fit(config: Config, shape: ModelShape) -> MicroBatchFit:
     """The learner's checkpointed layers and micro-batch budget, as the learner will derive
     them (``learner.gradient_checkpointing``, ``learner.memory_gib``). Refuses a memory target
     whose budget is shorter than one sequence of ``model.max_model_len`` tokens: such a
     sequence would still run, alone, past the target (learner/batching.py)."""
-    learner, copy = config.learner, export_copy_of(config, shape)
+    learner, terms = config.learner, memory_terms(config, shape)
     try:
-        fit = fit_micro_batch(shape, learner, export_copy=copy)
+        fit = fit_micro_batch(shape, learner, **terms)
     except (MemoryTargetError, CheckpointedLayersError) as exc:
         raise ConfigError(str(exc)) from None
-    longest = config.model.max_model_len
+    longest = min(config.model.max_model_len, MAX_MICRO_BATCH_TOKENS)  # the budget's ceiling
     if learner.memory_gib and fit.tokens < longest:
-        need = learner_step_peak(
-            shape, learner, longest, export_copy=copy, checkpointed=fit.checkpointed
-        )
         raise ConfigError(
             f"learner.memory_gib ({learner.memory_gib:g}) gives micro-batches of {fit.tokens} "
             f"tokens, fewer than one sequence of model.max_model_len ({longest}), which would "
-            f"run alone past the target: give learner.memory_gib >= {_gib_up(need)}, a smaller "
-            f"model.max_model_len{_more_layers(learner, fit, shape.layers, longest)}"
+            f"run alone past the target: {_holding_one(shape, learner, longest, terms)}, or a "
+            f"smaller model.max_model_len"
         )
     return fit
 
 
-def _gib_up(num_bytes: int) -> str:
-    """GiB rounded up to a tenth: advice that must be enough."""
-    return f"{math.ceil(num_bytes / GIB * 10) / 10:g}"
-
-
-def _more_layers(learner: LearnerConfig, fit: MicroBatchFit, layers: int, longest: int) -> str:
-    """The checkpointing advice, where more layers would make room."""
-    if fit.checkpointed >= layers - 1:  # all but the last: the most room there is
-        return ""
-    if learner.gradient_checkpointing == "auto":
-        return f", or learner.micro_batch_tokens >= {longest} ('auto' checkpoints more layers)"
-    return ", or learner.gradient_checkpointing = 'auto'"
+def _holding_one(shape: ModelShape, learner: LearnerConfig, longest: int, terms: dict) -> str:
+    """The advice: the smallest memory target (to 0.1 GiB) whose budget holds ``longest``
+    tokens, checked by the learner's own derivation; under "auto" with micro_batch_tokens
+    raised to ``longest``, since "auto" checkpoints for micro_batch_tokens."""
+    update: dict = {}
+    if learner.gradient_checkpointing == "auto" and learner.micro_batch_tokens < longest:
+        update["micro_batch_tokens"] = longest
+    target = math.floor(learner.memory_gib * 10) / 10
+    for _ in range(10_000):  # 1 TiB in tenths: past any card
+        target = round(target + 0.1, 1)
+        trial = learner.model_copy(update={**update, "memory_gib": target})
+        try:
+            if fit_micro_batch(shape, trial, **terms).tokens >= longest:
+                break
+        except MemoryTargetError:
+            continue
+    else:
+        return "no memory target holds one"
+    advice = f"give learner.memory_gib >= {target:g}"
+    if update:
+        advice += f" with learner.micro_batch_tokens >= {longest}"
+    return advice
 
 
 def plan_memory(config: Config, shape: ModelShape) -> MemoryPlan:
     """The plan of ``config`` on a model of ``shape`` (see the module docstring)."""
     learner, rollout = config.learner, config.rollout
     fit = learner_fit(config, shape)
-    copy = export_copy_of(config, shape)
-    state = learner_state(shape, learner, export_copy=copy)
+    terms = memory_terms(config, shape)
+    state = learner_state(shape, learner, **terms)
     engine = engine_memory(
         shape, config.model.dtype, rollout.kv_cache_gib, rollout.tensor_parallel_size
     )
     offloaded = learner.offload_optimizer == "while_generating"
     sides = _Sides(
-        learner_step_peak(
-            shape, learner, fit.tokens, export_copy=copy, checkpointed=fit.checkpointed
-        ),
+        learner_step_peak(shape, learner, fit.tokens, checkpointed=fit.checkpointed, **terms),
         fit,
         shape.layers,
         state.between_steps(offloaded and rollout.colocate),
         engine,
     )
     plan = MemoryPlan()
-    plan.lines.append(_learner_line(shape, learner, fit, sides.step_peak, copy))
+    plan.lines.append(_learner_line(shape, learner, fit, sides.step_peak, terms))
     tokens_held = kv_cache_tokens(shape, config.model.dtype, rollout.kv_cache_gib)
     plan.lines.append(
         f"engine: weights {gib(engine.weights)} GiB ({config.model.dtype}) + KV cache "
@@ -166,9 +182,9 @@ def plan_memory(config: Config, shape: ModelShape) -> MemoryPlan:
 
 
 def _learner_line(
-    shape: ModelShape, learner: LearnerConfig, fit: MicroBatchFit, peak: int, copy: int
+    shape: ModelShape, learner: LearnerConfig, fit: MicroBatchFit, peak: int, terms: dict
 ) -> str:
-    state = learner_state(shape, learner, export_copy=copy)
+    state, copy = learner_state(shape, learner, **terms), terms["export_copy"]
     tokens = fit.tokens
     per_token = activation_bytes_per_token(shape, learner, checkpointed=fit.checkpointed)
     return (

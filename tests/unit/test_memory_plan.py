@@ -11,7 +11,14 @@ import shutil
 import pytest
 
 from common.config import ConfigError, load_config
-from launch.fleet.memory_plan import check_memory_plan, fit_table, plan_memory, read_shape
+from common.memory import MAX_MICRO_BATCH_TOKENS, fit_micro_batch
+from launch.fleet.memory_plan import (
+    check_memory_plan,
+    fit_table,
+    learner_fit,
+    plan_memory,
+    read_shape,
+)
 from launch.train import main
 from tests.conftest import REPO_ROOT
 from tests.unit.test_memory import CONFIGS, shape
@@ -143,23 +150,47 @@ def test_a_cpu_run_whose_memory_target_cannot_hold_a_micro_batch_is_refused_on_t
 
 
 @pytest.mark.parametrize("gpus", [0, 1])
-def test_a_memory_target_shorter_than_one_sequence_is_refused_with_what_holds_one(tmp_path, gpus):
+@pytest.mark.parametrize("checkpointing", ["true", "20", "auto"])
+def test_a_memory_target_shorter_than_one_sequence_is_refused_with_advice_that_holds_one(
+    tmp_path, gpus, checkpointing
+):
     """A sequence longer than the derived budget would run alone past the target: refused on
-    the driver (CPU and GPU runs), with a target that holds one, which then passes."""
+    the driver (CPU and GPU runs), with advice that, taken, passes the same check; and the
+    driver's budget is the learner's own (its reference dtype resolved on its device)."""
     shutil.copy(CONFIGS / "qwen2.5-coder-1.5b.json", tmp_path / "config.json")
     flags = ["--learner.num_gpus", str(gpus), "--learner.dtype", "bfloat16"]
-    flags += ["--learner.gradient_checkpointing", "true", "--model.max_model_len", "32768"]
+    flags += ["--learner.beta", "0.04", "--learner.gradient_checkpointing", checkpointing]
+    flags += ["--model.max_model_len", "32768"]
     config = load_config(None, [*flags, "--learner.memory_gib", "40"])
     with pytest.raises(ConfigError) as refused:
         check_memory_plan(config, str(tmp_path))
     message = str(refused.value)
     assert message.startswith("learner.memory_gib (40) gives micro-batches of ")
     assert "fewer than one sequence of model.max_model_len (32768)" in message
-    assert "'auto'" not in message  # every layer is checkpointed already
-    enough = re.search(r"learner\.memory_gib >= ([0-9.]+),", message)[1]
-    assert 40 < float(enough) < 80
-    check_memory_plan(load_config(None, [*flags, "--learner.memory_gib", enough]), str(tmp_path))
-    short = load_config(
-        None, [*flags, "--learner.memory_gib", "40", "--model.max_model_len", "4096"]
+    advice = re.search(
+        r"give learner\.memory_gib >= ([0-9.]+)( with learner\.micro_batch_tokens >= 32768)?,",
+        message,
     )
-    check_memory_plan(short, str(tmp_path))  # the same target holds a 4096-token sequence
+    assert advice and 40 < float(advice[1]) < 140, message
+    # "auto" checkpoints for micro_batch_tokens, so its advice raises that too
+    assert bool(advice[2]) == (checkpointing == "auto"), message
+    taken = [*flags, "--learner.memory_gib", advice[1]]
+    if advice[2]:
+        taken += ["--learner.micro_batch_tokens", "32768"]
+    check_memory_plan(load_config(None, taken), str(tmp_path))
+    device = "cuda" if gpus else "cpu"
+    learner = load_config(None, taken).learner
+    driver = learner_fit(load_config(None, taken), shape("qwen2.5-coder-1.5b"))
+    own = fit_micro_batch(
+        shape("qwen2.5-coder-1.5b"), learner, reference_dtype=learner.reference_dtype_on(device)
+    )
+    assert driver == own and own.tokens >= 32768
+
+
+def test_a_sequence_longer_than_any_budget_is_not_refused_for_it(tmp_path):
+    """The budget stops at MAX_MICRO_BATCH_TOKENS: a longer model.max_model_len runs alone
+    whatever the target, so only that ceiling is asked of it."""
+    shutil.copy(CONFIGS / "qwen2.5-coder-1.5b.json", tmp_path / "config.json")
+    flags = ["--learner.dtype", "bfloat16", "--learner.gradient_checkpointing", "true"]
+    flags += ["--model.max_model_len", str(2 * MAX_MICRO_BATCH_TOKENS)]
+    check_memory_plan(load_config(None, [*flags, "--learner.memory_gib", "1000"]), str(tmp_path))
