@@ -366,9 +366,10 @@ class Learner:
 
     def train_and_export(self, samples: Sequence[TrainSample]) -> tuple[dict, WeightUpdate | None]:
         """``train_step`` then ``export_weights`` in one call, ``time/weight_export_s`` (and on
-        CUDA ``train/peak_memory_gib`` over both) added to the metrics. Called with ``num_returns=2``, the driver gets the update's reference
-        before the step ends and queues every engine's load on it, so the push starts the
-        moment the export is done instead of one driver round trip later."""
+        CUDA ``train/peak_memory_gib`` over both) added to the metrics. Called with
+        ``num_returns=2``, the driver gets the update's reference before the step ends and
+        queues every engine's load on it, so the push starts the moment the export is done
+        instead of one driver round trip later."""
         cuda = self.device.type == "cuda"
         if cuda:  # the step and the export's gathered copy: what learner.memory_gib is for
             torch.cuda.reset_peak_memory_stats(self.device)
