@@ -194,3 +194,18 @@ def test_a_sequence_longer_than_any_budget_is_not_refused_for_it(tmp_path):
     flags = ["--learner.dtype", "bfloat16", "--learner.gradient_checkpointing", "true"]
     flags += ["--model.max_model_len", str(2 * MAX_MICRO_BATCH_TOKENS)]
     check_memory_plan(load_config(None, [*flags, "--learner.memory_gib", "1000"]), str(tmp_path))
+
+
+def test_launch_train_exits_2_when_the_target_cannot_hold_one_sequence(tmp_path, capsys):
+    """The same refusal through the command a user types, before anything starts."""
+    model = tmp_path / "model"
+    model.mkdir()
+    shutil.copy(CONFIGS / "qwen2.5-coder-1.5b.json", model / "config.json")
+    argv = ["--model.path", str(model), "--learner.dtype", "bfloat16",
+            "--learner.memory_gib", "40", "--model.max_model_len", "32768",
+            "--run.output_dir", str(tmp_path / "runs")]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: learner.memory_gib (40) gives micro-batches of ")
+    assert err.count("\n") == 1 and "give learner.memory_gib >= " in err
+    assert not (tmp_path / "runs").exists()
