@@ -210,7 +210,7 @@ def ipc_export_copy(shape: ModelShape, dtype: str) -> int:
 def learner_state(
     shape: ModelShape,
     learner: LearnerConfig,
-    reference_dtype: str | None = None,
+    device: str = "cuda",
     export_copy: int = 0,
 ) -> LearnerState:
     """One rank's state: FSDP2 shards weights, gradients, moments and the reference over
@@ -218,8 +218,8 @@ def learner_state(
 
     Reference, as learner/reference.py keeps it today: built only when beta > 0; under LoRA the
     base with the adapter off (no copy); ``frozen_copy`` a deep copy of the policy in the
-    parameter dtype; ``precomputed`` only on the host. ``reference_dtype`` counts the copy in
-    another dtype (a bf16 reference)."""
+    parameter dtype, or ``learner.reference_dtype`` as a learner on ``device`` resolves it
+    (``"auto"``: bf16 on CUDA, the policy's on CPU); ``precomputed`` only on the host."""
     precision = Precision.of(learner)
     params, p = shape.parameters, precision.param
     lora = learner.lora
@@ -228,8 +228,7 @@ def learner_state(
         trainable, lora_count = params, 0
     reference = 0
     if learner.beta > 0 and not lora.enabled and learner.reference == "frozen_copy":
-        # the plan is for a GPU learner: learner.reference_dtype = "auto" resolved for CUDA
-        reference = params * DTYPE_BYTES[reference_dtype or learner.reference_dtype_on("cuda")]
+        reference = params * DTYPE_BYTES[learner.reference_dtype_on(device)]
     matmul = params - (0 if shape.tied_embeddings else shape.embedding_parameters)
     ranks = learner.num_ranks
     tied = 0
@@ -277,11 +276,13 @@ def activation_bytes_per_token(
     learner: LearnerConfig,
     row_tokens: int = DEFAULT_ROW_TOKENS,
     checkpointed: int | None = None,
+    device: str = "cuda",
 ) -> int:
     """Activation bytes of the policy's forward + backward per micro-batch token, at the peak
     of the backward pass, with ``checkpointed`` decoder layers (default: as
     ``learner.gradient_checkpointing`` says; required with ``"auto"``, which
-    :func:`checkpointed_layers` resolves from the run's memory terms).
+    :func:`checkpointed_layers` resolves from the run's memory terms), for a learner on
+    ``device`` (``learner.share_prompts`` resolves per device).
 
     Without checkpointing every layer's saved tensors, plus one layer's worth for the gradients
     of the layer being differentiated. A checkpointed layer keeps only its input (the residual
@@ -300,14 +301,14 @@ def activation_bytes_per_token(
                 "gradient_checkpointing = 'auto': pass checkpointed, from "
                 "checkpointed_layers with the run's memory terms"
             )
-        checkpointed = checkpointed_layers(shape, learner, row_tokens=row_tokens)
+        checkpointed = checkpointed_layers(shape, learner, device, row_tokens)
     layer = layer_activation_bytes(shape, learner, row_tokens)
     residual = Precision.of(learner).param * shape.hidden
     if checkpointed:
         saved = checkpointed * residual + (max(shape.layers - checkpointed, 1) + 1) * layer
     else:
         saved = (shape.layers + 1) * layer
-        if learner.share_prompts_on("cuda"):  # the plan is for a GPU learner
+        if learner.share_prompts_on(device):  # off with a checkpointed layer (learner.py)
             saved = int(saved * SHARED_PROMPTS_FACTOR)
     final = 3 * residual  # the final norm's input and output, the hidden states the head reads
     logits = 0
@@ -335,17 +336,17 @@ def learner_step_peak(
     learner: LearnerConfig,
     micro_batch_tokens: int,
     *,
-    reference_dtype: str | None = None,
+    device: str = "cuda",
     row_tokens: int = DEFAULT_ROW_TOKENS,
     export_copy: int = 0,
     checkpointed: int | None = None,
 ) -> int:
     """One rank's peak over a train step: the backward of a full micro-batch, or AdamW's step
     (``checkpointed`` layers as in :func:`activation_bytes_per_token`)."""
-    state = learner_state(shape, learner, reference_dtype, export_copy)
+    state = learner_state(shape, learner, device, export_copy)
     if checkpointed is None:
-        checkpointed = checkpointed_layers(shape, learner, reference_dtype, row_tokens, export_copy)
-    per_token = activation_bytes_per_token(shape, learner, row_tokens, checkpointed)
+        checkpointed = checkpointed_layers(shape, learner, device, row_tokens, export_copy)
+    per_token = activation_bytes_per_token(shape, learner, row_tokens, checkpointed, device)
     backward = (
         state.backward
         + micro_batch_tokens * per_token
@@ -372,7 +373,7 @@ MAX_MICRO_BATCH_TOKENS = 1 << 18
 def micro_batch_budget(
     shape: ModelShape,
     learner: LearnerConfig,
-    reference_dtype: str | None = None,
+    device: str = "cuda",
     row_tokens: int = DEFAULT_ROW_TOKENS,
     export_copy: int = 0,
     checkpointed: int | None = None,
@@ -383,10 +384,10 @@ def micro_batch_budget(
     MAX_MICRO_BATCH_TOKENS]. Raises :class:`MemoryTargetError` when the target cannot hold
     the smallest."""
     if checkpointed is None:
-        checkpointed = checkpointed_layers(shape, learner, reference_dtype, row_tokens, export_copy)
+        checkpointed = checkpointed_layers(shape, learner, device, row_tokens, export_copy)
     target = int(learner.memory_gib * GIB)
-    state = learner_state(shape, learner, reference_dtype, export_copy)
-    fixed, per_token = _step_bytes(shape, learner, checkpointed, state, row_tokens)
+    state = learner_state(shape, learner, device, export_copy)
+    fixed, per_token = _step_bytes(shape, learner, checkpointed, state, row_tokens, device)
     tokens = (target - fixed) // per_token
     if tokens < MIN_MICRO_BATCH_TOKENS or state.optimiser_step > target:
         need = max(fixed + MIN_MICRO_BATCH_TOKENS * per_token, state.optimiser_step)
@@ -406,11 +407,12 @@ def _step_bytes(
     checkpointed: int,
     state: LearnerState,
     row_tokens: int,
+    device: str,
 ) -> tuple[int, int]:
     """A step's bytes through backward whatever the micro-batch (``state`` and the LM head's
     chunk), and its activation bytes per micro-batch token with ``checkpointed`` layers."""
     fixed = state.backward + logit_bytes(shape, learner, MAX_MICRO_BATCH_TOKENS)
-    return fixed, activation_bytes_per_token(shape, learner, row_tokens, checkpointed)
+    return fixed, activation_bytes_per_token(shape, learner, row_tokens, checkpointed, device)
 
 
 @dataclass(frozen=True)
@@ -426,14 +428,14 @@ def fit_micro_batch(
     shape: ModelShape,
     learner: LearnerConfig,
     *,
-    reference_dtype: str | None = None,
+    device: str = "cuda",
     row_tokens: int = DEFAULT_ROW_TOKENS,
     export_copy: int = 0,
 ) -> MicroBatchFit:
     """``learner.gradient_checkpointing`` resolved on this shape, and the micro-batch budget:
     ``learner.micro_batch_tokens``, or with ``learner.memory_gib`` :func:`micro_batch_budget`
     at those layers. Raises :class:`CheckpointedLayersError` or :class:`MemoryTargetError`."""
-    terms = (reference_dtype, row_tokens, export_copy)
+    terms = (device, row_tokens, export_copy)
     checkpointed = checkpointed_layers(shape, learner, *terms)
     if not learner.memory_gib:
         return MicroBatchFit(checkpointed, learner.micro_batch_tokens)
@@ -443,7 +445,7 @@ def fit_micro_batch(
 def checkpointed_layers(
     shape: ModelShape,
     learner: LearnerConfig,
-    reference_dtype: str | None = None,
+    device: str = "cuda",
     row_tokens: int = DEFAULT_ROW_TOKENS,
     export_copy: int = 0,
 ) -> int:
@@ -458,10 +460,10 @@ def checkpointed_layers(
     if setting == "auto":
         if not learner.memory_gib:
             return 0
-        state = learner_state(shape, learner, reference_dtype, export_copy)
+        state = learner_state(shape, learner, device, export_copy)
         target = int(learner.memory_gib * GIB)
         for count in range(layers):
-            fixed, per_token = _step_bytes(shape, learner, count, state, row_tokens)
+            fixed, per_token = _step_bytes(shape, learner, count, state, row_tokens, device)
             if (target - fixed) // per_token >= learner.micro_batch_tokens:
                 return count
         # None fits: all of them, and micro_batch_budget shrinks the micro-batch. The count

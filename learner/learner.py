@@ -169,11 +169,7 @@ class Learner:
         shape = ModelShape.from_config(base_model_of(self.model).config.to_dict())
         # weights.transport = "ipc": every rank keeps a whole serving-dtype copy for its engine
         copy = shape.parameters * self.export_dtype.itemsize if self.sender.every_rank_sends else 0
-        # the reference as this device keeps it ("auto" is the plan's CUDA reading otherwise)
-        terms = {
-            "reference_dtype": config.reference_dtype_on(self.device.type),
-            "export_copy": copy,
-        }
+        terms = {"device": self.device.type, "export_copy": copy}
         fit = fit_micro_batch(shape, config, **terms)
         peak = learner_step_peak(shape, config, fit.tokens, checkpointed=fit.checkpointed, **terms)
         logger.info(

@@ -97,11 +97,10 @@ def export_copy_of(config: Config, shape: ModelShape) -> int:
 
 
 def memory_terms(config: Config, shape: ModelShape) -> dict:
-    """What the learner's arithmetic needs beyond its section: the reference's dtype as the
-    learner's own device keeps it (``learner.reference_dtype = "auto"``), and the IPC copy."""
-    device = "cuda" if config.learner.num_gpus else "cpu"
+    """What the learner's arithmetic needs beyond its section: the learner's device (its
+    "auto" settings resolve per device) and the IPC copy."""
     return {
-        "reference_dtype": config.learner.reference_dtype_on(device),
+        "device": "cuda" if config.learner.num_gpus else "cpu",
         "export_copy": export_copy_of(config, shape),
     }
 
@@ -186,7 +185,9 @@ def _learner_line(
 ) -> str:
     state, copy = learner_state(shape, learner, **terms), terms["export_copy"]
     tokens = fit.tokens
-    per_token = activation_bytes_per_token(shape, learner, checkpointed=fit.checkpointed)
+    per_token = activation_bytes_per_token(
+        shape, learner, checkpointed=fit.checkpointed, device=terms["device"]
+    )
     return (
         f"learner rank: state {gib(state.backward)} GiB (weights {gib(state.weights)}, "
         f"gradients {gib(state.gradients)}, AdamW {gib(state.optimiser)}, reference "

@@ -364,13 +364,13 @@ def test_multi_turn_episodes_with_a_discounted_reward(tmp_path, tiny_model_path)
 def _check_memory_fit(run_dir: Path, metrics: list[dict]) -> None:
     """Every step ran with what common/memory.py's arithmetic fits to MEMORY_TARGET on the
     run's model and saved config: some but not all of its decoder layers checkpointed, and
-    micro-batches of the budget derived at that count (the learner on CPU: the reference in
-    its dtype there, no IPC copy with the collective transport)."""
+    micro-batches of the budget derived at that count (the learner on CPU: its "auto"
+    settings resolved there, no IPC copy with the collective transport)."""
     saved = tomllib.loads((run_dir / "config.toml").read_text())  # its user term: not here
     model = json.loads((Path(saved["model"]["path"]) / "config.json").read_text())
     shape = ModelShape.from_config(model)
     learner = LearnerConfig.model_validate(saved["learner"])
-    fit = fit_micro_batch(shape, learner, reference_dtype=learner.reference_dtype_on("cpu"))
+    fit = fit_micro_batch(shape, learner, device="cpu")
     assert 0 < fit.checkpointed < shape.layers  # "auto" chose, rather than an extreme
     for m in metrics:
         assert m["train/checkpointed_layers"] == fit.checkpointed, m

@@ -22,10 +22,13 @@ from learner.learner import Learner
 
 
 def _target_for(model_path: str, config: LearnerConfig, tokens: int) -> float:
-    """The memory_gib whose derived budget is ``tokens`` (the derivation run backwards)."""
+    """The memory_gib whose derived budget is ``tokens`` on a CPU learner (the derivation run
+    backwards: its reference dtype and shared prompts as the CPU resolves them)."""
     shape = ModelShape.from_config(json.loads((Path(model_path) / "config.json").read_text()))
-    fixed = learner_state(shape, config).backward + logit_bytes(shape, config, 1 << 18)
-    return (fixed + tokens * activation_bytes_per_token(shape, config) + 1) / GIB
+    state = learner_state(shape, config, device="cpu")
+    fixed = state.backward + logit_bytes(shape, config, 1 << 18)
+    per_token = activation_bytes_per_token(shape, config, device="cpu")
+    return (fixed + tokens * per_token + 1) / GIB
 
 
 def test_the_budget_comes_from_the_memory_target_and_is_logged(tiny_model_path, caplog):

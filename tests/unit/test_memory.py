@@ -113,12 +113,28 @@ def test_checkpointing_and_chunked_logits_cut_activations_per_token():
 
 
 def test_the_cuda_defaults_are_counted_without_shared_prompts():
-    """The plan is for a GPU learner, where share_prompts = "auto" is off: no +16% for it."""
+    """A GPU learner (the default device), where share_prompts = "auto" is off: no +16%."""
     model = shape("qwen2.5-coder-1.5b")
     defaults = learner("share_prompts", "auto", "compile", "auto")
     unshared = activation_bytes_per_token(model, learner("share_prompts", "false"))
     assert activation_bytes_per_token(model, defaults) == unshared
     assert activation_bytes_per_token(model, learner()) > unshared  # shared, as measured then
+
+
+def test_auto_settings_are_counted_as_the_learners_device_resolves_them():
+    """On CPU share_prompts = "auto" is on (+16% without checkpointing) and reference_dtype =
+    "auto" keeps the policy's dtype (fp32 masters: 4 B); on CUDA neither (bf16: 2 B)."""
+    model, params = shape("qwen2.5-coder-1.5b"), shape("qwen2.5-coder-1.5b").parameters
+    defaults = learner("share_prompts", "auto", "reference_dtype", "auto")
+    cuda = activation_bytes_per_token(model, defaults, device="cuda")
+    assert activation_bytes_per_token(model, defaults, device="cpu") > cuda
+    assert learner_state(model, defaults, device="cpu").reference == 4 * params
+    assert learner_state(model, defaults, device="cuda").reference == 2 * params
+    checkpointed = learner("share_prompts", "auto", "gradient_checkpointing", "true")
+    assert (
+        len({activation_bytes_per_token(model, checkpointed, device=d) for d in ("cpu", "cuda")})
+        == 1
+    )
 
 
 #: Issue 34's table, measured with learner.bench on an H200 (16 prompts x 8 x (128 + 512)

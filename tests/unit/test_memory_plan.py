@@ -181,9 +181,7 @@ def test_a_memory_target_shorter_than_one_sequence_is_refused_with_advice_that_h
     device = "cuda" if gpus else "cpu"
     learner = load_config(None, taken).learner
     driver = learner_fit(load_config(None, taken), shape("qwen2.5-coder-1.5b"))
-    own = fit_micro_batch(
-        shape("qwen2.5-coder-1.5b"), learner, reference_dtype=learner.reference_dtype_on(device)
-    )
+    own = fit_micro_batch(shape("qwen2.5-coder-1.5b"), learner, device=device)
     assert driver == own and own.tokens >= 32768
 
 
