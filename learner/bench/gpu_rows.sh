@@ -6,7 +6,8 @@
 #                rm -rf .baseline && mkdir .baseline && git archive 1b02179 | tar -x -C .baseline
 #   device run:  command "bash learner/bench/gpu_rows.sh", carry [".whl", ".baseline"]
 # Every row is one learner.bench JSON line in $OUT/rows.jsonl (its "row" names it); stderr of
-# all rows in $OUT/log.txt. A row that fails or runs out of memory is recorded and the next runs.
+# all rows in $OUT/log.txt; the CUDA-only tests' outcome in $OUT/gpu_tests.txt. A row that fails
+# or runs out of memory is recorded and the next runs.
 set -u
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || exit 1
@@ -15,6 +16,9 @@ OUT=${OUT:-/tmp/gpu_rows}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$OUT/card.txt"
 python3 -c "import torch; print(torch.__version__, torch.cuda.get_device_name())" >>"$OUT/card.txt"
+# 0. the tests that need CUDA (pytest -m gpu; the modules import neither Ray nor vLLM): seconds
+timeout 120 python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/unit/test_colocation.py \
+    tests/unit/test_learner_step.py >"$OUT/gpu_tests.txt" 2>&1
 
 row() {  # row NAME DIR ARGS...: learner.bench in DIR (this checkout or the baseline's)
     local name=$1 dir=$2

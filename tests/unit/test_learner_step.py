@@ -385,6 +385,18 @@ def test_compute_threads_follow_the_latest_request_from_the_next_micro_batch(
         torch.set_num_threads(before)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_cuda_step_reports_its_peak_over_the_step_and_the_export(tied_model):  # pragma: no cover
+    """``train/peak_memory_gib`` is CUDA's peak from the step's start through the export: while
+    AdamW steps, the weights, their gradients and both moments are alive at once."""
+    learner = Learner(tied_model, _config(num_gpus=1, compile=False))
+    assert learner.device.type == "cuda"
+    metrics, update = learner.train_and_export(_samples())
+    weights = sum(p.numel() * p.element_size() for p in learner.model.parameters())
+    assert update is not None and metrics["train/peak_memory_gib"] * (1 << 30) >= 4 * weights
+
+
 def test_train_and_export_sends_the_weights_of_the_step_just_taken(tied_model):
     learner = Learner(tied_model, _config())
     metrics, update = learner.train_and_export(_samples())
