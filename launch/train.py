@@ -19,11 +19,19 @@ from pathlib import Path
 
 from common.config import Config, ConfigError, load_config
 from common.datasets import DatasetError
-from common.durable import JsonlError, LockHeld, exclusive_lock, read_jsonl, rewrite_jsonl
+from common.durable import (
+    JsonlError,
+    LockHeld,
+    atomic_write_text,
+    exclusive_lock,
+    read_jsonl,
+    rewrite_jsonl,
+)
 from common.help_format import DefaultsHelpFormatter
 from common.prompts import PromptError
+from common.types import Problem
 from launch.data.model_source import locate_model
-from launch.data.problems import load_problems
+from launch.data.problems import load_eval_problems, load_problems, overlong_prompts
 from launch.data.tiny_model import build_tiny_model
 from launch.fleet.memory_plan import check_memory_plan
 from launch.loop.checkpoint import (
@@ -67,8 +75,23 @@ def resolve_model(config: Config) -> str:
     which every node of a cluster reads (docs/cluster.md)."""
     models = Path(config.run.output_dir) / "_models"
     if config.model.path == "builtin:tiny":
-        return str(build_tiny_model(models / "tiny").resolve())
+        try:
+            return str(build_tiny_model(models / "tiny").resolve())
+        except OSError as exc:  # a pseudo file system (/proc, /sys), a full disk
+            raise ConfigError(f"run.output_dir: cannot build {models / 'tiny'}: {exc}") from None
     return locate_model(config.model.path, download_dir=(models / "hub").resolve())
+
+
+def check_output_dir(output: Path) -> None:
+    """Refuse a ``run.output_dir`` this process cannot create or write in (a file on its path,
+    a read-only place) before anything is built there; nothing is created."""
+    existing = output.absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ConfigError(f"run.output_dir: {existing} is a file, not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"run.output_dir: {existing} is not writable by this user")
 
 
 def prepare_run_dir(config: Config, overwrite: bool) -> Path:
@@ -86,7 +109,7 @@ def prepare_run_dir(config: Config, overwrite: bool) -> Path:
         shutil.rmtree(run_dir / stale, ignore_errors=True)
     clear_checkpoints(run_dir)  # a resume must never find the old run's steps
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.toml").write_text(config.to_toml())
+    atomic_write_text(run_dir / "config.toml", config.to_toml())
     return run_dir
 
 
@@ -95,7 +118,11 @@ def _truncate_jsonl(path: Path, last_step: int) -> None:
     last line cut by the crash; rewritten atomically, so a crash now loses nothing."""
     if not path.exists():
         return
-    rewrite_jsonl(path, [row for row in read_jsonl(path) if row["step"] <= last_step])
+    rows = read_jsonl(path)
+    for number, row in enumerate(rows, 1):
+        if not isinstance(row, dict) or not isinstance(row.get("step"), int):
+            raise JsonlError(f"{path}: row {number} has no integer 'step': not this run's record")
+    rewrite_jsonl(path, [row for row in rows if row["step"] <= last_step])
 
 
 @contextlib.contextmanager
@@ -104,7 +131,10 @@ def run_lock(run_dir: Path) -> Iterator[None]:
     interleave its steps and checkpoints with this one's. Held by the driver only (the learner
     and the other actors write where the driver tells them); released when the process ends,
     however it ends."""
-    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"run.output_dir: cannot create {run_dir}: {exc.strerror}") from None
     holder = f"pid {os.getpid()} on {socket.gethostname()} (python -m launch.train)"
     try:
         with exclusive_lock(run_dir / LOCK_FILE, holder):
@@ -189,6 +219,7 @@ def train(config: Config, resume: bool = False, overwrite: bool = False) -> Path
     from transformers import AutoTokenizer  # lazy: seconds to import; --help answers at once
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    check_output_dir(Path(config.run.output_dir))
     # The model and the problems first: a mistake in either leaves no run directory behind.
     model_path = resolve_model(config)
     check_memory_plan(config, model_path)  # GPU runs: what each card will hold, or a refusal
@@ -199,6 +230,7 @@ def train(config: Config, resume: bool = False, overwrite: bool = False) -> Path
             f"model.path: cannot load the tokenizer of {model_path}: {_first_line(exc)}"
         ) from None
     problems = load_problems(config.data, tokenizer)
+    check_problems(config, tokenizer, problems)
     if config.selfplay.saboteur and not any(p.reference_solution.strip() for p in problems):
         raise ConfigError(
             f"selfplay.saboteur: no problem of {config.data.source} has a reference solution, "
@@ -206,6 +238,31 @@ def train(config: Config, resume: bool = False, overwrite: bool = False) -> Path
         )
     with run_lock(config.run_dir):  # before anything in the run directory changes
         return _run(config, model_path, tokenizer, problems, resume, overwrite)
+
+
+def check_problems(config: Config, tokenizer, problems: list[Problem]) -> None:
+    """Refuse, before anything starts, what the run would otherwise meet minutes in, after the
+    engines are up: no problem to train (or, with ``eval.every``, to evaluate) on, or a prompt
+    with no room for ``rollout.max_new_tokens`` in ``model.max_model_len``."""
+    data, ev = config.data, config.eval
+    sets = {"data": (data.source, data.split, problems)}
+    if ev.every:
+        sets["eval"] = (ev.source or data.source, ev.split, load_eval_problems(config, tokenizer))
+    new, context = config.rollout.max_new_tokens, config.model.max_model_len
+    for section, (source, split, chosen) in sets.items():
+        if not chosen:
+            raise ConfigError(
+                f"{section}.source / {section}.split: {source} has no problem in split {split!r}"
+            )
+        overlong = overlong_prompts(chosen, tokenizer, context - new)
+        if overlong:
+            problem_id, length = max(overlong, key=lambda row: row[1])
+            raise ConfigError(
+                f"{section}.source: {len(overlong)} of {len(chosen)} prompts of {source} leave no "
+                f"room for rollout.max_new_tokens ({new}) in model.max_model_len ({context}), "
+                f"the longest {length} tokens (problem {problem_id}): give model.max_model_len "
+                f">= {length + new}, or fewer rollout.max_new_tokens"
+            )
 
 
 def _run(config: Config, model_path: str, tokenizer, problems, resume: bool, overwrite: bool):
@@ -233,7 +290,6 @@ def _run(config: Config, model_path: str, tokenizer, problems, resume: bool, ove
             )
         for name in ("metrics.jsonl", "batches.jsonl"):
             _truncate_jsonl(run_dir / name, state.step)
-        (run_dir / "config.toml").write_text(config.to_toml())
     else:
         run_dir = prepare_run_dir(config, overwrite)
     connect(config.ray, config.requested_cpus)
@@ -243,6 +299,8 @@ def _run(config: Config, model_path: str, tokenizer, problems, resume: bool, ove
         config.sandbox.num_workers,
     )
     fleet = start_fleet(config, model_path, run_id=config.run.name, resume_from=checkpoint)
+    if resume:  # the overrides it resumed with, once they started a fleet (not a bad address)
+        atomic_write_text(run_dir / "config.toml", config.to_toml())
     logger.info("sandbox: %s", fleet.sandbox.describe())
     try:
         while True:
@@ -274,7 +332,14 @@ def load_run_config(args: argparse.Namespace, overrides: list[str]) -> Config:
         saved = Path(args.resume) / "config.toml"
         if not saved.is_file():
             raise ConfigError(f"{args.resume} is not a run directory ({saved} is missing)")
-        return load_config(saved, overrides)
+        fixed = sorted({"--run.name", "--run.output_dir"} & set(overrides[::2]))
+        if fixed:
+            raise ConfigError(f"--resume: {fixed[0]} is the run directory's own; drop it")
+        config = load_config(saved, overrides)
+        # where the run is now: it may have been moved or copied since it was saved
+        run_dir = Path(args.resume).absolute()
+        config.run.output_dir, config.run.name = str(run_dir.parent), run_dir.name
+        return config
     return load_config(args.config, overrides)
 
 
@@ -283,8 +348,6 @@ def main(argv: list[str] | None = None) -> int:
     args, overrides = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         config = load_run_config(args, overrides)
-        if args.resume and config.run_dir.resolve() != Path(args.resume).resolve():
-            raise ConfigError("--resume: run.name and run.output_dir cannot be overridden")
         train(config, resume=bool(args.resume), overwrite=args.overwrite)
     except (ConfigError, DatasetError, PromptError, FileNotFoundError, JsonlError) as exc:
         print(f"error: {exc}", file=sys.stderr)

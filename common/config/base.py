@@ -10,6 +10,7 @@ class ConfigError(ValueError):
 
 
 class Section(BaseModel):
-    """A config table: unknown keys are refused, assignments are validated."""
+    """A config table: unknown keys are refused, assignments are validated, and no number is
+    infinite or NaN (a learning rate or a timeout of inf would reach the cluster otherwise)."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)

@@ -37,7 +37,10 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
         for section in sections:
             node = node.setdefault(section, {})
             if not isinstance(node, dict):
-                raise ConfigError(f"override {flag!r}: {section!r} is not a section")
+                raise ConfigError(
+                    f"override {flag!r}: {section!r} is not a section (the config file sets it "
+                    f"to {node!r})"
+                )
         node[key] = parse_value(raw)
     return data
 
@@ -90,12 +93,20 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     data: dict = {}
     if path is not None:
         path = Path(path)
+        if path.is_dir():
+            raise ConfigError(f"config file {path} is a directory; give the TOML file in it")
         if not path.is_file():
             raise ConfigError(f"config file {path} does not exist")
         try:
-            data = tomllib.loads(path.read_text())
+            raw = path.read_bytes()
+            data = tomllib.loads(raw.decode("utf-8"))
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+        except UnicodeDecodeError as exc:
+            line = raw[: exc.start].count(b"\n") + 1
+            raise ConfigError(f"{path}:{line}: not UTF-8 text, which TOML must be") from None
+        except OSError as exc:
+            raise ConfigError(f"config file {path}: cannot read it: {exc.strerror}") from None
     return validate_config(apply_overrides(data, overrides or []))
 
 

@@ -13,7 +13,11 @@ from common.config.base import Section
 
 
 class RunConfig(Section):
-    name: str = "run"
+    name: str = Field(
+        "run",
+        description="the run's directory under output_dir: one plain name, since --overwrite "
+        "deletes that directory",
+    )
     output_dir: str = "runs"
     seed: int = 0
     steps: int = Field(100, ge=1)
@@ -38,6 +42,16 @@ class RunConfig(Section):
     rollouts_max_mib: float = Field(
         1024, gt=0, description="the oldest rollout files are deleted beyond this much in all"
     )
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, name: str) -> str:
+        if name in ("", ".", "..") or "/" in name or "\\" in name:
+            raise ValueError(
+                f"{name!r} is not a run name: give one directory name, without '/' (the run "
+                "lives in run.output_dir/run.name, and --overwrite deletes it)"
+            )
+        return name
 
 
 class AsyncConfig(Section):

@@ -79,6 +79,16 @@ class Config(Section):
         return self
 
     @model_validator(mode="after")
+    def _check_context(self) -> Config:
+        new, context = self.rollout.max_new_tokens, self.model.max_model_len
+        if new >= context:
+            raise ValueError(
+                f"rollout.max_new_tokens ({new}) leaves no room for a prompt in "
+                f"model.max_model_len ({context}), which counts prompt + completion tokens"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _choose_transport(self) -> Config:
         """weights.transport left unset: 'ipc' where it works (engines and learner ranks on
         the same GPUs), the object store otherwise."""

@@ -38,6 +38,8 @@ def locate_model(path: str, field: str = "model.path", download_dir: Path | None
     ``download_dir`` an uncached name is returned as it is, for callers that load the model in
     this process (which may then download it into the cache).
     """
+    if not path.strip():
+        raise ConfigError(f"{field} is empty: give a model directory or a Hugging Face hub name")
     local = Path(path).expanduser()
     if local.is_dir():
         if not (local / "config.json").is_file():

@@ -13,10 +13,11 @@ sees exactly the prompts an uninterrupted run would have seen. Pass-rate-aware o
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 
-from common.config import DataConfig
+from common.config import Config, DataConfig
 from common.datasets import load_dataset
-from common.prompts import render_problems, resolve_template
+from common.prompts import encode_prompt, render_problems, resolve_template
 from common.types import Problem
 from launch.data.tasks import SYNTHETIC_SOURCES
 
@@ -49,6 +50,23 @@ def load_rendered(
     if tokenizer is None:
         raise ValueError(f"rendering prompts for {source!r} needs the model's tokenizer")
     return render_problems(load_raw(source, split, fmt, limit), template, tokenizer)
+
+
+def load_eval_problems(config: Config, tokenizer) -> list[Problem]:
+    """The held-out problems of ``eval``: ``eval.source`` (default: ``data.source``) at
+    ``eval.split``, rendered as the training prompts are."""
+    data, ev = config.data, config.eval
+    source = ev.source or data.source
+    return load_rendered(
+        source, ev.split, data.format, data.prompt_template, tokenizer, ev.max_problems
+    )
+
+
+def overlong_prompts(problems: Sequence[Problem], tokenizer, limit: int) -> list[tuple[str, int]]:
+    """(problem id, prompt tokens) of every prompt longer than ``limit`` tokens, as the engines
+    will see it (:func:`common.prompts.encode_prompt`)."""
+    lengths = [(p.problem_id, len(encode_prompt(tokenizer, p.prompt))) for p in problems]
+    return [(problem_id, length) for problem_id, length in lengths if length > limit]
 
 
 def load_raw(source: str, split: str | None, fmt: str, limit: int = 0) -> list[Problem]:

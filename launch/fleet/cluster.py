@@ -8,13 +8,14 @@ from __future__ import annotations
 import logging
 import math
 import os
+import socket
 from pathlib import Path
 
 import ray
 from ray._private.services import get_ray_address_from_environment
 from ray._private.utils import get_num_cpus
 
-from common.config import RayConfig
+from common.config import ConfigError, RayConfig
 
 logger = logging.getLogger(__name__)
 
@@ -24,6 +25,9 @@ ACTOR_ENV = {
     "TOKENIZERS_PARALLELISM": "false",
     "VLLM_CONFIGURE_LOGGING": "0",
 }
+#: How long a cluster's address may take to accept a connection before the run is refused:
+#: at an address where nothing listens, ray.init retries silently for minutes.
+REACH_TIMEOUT_S = 10.0
 
 
 def connect(config: RayConfig, requested_cpus: float = 0) -> None:
@@ -42,6 +46,8 @@ def connect(config: RayConfig, requested_cpus: float = 0) -> None:
         return
     address = config.address or get_ray_address_from_environment(None, None)
     if address:
+        found = "RAY_ADDRESS" if os.environ.get("RAY_ADDRESS") else "the last `ray start` here"
+        check_reachable(address, "ray.address" if config.address else found)
         ray.init(address=address, logging_level=logging.WARNING)
         logger.info("connected to the Ray cluster at %s", address)
         return
@@ -62,3 +68,18 @@ def connect(config: RayConfig, requested_cpus: float = 0) -> None:
         runtime_env={"env_vars": {"PYTHONPATH": str(PROJECT_ROOT), **ACTOR_ENV}},
     )
     logger.info("started a local Ray cluster")
+
+
+def check_reachable(address: str, field: str) -> None:
+    """Refuse (ConfigError naming ``field``) a ``host:port`` or ``ray://host:port`` address
+    that accepts no connection within REACH_TIMEOUT_S; other forms are Ray's to judge."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=REACH_TIMEOUT_S).close()
+    except OSError as exc:
+        raise ConfigError(
+            f"{field}: nothing answers at {address} ({exc.strerror or exc}): start the head "
+            "there (ray start --head), or give its address"
+        ) from None

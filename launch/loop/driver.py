@@ -34,7 +34,7 @@ from common.durable import append_jsonl
 from common.prompts import encode_prompt
 from common.types import Completion, Problem, TrainSample, Verdict
 from launch.data.curriculum import make_curriculum
-from launch.data.problems import load_rendered
+from launch.data.problems import load_eval_problems
 from launch.fleet.actors import start_metrics
 from launch.fleet.fleet import Fleet
 from launch.loop.checkpoint import DriverState, save_checkpoint
@@ -112,7 +112,7 @@ class Driver:
         )
         if state is not None and self.baseline is not None:
             self.baseline.load_state_dict(state.baseline)
-        self.eval_problems = self._load_eval_problems() if config.eval.every else []
+        self.eval_problems = load_eval_problems(config, tokenizer) if config.eval.every else []
         self.colocation = Colocation.of(config, fleet)  # one GPU per engine and learner rank
         fixed = config.rollout.num_actors if self.colocation else None
         self.control = ControlFile(run_dir / CONTROL_FILE, fixed_size=fixed)
@@ -421,17 +421,6 @@ class Driver:
         for i, value in zip(kept, kl, strict=True):
             per_completion[i] = value
         return beta, per_completion
-
-    def _load_eval_problems(self) -> list[Problem]:
-        data, ev = self.config.data, self.config.eval
-        return load_rendered(
-            ev.source or data.source,
-            ev.split,
-            data.format,
-            data.prompt_template,
-            self.tokenizer,
-            ev.max_problems,
-        )
 
     def evaluate(self) -> dict[str, float]:
         """pass@k on the held-out problems with the current weights (``eval/pass@k``)."""

@@ -31,10 +31,10 @@ from common.config import ConfigError, ModelConfig, RolloutConfig, SandboxConfig
 from common.config.sandbox import ISOLATION_LEVELS, MIN_ISOLATION_HELP
 from common.datasets import DatasetError
 from common.help_format import DefaultsHelpFormatter
-from common.prompts import PromptError, encode_prompt
+from common.prompts import PromptError
 from common.types import Problem, Verdict
 from launch.data.model_source import locate_model
-from launch.data.problems import load_rendered
+from launch.data.problems import load_rendered, overlong_prompts
 from launch.loop.evaluation import EvalError, sample_and_score, summarize
 from launch.loop.passk import parse_ks
 from sandbox.trusted.pool import SandboxIsolationError, SandboxPool
@@ -55,14 +55,14 @@ def default_max_model_len(model_path: str) -> int:
 
 
 def _check_lengths(problems: Sequence[Problem], tokenizer, max_new_tokens: int, max_len: int):
-    for problem in problems:
-        length = len(encode_prompt(tokenizer, problem.prompt))
-        if length + max_new_tokens > max_len:
-            raise EvalError(
-                f"problem {problem.problem_id}: prompt ({length} tokens) + --max-new-tokens "
-                f"({max_new_tokens}) exceeds the context ({max_len}); raise --max-model-len "
-                "or lower --max-new-tokens"
-            )
+    overlong = overlong_prompts(problems, tokenizer, max_len - max_new_tokens)
+    if overlong:
+        problem_id, length = overlong[0]
+        raise EvalError(
+            f"problem {problem_id}: prompt ({length} tokens) + --max-new-tokens "
+            f"({max_new_tokens}) exceeds the context ({max_len}); raise --max-model-len "
+            "or lower --max-new-tokens"
+        )
 
 
 def rollout_config(args: argparse.Namespace):

@@ -353,6 +353,7 @@ def main(argv: list[str] | None = None) -> int:
                 "checkpoint as a whole model, and a LoRA checkpoint holds only the adapter"
             )
         check_sources(config)
+        resolve_model(config)  # a bad model.path refused before --overwrite deletes anything
         if args.overwrite and config.run_dir.exists():
             shutil.rmtree(config.run_dir)
         rounds = SelfPlay(config, args.config or "", overrides, args).run(args.rounds)

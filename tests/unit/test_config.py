@@ -83,6 +83,50 @@ def test_invalid_toml_names_the_file(tmp_path):
         load_config(path)
 
 
+def test_a_config_that_is_not_utf8_or_is_a_directory_is_named(tmp_path):
+    path = tmp_path / "latin1.toml"
+    path.write_bytes(b'[run]\nname = "caf\xe9"\n')
+    with pytest.raises(ConfigError, match=r"latin1\.toml:2: not UTF-8 text"):
+        load_config(path)
+    with pytest.raises(ConfigError, match=r"is a directory; give the TOML file in it"):
+        load_config(tmp_path)
+
+
+def test_a_scalar_where_a_section_belongs_is_blamed_on_the_file(tmp_path):
+    path = tmp_path / "scalar.toml"
+    path.write_text("run = 5\n")
+    with pytest.raises(
+        ConfigError, match=r"'run' is not a section \(the config file sets it to 5\)"
+    ):
+        load_config(path, ["--run.steps", "3"])
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("--learner.lr", "Infinity"),
+        ("--rollout.temperature", "inf"),
+        ("--sandbox.timeout_s", "nan"),
+        ("--reward.terms", '{"execution": {"weight": NaN}}'),
+    ],
+)
+def test_infinite_and_nan_numbers_are_refused(flag, value):
+    with pytest.raises(ConfigError, match=r"should be a finite number"):
+        load_config(None, [flag, value])
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "../elsewhere", "a/b", "/tmp/abs"])
+def test_a_run_name_must_be_one_directory_name(name):
+    """--overwrite deletes run.output_dir/run.name: "" or ".." would delete other runs."""
+    with pytest.raises(ConfigError, match=r"run\.name: .* is not a run name"):
+        load_config(None, ["--run.name", name])
+
+
+def test_completions_must_leave_room_for_a_prompt():
+    with pytest.raises(ConfigError, match=r"rollout\.max_new_tokens \(512\) leaves no room"):
+        load_config(None, ["--rollout.max_new_tokens", "512", "--model.max_model_len", "512"])
+
+
 def test_overrides_are_typed():
     config = load_config(
         overrides=["--run.steps", "7", "--learner.lr", "0.5", "--rollout.stop", '["\\n"]']

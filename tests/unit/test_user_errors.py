@@ -198,3 +198,104 @@ def test_a_metrics_log_corrupt_before_its_last_line_is_named(tmp_path, capsys, t
     status, lines = _train(capsys, "--resume", str(run_dir))
     assert status == 2 and len(lines) == 1
     assert f"{run_dir / 'metrics.jsonl'}:2: not a JSON row" in lines[0]
+
+
+def _demo_with(tmp_path, tiny_model_path, *args: str) -> list[str]:
+    """The demo config on the tiny model, writing under ``tmp_path/runs``, plus ``args``."""
+    demo = str(REPO_ROOT / "configs" / "demo.toml")
+    return ["--config", demo, "--model.path", tiny_model_path,
+            "--run.output_dir", str(tmp_path / "runs"), *args]  # fmt: skip
+
+
+def _mbpp_rows(tmp_path, count: int) -> str:
+    """The first ``count`` MBPP rows (task ids 1.., the "prompt" split) as a problems file."""
+    path = tmp_path / "mbpp.jsonl"
+    path.write_text("\n".join(MBPP.read_text().splitlines()[:count]) + "\n")
+    return str(path)
+
+
+@pytest.mark.skipif(not MBPP.is_file(), reason="needs ../shared/data/mbpp.jsonl beside the repo")
+def test_prompts_with_no_room_for_the_completion_are_refused_before_the_engines(
+    tmp_path, capsys, tiny_model_path
+):
+    """vLLM would refuse them minutes in, after the cluster and the engines started."""
+    source = _mbpp_rows(tmp_path, 10)
+    args = _demo_with(tmp_path, tiny_model_path, "--data.source", source, "--data.split", "all")
+    status, lines = _train(capsys, *args)
+    assert status == 2 and len(lines) == 1
+    assert lines[0].startswith(f"error: data.source: 10 of 10 prompts of {source} leave no room")
+    assert "rollout.max_new_tokens (4) in model.max_model_len (128)" in lines[0]
+    assert not (tmp_path / "runs" / "demo").exists()
+
+
+@pytest.mark.skipif(not MBPP.is_file(), reason="needs ../shared/data/mbpp.jsonl beside the repo")
+@pytest.mark.parametrize("section", ["data", "eval"])
+def test_a_split_with_no_problems_is_refused_before_the_engines(
+    tmp_path, capsys, tiny_model_path, section
+):
+    source = _mbpp_rows(tmp_path, 3)  # task ids 1-3: MBPP's "prompt" split, none in "train"
+    flags = [f"--{section}.source", source, f"--{section}.split", "train"]
+    if section == "eval":
+        flags += ["--eval.every", "1"]
+    status, lines = _train(capsys, *_demo_with(tmp_path, tiny_model_path, *flags))
+    assert status == 2 and len(lines) == 1
+    assert lines[0] == (
+        f"error: {section}.source / {section}.split: {source} has no problem in split 'train'"
+    )
+
+
+def test_an_output_dir_that_is_a_file_is_named(tmp_path, capsys, tiny_model_path):
+    (tmp_path / "runs").write_text("not a directory")
+    status, lines = _train(capsys, *_demo_with(tmp_path, tiny_model_path))
+    assert status == 2 and lines == [
+        f"error: run.output_dir: {tmp_path / 'runs'} is a file, not a directory"
+    ]
+
+
+def test_a_metrics_row_without_a_step_is_named_on_resume(tmp_path, capsys, tiny_model_path):
+    run_dir = _resumable(tmp_path, tiny_model_path)
+    (run_dir / "metrics.jsonl").write_text('{"step": 1}\n{"reward": 0.5}\n')
+    status, lines = _train(capsys, "--resume", str(run_dir))
+    assert status == 2 and len(lines) == 1
+    assert lines[0].endswith("metrics.jsonl: row 2 has no integer 'step': not this run's record")
+
+
+def test_a_moved_run_resumes_where_it_is_and_a_bad_address_keeps_its_config(
+    tmp_path, tiny_model_path
+):
+    """A run copied elsewhere resumes from there (not refused as "overridden"); an address
+    where no Ray head listens is refused in one line, and the saved config is not rewritten
+    with it (a plain --resume would otherwise reuse the bad address)."""
+    import shutil
+    import subprocess
+    import sys
+
+    moved = tmp_path / "elsewhere" / "demo"
+    shutil.copytree(_resumable(tmp_path, tiny_model_path), moved)
+    saved = (moved / "config.toml").read_text()
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    result = subprocess.run(
+        [sys.executable, "-m", "launch.train", "--resume", str(moved),
+         "--ray.address", "127.0.0.1:1"],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error")]
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert errors == [
+        "error: ray.address: nothing answers at 127.0.0.1:1 (Connection refused): start the "
+        "head there (ray start --head), or give its address"
+    ]
+    assert (moved / "config.toml").read_text() == saved
+
+
+def test_selfplay_overwrite_deletes_nothing_when_the_model_is_wrong(tmp_path, capsys):
+    from launch.tools.selfplay import main
+
+    earlier = tmp_path / "demo" / "round-1"
+    earlier.mkdir(parents=True)
+    demo = str(REPO_ROOT / "configs" / "demo.toml")
+    status = main(["--config", demo, "--rounds", "1", "--overwrite", "--run.output_dir",
+                   str(tmp_path), "--model.path", "/nonexistent/model"])  # fmt: skip
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and len(lines) == 1 and lines[0].startswith("error: model.path:")
+    assert earlier.is_dir()
