@@ -154,6 +154,18 @@ def _string_list(row: dict, field: str, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _test_list(row: dict, field: str, where: str) -> tuple[str, ...]:
+    """``field``'s tests, each Python that parses: a test with a syntax error would fail every
+    completion, a problem nothing can solve, found only by its zero rewards."""
+    tests = _string_list(row, field, where)
+    for number, test in enumerate(tests):
+        try:
+            ast.parse(test)
+        except SyntaxError as exc:
+            raise DatasetError(f"{where}: {field}[{number}] does not parse: {exc.msg}") from None
+    return tests
+
+
 def _string(row: dict, field: str, where: str) -> str:
     value = row.get(field)
     if value is None:
@@ -166,7 +178,7 @@ def _string(row: dict, field: str, where: str) -> str:
 def parse_mbpp_row(row: dict, where: str, need_prompt: bool = True) -> Problem:
     """An MBPP row (full: ``text``; sanitized: ``prompt``) as a whole-program problem."""
     _require(row, ("task_id", "code", "test_list"), where)
-    tests = _string_list(row, "test_list", where)
+    tests = _test_list(row, "test_list", where)
     text = _string(row, "text", where) or _string(row, "prompt", where)
     if need_prompt and not text.strip():
         raise DatasetError(f"{where}: missing field(s) text (or prompt): the task description")
@@ -200,7 +212,7 @@ def parse_humaneval_row(row: dict, where: str) -> Problem:
 def parse_generic_row(row: dict, where: str) -> Problem:
     """A generic row: ``id``, ``prompt`` and ``tests`` are required (see docs/datasets.md)."""
     _require(row, ("id", "prompt", "tests"), where)
-    tests = _string_list(row, "tests", where)
+    tests = _test_list(row, "tests", where)
     if not tests:
         raise DatasetError(f"{where}: tests is empty: a problem without tests rewards anything")
     return Problem(

@@ -30,7 +30,7 @@ from common.durable import (
 from common.help_format import DefaultsHelpFormatter
 from common.prompts import PromptError
 from common.types import Problem
-from launch.data.model_source import locate_model
+from launch.data.model_source import check_model_files, locate_model
 from launch.data.problems import load_eval_problems, load_problems, overlong_prompts
 from launch.data.tiny_model import build_tiny_model
 from launch.fleet.memory_plan import check_memory_plan
@@ -222,6 +222,7 @@ def train(config: Config, resume: bool = False, overwrite: bool = False) -> Path
     check_output_dir(Path(config.run.output_dir))
     # The model and the problems first: a mistake in either leaves no run directory behind.
     model_path = resolve_model(config)
+    check_model_files(model_path)
     check_memory_plan(config, model_path)  # GPU runs: what each card will hold, or a refusal
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_path)

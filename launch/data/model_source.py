@@ -97,3 +97,31 @@ def download(repo_id: str, target: Path, field: str = "model.path") -> str:
         raise ConfigError(f"{field}: {repo_id} on the hub has no config.json: not a model")
     (target / DOWNLOADED).write_text(repo_id + "\n")
     return str(target)
+
+
+#: Files one of which a Hugging Face tokenizer loads from; without any, transformers loads a
+#: tokenizer of one token without a word, and the run would train on nonsense.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "*.tiktoken")
+
+
+def check_model_files(path: str, field: str = "model.path") -> None:
+    """Refuse (ConfigError naming ``field``) a model directory the engines and the learner
+    would fail on minutes later: no tokenizer, a ``model_type`` transformers does not know,
+    or a weights file whose header is not safetensors'."""
+    from safetensors import safe_open  # lazy: torch under it
+    from transformers import AutoConfig
+
+    local = Path(path)
+    if not any(any(local.glob(name)) for name in TOKENIZER_FILES):
+        raise ConfigError(f"{field}: {path} has no tokenizer ({', '.join(TOKENIZER_FILES)})")
+    try:
+        AutoConfig.from_pretrained(path)
+    except (ValueError, KeyError, OSError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ConfigError(f"{field}: {path}/config.json: {first}") from None
+    for weights in sorted(local.glob("*.safetensors")):
+        try:
+            with safe_open(weights, "pt"):
+                pass
+        except Exception as exc:  # safetensors raises its own error types for a bad header
+            raise ConfigError(f"{field}: {weights} is not a safetensors file: {exc}") from None

@@ -196,6 +196,17 @@ def test_generic_rows_with_optional_fields_and_splits(tmp_path):
         load_dataset(path, "dev")
 
 
+def test_a_test_that_does_not_parse_is_named(tmp_path):
+    generic = {"id": "a", "prompt": "p", "tests": ["assert f(1) == 1", "assert f(==1"]}
+    path = write_jsonl(tmp_path / "g.jsonl", [generic])
+    with pytest.raises(DatasetError, match=rf"{path}:1: tests\[1\] does not parse"):
+        load_dataset(path)
+    mbpp = {"task_id": 1, "text": "t", "code": "", "test_list": ["assert f(1) ==="]}
+    path = write_jsonl(tmp_path / "m.jsonl", [mbpp])
+    with pytest.raises(DatasetError, match=rf"{path}:1: test_list\[0\] does not parse"):
+        load_dataset(path, "all")
+
+
 def test_generic_row_without_tests_is_refused(tmp_path):
     path = write_jsonl(tmp_path / "g.jsonl", [{"id": "a", "prompt": "p", "tests": []}])
     with pytest.raises(DatasetError, match=rf"{path}:1: tests is empty"):

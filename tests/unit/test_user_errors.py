@@ -299,3 +299,31 @@ def test_selfplay_overwrite_deletes_nothing_when_the_model_is_wrong(tmp_path, ca
     lines = capsys.readouterr().err.strip().splitlines()
     assert status == 2 and len(lines) == 1 and lines[0].startswith("error: model.path:")
     assert earlier.is_dir()
+
+
+@pytest.mark.parametrize(
+    ("breakage", "said"),
+    [
+        ("no_tokenizer", "has no tokenizer (tokenizer.json, tokenizer.model"),
+        ("garbage_weights", "model.safetensors is not a safetensors file"),
+        ("unknown_type", "config.json: The checkpoint you are trying to load has model type"),
+    ],
+)
+def test_a_model_directory_the_engines_would_fail_on_is_refused(
+    tmp_path, capsys, tiny_model_path, breakage, said
+):
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_path, model)
+    if breakage == "no_tokenizer":
+        (model / "tokenizer.json").unlink()
+    elif breakage == "garbage_weights":
+        (model / "model.safetensors").write_bytes(b"not a safetensors header")
+    else:
+        config = (model / "config.json").read_text()
+        (model / "config.json").write_text(config.replace('"qwen2"', '"no_such_model"'))
+    status, lines = _train(capsys, *_demo_with(tmp_path, str(model)))
+    assert status == 2 and len(lines) == 1
+    assert lines[0].startswith("error: model.path: ") and said in lines[0]
+    assert not (tmp_path / "runs" / "demo").exists()
