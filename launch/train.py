@@ -82,6 +82,18 @@ def resolve_model(config: Config) -> str:
     return locate_model(config.model.path, download_dir=(models / "hub").resolve())
 
 
+def check_scorers(config: Config) -> None:
+    """Each learned scorer's model (``reward.terms.<name>.options.path``) checked as
+    ``model.path`` is, before its actor would fail on it; the built-in ones are built later."""
+    for name, options in config.reward.scorer_terms().items():
+        if options.path.startswith("builtin:"):
+            continue
+        field = f"reward.terms.{name}.options.path"
+        local = locate_model(options.path, field)
+        if Path(local).is_dir():  # else a hub name its actor loads from the cache
+            check_model_files(local, field)
+
+
 def check_output_dir(output: Path) -> None:
     """Refuse a ``run.output_dir`` this process cannot create or write in (a file on its path,
     a read-only place) before anything is built there; nothing is created."""
@@ -223,6 +235,7 @@ def train(config: Config, resume: bool = False, overwrite: bool = False) -> Path
     # The model and the problems first: a mistake in either leaves no run directory behind.
     model_path = resolve_model(config)
     check_model_files(model_path)
+    check_scorers(config)
     check_memory_plan(config, model_path)  # GPU runs: what each card will hold, or a refusal
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_path)

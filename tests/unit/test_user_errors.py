@@ -327,3 +327,13 @@ def test_a_model_directory_the_engines_would_fail_on_is_refused(
     assert status == 2 and len(lines) == 1
     assert lines[0].startswith("error: model.path: ") and said in lines[0]
     assert not (tmp_path / "runs" / "demo").exists()
+
+
+def test_a_scorer_model_that_is_no_model_is_refused(tmp_path, capsys, tiny_model_path):
+    terms = (
+        '{"execution": {"weight": 1.0}, "judge": {"kind": "scorer", "weight": 0.1, '
+        f'"options": {{"path": "{tmp_path / "missing"}"}}}}}}'
+    )
+    status, lines = _train(capsys, *_demo_with(tmp_path, tiny_model_path, "--reward.terms", terms))
+    assert status == 2 and len(lines) == 1
+    assert lines[0].startswith("error: reward.terms.judge.options.path: ")
