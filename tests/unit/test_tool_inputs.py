@@ -21,6 +21,34 @@ from common.arguments import (
     positive_int,
 )
 
+
+class Started(Exception):
+    """A stage after the checks was reached."""
+
+
+def _start(*_args, **_kwargs):
+    raise Started
+
+
+def _too_soon(*_args, **_kwargs):
+    raise AssertionError("work started before the input was checked")
+
+
+def _error_lines(capsys) -> list[str]:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return [line for line in err.splitlines() if "error" in line]
+
+
+def _refused_by_argparse(main, argv: list[str], capsys) -> str:
+    """The one error line of an argument argparse refuses (after its usage lines)."""
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    assert stop.value.code == 2
+    (line,) = _error_lines(capsys)
+    return line
+
+
 # ---- the shared argument types and output checks ------------------------------------------
 
 
@@ -64,3 +92,94 @@ def test_an_output_directory_with_results_needs_overwrite(tmp_path):
         check_output_dir(tmp_path, "--out", overwrite=False)
     with pytest.raises(OutputPathError, match=r"summary.json is a file; give a directory"):
         check_output_dir(tmp_path / "summary.json", "--out", overwrite=True)
+
+
+# ---- launch.evaluate -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def evaluate(tmp_path, monkeypatch):
+    """``launch.tools.evaluate`` with a model directory that passes ``locate_model`` and every
+    later stage a stub: loading the tokenizer (the first) says it started, the engine and the
+    sandbox say they started too soon."""
+    from launch.tools import evaluate as module
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    monkeypatch.setattr(module, "load_tokenizer", _start)
+    monkeypatch.setattr(module, "build_worker", _too_soon)
+    monkeypatch.setattr(module, "SandboxPool", _too_soon)
+    return module, ["--model", str(model), "--problems", "synthetic", "--n", "2"]
+
+
+@pytest.mark.parametrize(
+    ("make", "said"),
+    [
+        (lambda out: out.write_text("keep"), "is a file; give a directory"),
+        (
+            lambda out: out.mkdir() or (out / "summary.json").write_text("keep"),
+            "already holds summary.json: give another --out, or --overwrite to write over it",
+        ),
+    ],
+    ids=["a file", "an earlier evaluation"],
+)
+def test_evaluate_refuses_an_out_that_would_lose_results(tmp_path, capsys, evaluate, make, said):
+    module, argv = evaluate
+    out = tmp_path / "eval"
+    make(out)
+    assert module.main([*argv, "--out", str(out)]) == 2
+    assert _error_lines(capsys) == [f"error: --out: {out} {said}"]
+    assert (out if out.is_file() else out / "summary.json").read_text() == "keep"
+
+
+def test_evaluate_refuses_an_out_below_a_file(tmp_path, capsys, evaluate):
+    module, argv = evaluate
+    (tmp_path / "a_file").write_text("")
+    assert module.main([*argv, "--out", str(tmp_path / "a_file" / "eval")]) == 2
+    (line,) = _error_lines(capsys)
+    assert line.startswith("error: --out: cannot create") and "a_file is not a directory" in line
+
+
+def test_evaluate_writes_over_an_earlier_evaluation_with_overwrite(tmp_path, evaluate):
+    module, argv = evaluate
+    (tmp_path / "eval").mkdir()
+    (tmp_path / "eval" / "summary.json").write_text("{}")
+    with pytest.raises(Started):  # past the check, on to the model
+        module.main([*argv, "--out", str(tmp_path / "eval"), "--overwrite"])
+    with pytest.raises(Started):  # an empty directory holds nothing to lose
+        module.main([*argv, "--out", str(tmp_path / "empty")])
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--workers", "0"), ("--timeout-s", "-1"), ("--n", "0"), ("--kv-cache-gib", "0")],
+)
+def test_evaluate_refuses_a_number_out_of_range(tmp_path, capsys, evaluate, flag, value):
+    module, argv = evaluate
+    line = _refused_by_argparse(module.main, [*argv, flag, value], capsys)
+    assert f"error: argument {flag}: must be" in line
+
+
+def test_selfplay_evaluates_into_its_own_directory_again(tmp_path, monkeypatch, evaluate):
+    """``launch.selfplay`` runs ``launch.evaluate`` into a round directory that already holds
+    the phase's log (and, in a retried round 0, the earlier try): its command passes the check."""
+    from common.config import load_config
+    from launch.tools import selfplay
+
+    module, argv = evaluate
+    model = argv[argv.index("--model") + 1]
+
+    def command(name, args, log):
+        assert name == "launch.evaluate"
+        log.write_text("")  # _command opens the log before the evaluation starts
+        module.main(args)
+
+    monkeypatch.setattr(selfplay, "_command", command)
+    config = load_config(None, ["--run.output_dir", str(tmp_path)])
+    play = selfplay.SelfPlay(config, "", [], argparse.Namespace())
+    out = tmp_path / "round-0" / "eval"
+    out.mkdir(parents=True)
+    (out / "summary.json").write_text("{}")  # the try before a crash
+    with pytest.raises(Started):
+        play.evaluate(model, out, held_out=True)
