@@ -9,6 +9,7 @@ stubs that fail the test if they are reached before the refusal.
 from __future__ import annotations
 
 import argparse
+import json
 
 import pytest
 
@@ -183,3 +184,99 @@ def test_selfplay_evaluates_into_its_own_directory_again(tmp_path, monkeypatch, 
     (out / "summary.json").write_text("{}")  # the try before a crash
     with pytest.raises(Started):
         play.evaluate(model, out, held_out=True)
+
+
+# ---- sandbox.check and launch.make_repairs -------------------------------------------------
+
+MBPP_ROW = {
+    "task_id": 2,
+    "text": "Return one.",
+    "code": "def one():\n    return 1\n",
+    "test_list": ["assert one() == 1"],
+    "test_setup_code": "",
+}
+
+
+@pytest.fixture
+def problems(tmp_path):
+    path = tmp_path / "problems.jsonl"
+    path.write_text(json.dumps(MBPP_ROW) + "\n")
+    return path
+
+
+@pytest.fixture
+def tools(monkeypatch):
+    """The two commands' modules, their sandbox pool a stub that starts nothing."""
+    from launch.tools import make_repairs
+    from sandbox import check
+
+    monkeypatch.setattr(check, "SandboxPool", _too_soon)
+    monkeypatch.setattr(make_repairs, "SandboxPool", _too_soon)
+    return {"sandbox.check": check, "launch.make_repairs": make_repairs}
+
+
+def _argv(tool: str, problems, out) -> list[str]:
+    extra = ["--canonical"] if tool == "sandbox.check" else []
+    return ["--problems", str(problems), *extra, "--out", str(out)]
+
+
+@pytest.mark.parametrize("tool", ["sandbox.check", "launch.make_repairs"])
+def test_an_out_that_is_a_directory_is_refused_before_any_sample_runs(
+    tmp_path, capsys, problems, tools, tool
+):
+    out = tmp_path / "results"
+    out.mkdir()
+    assert tools[tool].main(_argv(tool, problems, out)) == 2
+    assert _error_lines(capsys) == [f"error: --out: {out} is a directory; give the path of a file"]
+    assert not any(out.iterdir())
+
+
+@pytest.mark.parametrize("tool", ["sandbox.check", "launch.make_repairs"])
+def test_an_out_below_a_file_is_refused_before_any_sample_runs(
+    tmp_path, capsys, problems, tools, tool
+):
+    out = problems / "results.jsonl"
+    assert tools[tool].main(_argv(tool, problems, out)) == 2
+    assert _error_lines(capsys) == [
+        f"error: --out: cannot create {out}: {problems} is not a directory"
+    ]
+
+
+@pytest.mark.parametrize("tool", ["sandbox.check", "launch.make_repairs"])
+def test_an_out_in_directories_not_made_yet_is_accepted(
+    tmp_path, monkeypatch, problems, tools, tool
+):
+    monkeypatch.setattr(tools[tool], "SandboxPool", _start)  # past the checks
+    with pytest.raises(Started):
+        tools[tool].main(_argv(tool, problems, tmp_path / "new" / "results.jsonl"))
+
+
+@pytest.mark.parametrize(
+    ("tool", "flag", "value"),
+    [
+        ("sandbox.check", "--workers", "0"),
+        ("sandbox.check", "--timeout-s", "-1"),
+        ("launch.make_repairs", "--workers", "0"),
+        ("launch.make_repairs", "--per-problem", "0"),
+    ],
+)
+def test_a_sandbox_tool_refuses_a_number_out_of_range(
+    tmp_path, capsys, problems, tools, tool, flag, value
+):
+    argv = [*_argv(tool, problems, tmp_path / "out.jsonl"), flag, value]
+    assert f"error: argument {flag}: must be" in _refused_by_argparse(
+        tools[tool].main, argv, capsys
+    )
+
+
+def test_check_canonical_refuses_rows_without_a_reference(tmp_path, capsys, tools):
+    problems = tmp_path / "generic.jsonl"
+    rows = [{"id": "g1", "prompt": "Return 1.", "tests": ["assert f() == 1"]}]
+    rows.append({**rows[0], "id": "g2", "reference_solution": "def f():\n    return 1\n"})
+    problems.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    out = tmp_path / "results.jsonl"
+    assert tools["sandbox.check"].main(_argv("sandbox.check", problems, out)) == 2
+    (line,) = _error_lines(capsys)
+    assert line.startswith(f"error: --canonical: {problems} has no reference solution in 1 of")
+    assert "task g1" in line and "--samples" in line
+    assert not out.exists()
