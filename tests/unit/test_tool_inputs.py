@@ -108,6 +108,7 @@ def evaluate(tmp_path, monkeypatch):
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text("{}")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # what run_evaluation sets, undone after the test
     monkeypatch.setattr(module, "load_tokenizer", _start)
     monkeypatch.setattr(module, "build_worker", _too_soon)
     monkeypatch.setattr(module, "SandboxPool", _too_soon)
@@ -280,3 +281,60 @@ def test_check_canonical_refuses_rows_without_a_reference(tmp_path, capsys, tool
     assert line.startswith(f"error: --canonical: {problems} has no reference solution in 1 of")
     assert "task g1" in line and "--samples" in line
     assert not out.exists()
+
+
+# ---- launch.train_verifier, sandbox.bench, launch.bench.push ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--lr", "-1"), ("--lr", "0"), ("--epochs", "0"), ("--batch-size", "0"), ("--workers", "0")],
+)
+def test_train_verifier_refuses_a_number_out_of_range(tmp_path, capsys, flag, value):
+    from launch.tools.train_verifier import main
+
+    argv = ["--rollouts", str(tmp_path), "--model", str(tmp_path), "--out", str(tmp_path / "v")]
+    line = _refused_by_argparse(main, [*argv, flag, value], capsys)
+    assert f"error: argument {flag}: must be" in line
+    assert not (tmp_path / "v").exists()
+
+
+def test_train_verifier_refuses_an_out_that_is_a_file_before_training(
+    tmp_path, capsys, monkeypatch
+):
+    from launch.tools import train_verifier
+
+    monkeypatch.setattr(train_verifier, "locate_model", _too_soon)
+    out = tmp_path / "verifier"
+    out.write_text("keep")
+    argv = ["--rollouts", str(tmp_path), "--model", str(tmp_path), "--out", str(out)]
+    assert train_verifier.main(argv) == 2
+    assert _error_lines(capsys) == [f"error: --out: {out} is a file; give a directory"]
+    assert out.read_text() == "keep"
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--workers", "0"), ("--limit", "0")])
+def test_sandbox_bench_refuses_a_number_out_of_range(capsys, flag, value):
+    from sandbox.bench.throughput import main
+
+    assert f"error: argument {flag}: must be" in _refused_by_argparse(main, [flag, value], capsys)
+
+
+@pytest.mark.parametrize(
+    ("model", "said"),
+    [
+        ("missing", "is not a local directory, nor a Hugging Face hub name (owner/name)"),
+        ("empty", "has no config.json: not a Hugging Face model"),
+    ],
+)
+def test_push_bench_finds_its_model_as_the_other_tools_do(
+    tmp_path, capsys, monkeypatch, model, said
+):
+    from launch.bench import push
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # what push sets, undone after the test
+    monkeypatch.setattr(push, "measure", _too_soon)
+    monkeypatch.setattr(push, "measure_through_ray", _too_soon)
+    (tmp_path / "empty").mkdir()
+    assert push.main(["--model", str(tmp_path / model)]) == 2
+    assert _error_lines(capsys) == [f"error: --model: {tmp_path / model} {said}"]
