@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
+from common.arguments import OutputPathError, check_output_file, positive_float, positive_int
 from common.config import SandboxConfig
 from sandbox.problems import CheckProblem, ProblemFileError, load_problems, read_rows
 from sandbox.trusted.pool import SandboxIsolationError, SandboxPool
@@ -23,6 +23,13 @@ BATCH = 64
 
 def _samples(args: argparse.Namespace, problems: dict[str, CheckProblem]) -> list[dict]:
     if args.canonical:
+        missing = [p.task_id for p in problems.values() if not p.reference.strip()]
+        if missing:  # an empty program fails every test: "0 passed" would blame the tests
+            raise ProblemFileError(
+                f"--canonical: {args.problems} has no reference solution in {len(missing)} of "
+                f"its {len(problems)} rows (task {missing[0]} first); give --samples to check "
+                "completions against its tests"
+            )
         return [{"task_id": p.task_id, "completion": p.reference} for p in problems.values()]
     if not args.samples:
         raise ProblemFileError("--samples is required unless --canonical is given")
@@ -40,6 +47,7 @@ def _samples(args: argparse.Namespace, problems: dict[str, CheckProblem]) -> lis
 
 
 def run_check(args: argparse.Namespace) -> int:
+    out = check_output_file(args.out, "--out")  # before the samples run, not after
     problems = load_problems(args.problems)
     samples = _samples(args, problems)
     config = SandboxConfig(
@@ -65,7 +73,8 @@ def run_check(args: argparse.Namespace) -> int:
             passed = sum(r["passed"] for r in out_rows)
             print(f"\r{done}/{len(samples)} checked, {passed} passed", end="", file=sys.stderr)
     print(file=sys.stderr)
-    Path(args.out).write_text("".join(json.dumps(r) + "\n" for r in out_rows), encoding="utf-8")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("".join(json.dumps(r) + "\n" for r in out_rows), encoding="utf-8")
     return 0
 
 
@@ -82,20 +91,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="where to write the results (JSONL)")
     parser.add_argument(
         "--timeout-s",
-        type=float,
+        type=positive_float,
         default=10.0,
         help="wall-clock limit per sample, and per test (default: %(default)s)",
     )
     parser.add_argument(
-        "--workers", type=int, default=2, help="pool workers (default: %(default)s)"
+        "--workers", type=positive_int, default=2, help="pool workers (default: %(default)s)"
     )
     parser.add_argument("--canonical", action="store_true", help="check the reference solutions")
     args = parser.parse_args(argv)
-    if args.workers < 1 or args.timeout_s <= 0:
-        parser.error("--workers must be >= 1 and --timeout-s > 0")
     try:
         return run_check(args)
-    except (ProblemFileError, SandboxIsolationError) as exc:
+    except (OutputPathError, ProblemFileError, SandboxIsolationError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

@@ -26,8 +26,10 @@ import statistics
 import sys
 import time
 
-from common.config import Config, LearnerConfig, ModelConfig, RolloutConfig
+from common.arguments import positive_int
+from common.config import Config, ConfigError, LearnerConfig, ModelConfig, RolloutConfig
 from launch.bench.workload import build_bench_model, connect_own, load_bench_config
+from launch.data.model_source import locate_model
 
 
 def _rollout_config(engine_process: str):
@@ -146,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m launch.bench.push", description=__doc__)
     parser.add_argument("--config", default="configs/bench.toml", help="for its [bench.model]")
     parser.add_argument("--model", help="an HF model directory instead of the bench model")
-    parser.add_argument("--bucket-mib", type=int, nargs="+", default=[512, 64, 16, 4])
+    parser.add_argument("--bucket-mib", type=positive_int, nargs="+", default=[512, 64, 16, 4])
     parser.add_argument("--pushes", type=int, default=12, help="per size, 2 of them warm-up")
     parser.add_argument(
         "--engine-process",
@@ -162,13 +164,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.WARNING)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    if args.pushes < 3 or min(args.bucket_mib) < 1:
-        print("error: --pushes must be at least 3 and --bucket-mib positive", file=sys.stderr)
+    if args.pushes < 3:
+        print("error: --pushes must be at least 3 (2 of them warm-up)", file=sys.stderr)
         return 2
-    model = args.model
-    if model is None:
-        config, bench = load_bench_config(args.config, [])
-        model = str(build_bench_model(config.run.output_dir, bench["model"]))
+    try:  # before any engine starts; the model as every other command finds it
+        if args.model is not None:
+            model = locate_model(args.model, "--model")
+        else:
+            config, bench = load_bench_config(args.config, [])
+            model = str(build_bench_model(config.run.output_dir, bench["model"]))
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     run = measure_through_ray if args.through_ray else measure
     print(format_rows(run(model, args.bucket_mib, args.pushes, args.engine_process)))
     return 0

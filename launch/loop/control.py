@@ -139,6 +139,11 @@ def request_resize(run_dir: Path, rollout_actors: int) -> Path:
         raise ValueError(f"--rollout-actors: {exc}") from None
     if not run_dir.is_dir():
         raise FileNotFoundError(f"{run_dir} is not a run directory")
+    if not (run_dir / "config.toml").is_file():  # a typo'd path: no driver would ever read it
+        raise FileNotFoundError(
+            f"{run_dir} is not a run directory: it has no config.toml (launch.train writes one "
+            "when a run starts)"
+        )
     try:
         check_fixed_size(rollout_actors, colocated_engines(run_dir))
     except ControlError as exc:

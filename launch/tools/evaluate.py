@@ -1,7 +1,7 @@
 """Evaluate a model on a problem set: sample n completions per problem, execute, report pass@k.
 
     python -m launch.evaluate --model PATH --problems FILE_OR_NAME [--split SPLIT] [--n N]
-        [--k K,...] [--temperature T] [--max-new-tokens N] [--limit N] [--out DIR]
+        [--k K,...] [--temperature T] [--max-new-tokens N] [--limit N] [--out DIR] [--overwrite]
 
 Without --split every row of the problems file is evaluated; the other defaults are listed
 with each option below.
@@ -11,8 +11,10 @@ the :class:`sandbox.trusted.pool.SandboxPool`, so an evaluation sees exactly the
 sampling and judging that training does; the sampling and scoring is
 :mod:`launch.loop.evaluation`'s, which the training driver runs for ``eval.every``. pass@k is
 the unbiased estimator of Chen et al. 2021 (:mod:`launch.loop.passk`). The run writes
-``samples.jsonl`` (one row per completion, with its verdict) and ``summary.json`` into ``--out``;
-progress goes to stderr, the scores to stdout.
+``samples.jsonl`` (one row per completion, with its verdict) and ``summary.json`` into ``--out``,
+which is checked before the engine starts: a file, or a directory that already holds something
+(an earlier evaluation), is refused unless ``--overwrite`` is given. Progress goes to stderr,
+the scores to stdout.
 """
 
 from __future__ import annotations
@@ -27,6 +29,13 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
+from common.arguments import (
+    OutputPathError,
+    check_output_dir,
+    non_negative_int,
+    positive_float,
+    positive_int,
+)
 from common.config import ConfigError, ModelConfig, RolloutConfig, SandboxConfig, ScorerOptions
 from common.config.sandbox import ISOLATION_LEVELS, MIN_ISOLATION_HELP
 from common.datasets import DatasetError
@@ -132,6 +141,8 @@ def run_evaluation(args: argparse.Namespace, worker=None) -> dict:
     replaced by the evaluation's), which saves an engine start when evaluating several sets.
     """
     started = time.perf_counter()
+    # before the generation: the results are written at the end, and must have a place
+    check_output_dir(args.out, "--out", args.overwrite)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     args.model = locate_model(args.model, "--model")
     if args.rerank:  # before the generation, not after it
@@ -227,7 +238,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     add("--split", default=None, help="e.g. test, train, validation, prompt; default: all rows")
     add("--format", default="auto", choices=["auto", "mbpp", "humaneval", "generic"])
     add("--template", default="auto", choices=["auto", "chat", "plain"], help="prompt template")
-    add("--n", type=int, default=10, help="samples per problem")
+    add("--n", type=positive_int, default=10, help="samples per problem")
     add(
         "--k",
         type=parse_ks,
@@ -236,21 +247,44 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "and --n itself with --rerank (pass@n is the most a reranker can reach)",
     )
     add("--temperature", type=float, default=0.8, help="0 for greedy decoding")
-    add("--max-new-tokens", type=int, default=512)
+    add("--max-new-tokens", type=positive_int, default=512)
     add("--stop", action="append", help="stop string (repeatable)")
     add(
         "--limit",
-        type=int,
+        type=non_negative_int,
         default=0,
         help="evaluate only the first N problems of the split; 0: all",
     )
     add("--out", default="runs/eval", help="directory for samples.jsonl and summary.json")
+    add(
+        "--overwrite",
+        action="store_true",
+        help="write over an --out directory that already holds files (an earlier evaluation)",
+    )
     add("--seed", type=int, default=0)
     add("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
-    add("--max-model-len", type=int, default=0, help="context length; 0: the model's, <= 4096")
-    add("--kv-cache-gib", type=float, default=2.0)
-    add("--workers", type=int, default=2, help="sandbox workers")
-    add("--timeout-s", type=float, default=10.0, help="wall-clock limit per completion")
+    add(
+        "--max-model-len",
+        type=non_negative_int,
+        default=0,
+        help="context length; 0: the model's, <= 4096",
+    )
+    add("--kv-cache-gib", type=positive_float, default=2.0)
+    _add_scoring_flags(add)
+    args = parser.parse_args(argv)
+    if not args.temperature >= 0:  # `not >=`: NaN too
+        parser.error(f"argument --temperature: must be 0 or more, got {args.temperature}")
+    if args.k is None:
+        args.k = sorted({k for k in (1, 10) if k <= args.n} | ({args.n} if args.rerank else set()))
+    if max(args.k) > args.n:
+        parser.error(f"--k {max(args.k)} needs at least that many samples: raise --n")
+    return args
+
+
+def _add_scoring_flags(add) -> None:
+    """The flags of the sandbox that runs the samples and of the verifier that reranks them."""
+    add("--workers", type=positive_int, default=2, help="sandbox workers")
+    add("--timeout-s", type=positive_float, default=10.0, help="wall-clock limit per completion")
     add(
         "--min-isolation",
         choices=ISOLATION_LEVELS,
@@ -264,25 +298,24 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     add(
         "--rerank-max-length",
-        type=int,
+        type=non_negative_int,
         default=0,
         help="verifier tokens, cut from the left; 0: what it was trained on (else 512)",
     )
-    args = parser.parse_args(argv)
-    if args.n < 1 or args.max_new_tokens < 1 or args.limit < 0 or args.temperature < 0:
-        parser.error("--n and --max-new-tokens must be >= 1, --limit and --temperature >= 0")
-    if args.k is None:
-        args.k = sorted({k for k in (1, 10) if k <= args.n} | ({args.n} if args.rerank else set()))
-    if max(args.k) > args.n:
-        parser.error(f"--k {max(args.k)} needs at least that many samples: raise --n")
-    return args
 
 
 def main(argv: list[str] | None = None, worker=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         summary = run_evaluation(args, worker)
-    except (ConfigError, DatasetError, PromptError, EvalError, SandboxIsolationError) as exc:
+    except (
+        ConfigError,
+        DatasetError,
+        OutputPathError,
+        PromptError,
+        EvalError,
+        SandboxIsolationError,
+    ) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     scores = "  ".join(f"pass@{k} {_fmt(summary[f'pass@{k}'])}" for k in args.k)

@@ -31,9 +31,9 @@ import random
 import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
+from common.arguments import OutputPathError, check_output_file, non_negative_int, positive_int
 from common.config import SandboxConfig
 from common.config.sandbox import ISOLATION_LEVELS, MIN_ISOLATION_HELP
 from common.datasets import DatasetError, load_dataset
@@ -163,25 +163,25 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--format", default="auto", choices=["auto", "mbpp", "humaneval", "generic"]
     )
-    parser.add_argument("--per-problem", type=int, default=3, help="bugs kept per problem")
-    parser.add_argument("--limit", type=int, default=0, help="only the first N problems; 0: all")
+    parser.add_argument("--per-problem", type=positive_int, default=3, help="bugs kept per problem")
+    parser.add_argument(
+        "--limit", type=non_negative_int, default=0, help="only the first N problems; 0: all"
+    )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--workers", type=int, default=2, help="sandbox workers")
+    parser.add_argument("--workers", type=positive_int, default=2, help="sandbox workers")
     parser.add_argument(
         "--min-isolation",
         choices=ISOLATION_LEVELS,
         default=ISOLATION_LEVELS[0],
         help=MIN_ISOLATION_HELP,
     )
-    args = parser.parse_args(argv)
-    if args.per_problem < 1 or args.limit < 0:
-        parser.error("--per-problem must be at least 1 and --limit at least 0")
-    return args
+    return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
+        out = check_output_file(args.out, "--out")  # before the samples run, not after
         problems = load_dataset(args.problems, args.split, args.format, args.limit)
         config = SandboxConfig(num_workers=args.workers, min_isolation=args.min_isolation)
         with SandboxPool(config) as pool:
@@ -190,10 +190,9 @@ def main(argv: list[str] | None = None) -> int:
                 return pool.run(jobs, stop_at_first_failure=stop_at_first_failure)
 
             rows, counts = make_repairs(problems, execute, args.per_problem, args.seed)
-    except (DatasetError, SandboxIsolationError) as exc:
+    except (DatasetError, OutputPathError, SandboxIsolationError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
     print(format_counts(counts, rows, len(problems)))

@@ -270,6 +270,7 @@ class SelfPlay:
             *[arg for stop in rollout.stop for arg in ("--stop", stop)],
             "--limit", str(limit),
             "--out", str(out),
+            "--overwrite",  # the round's own directory: it holds evaluate.log, or a retried try
             "--seed", str(config.run.seed),
             "--dtype", config.model.dtype,
             "--max-model-len", str(config.model.max_model_len),

@@ -54,6 +54,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from common.arguments import (
+    OutputPathError,
+    check_output_dir,
+    non_negative_int,
+    positive_float,
+    positive_int,
+)
 from common.config import ConfigError, SandboxConfig
 from common.datasets import DatasetError
 from common.help_format import DefaultsHelpFormatter
@@ -243,13 +250,26 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="label: the fraction of tests passed (partial credit), or pass/fail",
     )
     parser.add_argument("--held-out", type=float, default=0.2, help="fraction of the problems")
-    parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--lr", type=float, default=1e-4)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--max-length", type=int, default=256, help="tokens, cut from the left")
-    parser.add_argument("--lora-rank", type=int, default=0, help="0: full fine-tuning")
-    parser.add_argument("--max-examples", type=int, default=0, help="0: all distinct programs")
+    parser.add_argument("--epochs", type=positive_int, default=3)
+    parser.add_argument("--lr", type=positive_float, default=1e-4)
+    parser.add_argument("--batch-size", type=positive_int, default=32)
+    parser.add_argument(
+        "--max-length", type=positive_int, default=256, help="tokens, cut from the left"
+    )
+    parser.add_argument("--lora-rank", type=non_negative_int, default=0, help="0: full fine-tuning")
+    parser.add_argument(
+        "--max-examples", type=non_negative_int, default=0, help="0: all distinct programs"
+    )
     parser.add_argument("--seed", type=int, default=0)
+    _add_process_flags(parser)
+    args = parser.parse_args(argv)
+    if args.kind == "process" and not args.problems:
+        parser.error("--kind process needs --problems: the continuations run against its tests")
+    return args
+
+
+def _add_process_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags of the Monte Carlo step labels, which only ``--kind process`` reads."""
     process = parser.add_argument_group("process verifier (--kind process)")
     process.add_argument("--problems", help="the records' problems: a file, HF name or synthetic")
     process.add_argument(
@@ -259,21 +279,21 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--format", default="auto", choices=["auto", "mbpp", "humaneval", "generic"]
     )
     process.add_argument("--policy", help="model that continues the prefixes (default: --model)")
-    process.add_argument("--mc-programs", type=int, default=64, help="programs to label")
-    process.add_argument("--mc-samples", type=int, default=4, help="continuations per prefix")
+    process.add_argument("--mc-programs", type=positive_int, default=64, help="programs to label")
+    process.add_argument(
+        "--mc-samples", type=positive_int, default=4, help="continuations per prefix"
+    )
     process.add_argument("--step-split", default="line", help="line, blank_line or a regex")
     process.add_argument("--temperature", type=float, default=1.0)
-    process.add_argument("--max-new-tokens", type=int, default=256)
+    process.add_argument("--max-new-tokens", type=positive_int, default=256)
     process.add_argument("--stop", action="append", help="stop string (repeatable)")
-    process.add_argument("--max-model-len", type=int, default=0, help="0: the model's, <= 4096")
-    process.add_argument("--kv-cache-gib", type=float, default=1.0)
+    process.add_argument(
+        "--max-model-len", type=non_negative_int, default=0, help="0: the model's, <= 4096"
+    )
+    process.add_argument("--kv-cache-gib", type=positive_float, default=1.0)
     dtypes = ["bfloat16", "float16", "float32"]
     process.add_argument("--dtype", default="bfloat16", choices=dtypes)
-    process.add_argument("--workers", type=int, default=2, help="sandbox workers")
-    args = parser.parse_args(argv)
-    if args.kind == "process" and not args.problems:
-        parser.error("--kind process needs --problems: the continuations run against its tests")
-    return args
+    process.add_argument("--workers", type=positive_int, default=2, help="sandbox workers")
 
 
 def _read(paths: list[str]) -> list[dict[str, Any]]:
@@ -290,11 +310,12 @@ def _read(paths: list[str]) -> list[dict[str, Any]]:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    if not 0 < args.held_out < 1:
+        raise VerifierError(f"--held-out must be between 0 and 1, got {args.held_out}")
+    check_output_dir(args.out, "--out", overwrite=True)  # a file there: refused before training
     # lazy: torch and transformers take seconds to import; --help and argument errors answer first
     from launch.tools.verifier_model import Verifier
 
-    if not 0 < args.held_out < 1:
-        raise VerifierError(f"--held-out must be between 0 and 1, got {args.held_out}")
     model_path = locate_model(args.model, "--model")
     rows = _read(args.rollouts)
     if args.kind == "process":
@@ -406,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         run(args)
-    except (VerifierError, ConfigError, DatasetError) as exc:
+    except (VerifierError, ConfigError, DatasetError, OutputPathError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0

@@ -22,6 +22,13 @@ from typing import Any
 import torch
 import torch.multiprocessing as mp
 
+from common.arguments import (
+    OutputPathError,
+    check_output_file,
+    non_negative_int,
+    positive_float,
+    positive_int,
+)
 from common.config import ConfigError, LearnerConfig, load_config
 from common.config.files import parse_value
 from common.help_format import DefaultsHelpFormatter
@@ -330,7 +337,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     )
     add(
         "--layers",
-        type=int,
+        type=positive_int,
         help="decoder layers instead of the preset's (hidden size, vocabulary and heads kept): "
         "the full shape's per-layer and LM-head memory, measured at a depth that fits",
     )
@@ -339,13 +346,18 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         help="take the learner options from this TOML file's [learner] (e.g. a shipped config) "
         "instead of the defaults below; the flags given and --learner.* overrides still win",
     )
-    add("--prompts", type=int, default=16, help="distinct prompts in the batch")
-    add("--group", type=int, default=8, help="G: samples per prompt")
-    add("--prompt-len", type=int, default=128, help="tokens of each prompt")
-    add("--completion-len", type=int, default=512, help="tokens of each completion, all trained")
+    add("--prompts", type=positive_int, default=16, help="distinct prompts in the batch")
+    add("--group", type=positive_int, default=8, help="G: samples per prompt")
+    add("--prompt-len", type=positive_int, default=128, help="tokens of each prompt")
+    add(
+        "--completion-len",
+        type=positive_int,
+        default=512,
+        help="tokens of each completion, all trained",
+    )
     _add_learner_flags(add)
-    add("--steps", type=int, default=2, help="timed steps; step_s is their median")
-    add("--warmup", type=int, default=1, help="untimed steps before them")
+    add("--steps", type=positive_int, default=2, help="timed steps; step_s is their median")
+    add("--warmup", type=non_negative_int, default=1, help="untimed steps before them")
     add("--out", help="also write the JSON result to this file")
     args, overrides = parser.parse_known_args(argv)
     args.given = _given(parser, argv)
@@ -381,16 +393,16 @@ def _add_learner_flags(add) -> None:
     )
     add(
         "--micro-batch-tokens",
-        type=int,
+        type=positive_int,
         default=8192,
         help="padded-token budget of one micro-batch (learner.micro_batch_tokens)",
     )
     add("--lora", action="store_true", help="train a LoRA adapter instead of every weight")
-    add("--lora-rank", type=int, default=16, help="the adapter's rank, with --lora")
-    add("--threads", type=float, default=1.0, help="torch threads (learner.num_cpus)")
+    add("--lora-rank", type=positive_int, default=16, help="the adapter's rank, with --lora")
+    add("--threads", type=positive_float, default=1.0, help="torch threads (learner.num_cpus)")
     add(
         "--ranks",
-        type=int,
+        type=positive_int,
         default=1,
         help="learner ranks (learner.num_ranks): FSDP2, one process each",
     )
@@ -408,8 +420,10 @@ def _given(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
 def main(argv: list[str] | None = None) -> int:
     args, overrides = parse_args(sys.argv[1:] if argv is None else argv)
     try:
+        if args.out:  # before the steps, not after
+            check_output_file(args.out, "--out")
         result = run(args, overrides)
-    except ConfigError as exc:
+    except (ConfigError, OutputPathError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     text = json.dumps(result, indent=2)

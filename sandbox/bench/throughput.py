@@ -53,6 +53,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 
+from common.arguments import positive_float, positive_int
 from common.config import SandboxConfig
 from common.types import ExecutionJob, ExecutionResult
 from sandbox.isolated.reaping import descendants
@@ -260,22 +261,25 @@ def _parser() -> argparse.ArgumentParser:
         "%(default)s",
     )
     parser.add_argument(
-        "--limit", type=int, default=300, help="the first N problems (default: %(default)s)"
+        "--limit",
+        type=positive_int,
+        default=300,
+        help="the first N problems (default: %(default)s)",
     )
     parser.add_argument(
         "--workers",
-        type=int,
+        type=positive_int,
         default=2,
         help="pool workers, and subprocesses at a time (default: %(default)s)",
     )
     parser.add_argument(
         "--long-ms",
-        type=float,
+        type=positive_float,
         default=1000.0,
         help="rounds leave out samples that ran longer alone (default: %(default)s)",
     )
     parser.add_argument(
-        "--rounds", type=int, default=3, help="alternating rounds (default: %(default)s)"
+        "--rounds", type=positive_int, default=3, help="alternating rounds (default: %(default)s)"
     )
     parser.add_argument(
         "--no-pin", action="store_true", help="sandbox.pin_hot_pages = false (for comparison)"

@@ -10,12 +10,18 @@ import pytest
 from launch.loop.control import CONTROL_FILE, MAX_BYTES, MAX_ROLLOUT_ACTORS, ControlFile, main
 
 
+def _a_run(run_dir):
+    """A directory as ``launch.train`` leaves it: its resolved config first."""
+    (run_dir / "config.toml").write_text("[run]\n")
+    return run_dir
+
+
 def test_a_request_is_read_once(tmp_path, capsys):
-    assert main([str(tmp_path), "--rollout-actors", "3"]) == 0
+    assert main([str(_a_run(tmp_path)), "--rollout-actors", "3"]) == 0
     control = ControlFile(tmp_path / CONTROL_FILE)
     assert control.poll() == 3
     assert control.poll() is None  # nothing new
-    assert sorted(os.listdir(tmp_path)) == [CONTROL_FILE]  # no temporary file left
+    assert sorted(os.listdir(tmp_path)) == ["config.toml", CONTROL_FILE]  # no temporary file
 
 
 @pytest.mark.parametrize(
@@ -62,7 +68,7 @@ def test_the_writer_never_follows_a_planted_link(tmp_path):
     (tmp_path / "control.tmp").symlink_to(victim)  # the old fixed temporary name
     (tmp_path / f"{CONTROL_FILE}.tmp").symlink_to(victim)
     (tmp_path / CONTROL_FILE).symlink_to(victim)  # replaced, not written through
-    assert main([str(tmp_path), "--rollout-actors", "2"]) == 0
+    assert main([str(_a_run(tmp_path)), "--rollout-actors", "2"]) == 0
     assert victim.read_text() == "keep me"
     assert not (tmp_path / CONTROL_FILE).is_symlink()
     assert ControlFile(tmp_path / CONTROL_FILE).poll() == 2
@@ -74,3 +80,17 @@ def test_the_command_refuses_a_count_out_of_bounds(tmp_path, capsys, count):
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: --rollout-actors: rollout_actors")
     assert not (tmp_path / CONTROL_FILE).exists()
+
+
+@pytest.mark.parametrize("where", ["empty", "missing", "a file"])
+def test_the_command_refuses_a_directory_that_holds_no_run(tmp_path, capsys, where):
+    target = tmp_path / "runs" / "demo_lnog"  # a typo: no driver would ever read its request
+    if where == "empty":
+        target.mkdir(parents=True)
+    elif where == "a file":
+        target.parent.mkdir()
+        target.write_text("")
+    assert main([str(target), "--rollout-actors", "2"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == [lines[0]] and lines[0].startswith(f"error: {target} is not a run directory")
+    assert not (target / CONTROL_FILE).exists() and not (tmp_path / CONTROL_FILE).exists()

@@ -138,6 +138,37 @@ def test_bad_learner_override_is_a_clean_error(capsys):
     assert "learner.no_such_key" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("--prompts", "0"),
+        ("--group", "0"),
+        ("--steps", "0"),
+        ("--warmup", "-1"),
+        ("--threads", "0"),
+    ],
+)
+def test_a_size_out_of_range_is_refused_by_argparse(capsys, flag, value):
+    with pytest.raises(SystemExit) as stop:
+        main(["--preset", "tiny", flag, value])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "Traceback" not in err
+    (line,) = [line for line in err.splitlines() if "error" in line]
+    assert line.startswith(f"python -m learner.bench: error: argument {flag}: must be")
+
+
+def test_an_out_that_is_a_directory_is_refused_before_any_step(tmp_path, capsys, monkeypatch):
+    import learner.bench.step as step
+
+    def too_soon(*_args, **_kwargs):
+        raise AssertionError("the bench ran before --out was checked")
+
+    monkeypatch.setattr(step, "run", too_soon)
+    assert main(["--preset", "tiny", "--out", str(tmp_path)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == [f"error: --out: {tmp_path} is a directory; give the path of a file"]
+
+
 def test_every_step_reports_its_model_flops(tmp_path):
     from common.config import LearnerConfig
     from learner.bench.step import build_random_model

@@ -1,0 +1,99 @@
+"""What the commands accept on their command line, checked before any work starts.
+
+``positive_int`` and its siblings are argparse ``type=`` functions: ``--workers 0`` ends in
+argparse's own error naming the flag (exit status 2) before a model, a sandbox pool or torch is
+loaded, instead of a validation traceback from deep inside. ``check_output_file`` and
+``check_output_dir`` look at an output path up front, so a path that cannot take the results
+is refused before the samples are generated or run, not after, when the results would be lost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from pathlib import Path
+
+
+class OutputPathError(ValueError):
+    """An output path the command could not write its results to (the message names the flag)."""
+
+
+def _parse(text: str, kind: type, what: str) -> int | float:
+    try:
+        return kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
+
+
+def positive_int(text: str) -> int:
+    """A whole number of at least 1 (workers, epochs, prompts, samples)."""
+    value = _parse(text, int, "a whole number")
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """A whole number of at least 0 (the flags where 0 means "all" or "none")."""
+    value = _parse(text, int, "a whole number")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """A finite number above 0 (a learning rate, a time limit, a memory size)."""
+    value = _parse(text, float, "a number")
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number above 0, got {text!r}")
+    return value
+
+
+def _check_parents(out: Path, flag: str) -> None:
+    """The nearest directory of ``out`` that exists is one this process can create it in (the
+    missing ones between are made when the results are written)."""
+    for parent in out.absolute().parents:
+        if not parent.exists():
+            continue
+        if not parent.is_dir():
+            raise OutputPathError(f"{flag}: cannot create {out}: {parent} is not a directory")
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise OutputPathError(f"{flag}: cannot create {out}: {parent} is not writable")
+        return
+
+
+def check_output_file(path: str | Path, flag: str) -> Path:
+    """``path`` as the file a command writes its results to at the end; :class:`OutputPathError`
+    when it is a directory, is not writable, or cannot be created."""
+    out = Path(path)
+    if out.is_dir():
+        raise OutputPathError(f"{flag}: {out} is a directory; give the path of a file")
+    if out.exists():
+        if not os.access(out, os.W_OK):
+            raise OutputPathError(f"{flag}: {out} is not writable")
+        return out
+    _check_parents(out, flag)
+    return out
+
+
+def check_output_dir(path: str | Path, flag: str, overwrite: bool) -> Path:
+    """``path`` as the directory a command writes its results into at the end;
+    :class:`OutputPathError` when it is a file, is not writable, cannot be created, or already
+    holds something and ``overwrite`` is off (results of an earlier run are never replaced
+    silently)."""
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise OutputPathError(f"{flag}: {out} is a file; give a directory")
+    if not out.exists():
+        _check_parents(out, flag)
+        return out
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise OutputPathError(f"{flag}: {out} is not writable")
+    held = sorted(entry.name for entry in out.iterdir())
+    if held and not overwrite:
+        raise OutputPathError(
+            f"{flag}: {out} already holds {held[0]}{' and more' if len(held) > 1 else ''}: "
+            f"give another {flag}, or --overwrite to write over it"
+        )
+    return out
