@@ -17,6 +17,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from common.arguments import OutputPathError, check_output_dir
 from common.config import Config, ConfigError, load_config
 from common.datasets import DatasetError
 from common.durable import (
@@ -92,18 +93,6 @@ def check_scorers(config: Config) -> None:
         local = locate_model(options.path, field)
         if Path(local).is_dir():  # else a hub name its actor loads from the cache
             check_model_files(local, field)
-
-
-def check_output_dir(output: Path) -> None:
-    """Refuse a ``run.output_dir`` this process cannot create or write in (a file on its path,
-    a read-only place) before anything is built there; nothing is created."""
-    existing = output.absolute()
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        raise ConfigError(f"run.output_dir: {existing} is a file, not a directory")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ConfigError(f"run.output_dir: {existing} is not writable by this user")
 
 
 def prepare_run_dir(config: Config, overwrite: bool) -> Path:
@@ -231,7 +220,10 @@ def train(config: Config, resume: bool = False, overwrite: bool = False) -> Path
     from transformers import AutoTokenizer  # lazy: seconds to import; --help answers at once
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    check_output_dir(Path(config.run.output_dir))
+    try:  # a file on its path, a read-only place: refused before anything is built there
+        check_output_dir(config.run.output_dir, "run.output_dir", overwrite=True)
+    except OutputPathError as exc:
+        raise ConfigError(str(exc)) from None
     # The model and the problems first: a mistake in either leaves no run directory behind.
     model_path = resolve_model(config)
     check_model_files(model_path)

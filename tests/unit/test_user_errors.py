@@ -248,7 +248,7 @@ def test_an_output_dir_that_is_a_file_is_named(tmp_path, capsys, tiny_model_path
     (tmp_path / "runs").write_text("not a directory")
     status, lines = _train(capsys, *_demo_with(tmp_path, tiny_model_path))
     assert status == 2 and lines == [
-        f"error: run.output_dir: {tmp_path / 'runs'} is a file, not a directory"
+        f"error: run.output_dir: {tmp_path / 'runs'} is a file; give a directory"
     ]
 
 
