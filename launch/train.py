@@ -226,9 +226,9 @@ def train(config: Config, resume: bool = False, overwrite: bool = False) -> Path
         raise ConfigError(str(exc)) from None
     # The model and the problems first: a mistake in either leaves no run directory behind.
     model_path = resolve_model(config)
+    check_memory_plan(config, model_path)  # GPU runs: what each card will hold, or a refusal
     check_model_files(model_path)
     check_scorers(config)
-    check_memory_plan(config, model_path)  # GPU runs: what each card will hold, or a refusal
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_path)
     except OSError as exc:  # a hub download that failed, or files missing from the directory

@@ -149,7 +149,8 @@ def test_a_bug_carrying_chat_markup_is_never_shown_to_fixers(tiny_tokenizer):
 
 
 def test_a_prompt_without_room_for_an_answer_is_not_posed(tiny_tokenizer):
-    config = Config.model_validate({"selfplay": {"saboteur": True}, "model": {"max_model_len": 64}})
+    # 8 tokens of room beside the 64 new tokens: less than any saboteur prompt
+    config = Config.model_validate({"selfplay": {"saboteur": True}, "model": {"max_model_len": 72}})
     sampler = ScriptedSampler([], fixes=[])
     sandbox = ScriptedSandbox({})
     saboteur = Saboteur(config, synthetic_problems(), "plain", tiny_tokenizer, sampler, sandbox)
