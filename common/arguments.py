@@ -77,11 +77,13 @@ def check_output_file(path: str | Path, flag: str) -> Path:
     return out
 
 
-def check_output_dir(path: str | Path, flag: str, overwrite: bool) -> Path:
+def check_output_dir(
+    path: str | Path, flag: str, overwrite: bool, results: tuple[str, ...] = ()
+) -> Path:
     """``path`` as the directory a command writes its results into at the end;
     :class:`OutputPathError` when it is a file, is not writable, cannot be created, or already
-    holds something and ``overwrite`` is off (results of an earlier run are never replaced
-    silently)."""
+    holds ``results`` (any entry when none are named) and ``overwrite`` is off: results of an
+    earlier run are never replaced silently, while other files beside them do not count."""
     out = Path(path)
     if out.exists() and not out.is_dir():
         raise OutputPathError(f"{flag}: {out} is a file; give a directory")
@@ -90,8 +92,10 @@ def check_output_dir(path: str | Path, flag: str, overwrite: bool) -> Path:
         return out
     if not os.access(out, os.W_OK | os.X_OK):
         raise OutputPathError(f"{flag}: {out} is not writable")
-    held = sorted(entry.name for entry in out.iterdir())
-    if held and not overwrite:
+    if overwrite:
+        return out
+    held = sorted(e.name for e in out.iterdir() if not results or e.name in results)
+    if held:
         raise OutputPathError(
             f"{flag}: {out} already holds {held[0]}{' and more' if len(held) > 1 else ''}: "
             f"give another {flag}, or --overwrite to write over it"

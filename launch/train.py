@@ -31,13 +31,14 @@ from common.durable import (
 from common.help_format import DefaultsHelpFormatter
 from common.prompts import PromptError
 from common.types import Problem
-from launch.data.model_source import check_model_files, locate_model
-from launch.data.problems import load_eval_problems, load_problems, overlong_prompts
+from launch.data.model_source import first_line, locate_model, model_tokenizer
+from launch.data.problems import load_eval_problems, load_problems, prompt_lengths
 from launch.data.tiny_model import build_tiny_model
 from launch.fleet.memory_plan import check_memory_plan
 from launch.loop.checkpoint import (
     CHECKPOINTS,
     LATEST,
+    DriverState,
     clear_checkpoints,
     load_driver_state,
     resume_checkpoint,
@@ -92,7 +93,7 @@ def check_scorers(config: Config) -> None:
         field = f"reward.terms.{name}.options.path"
         local = locate_model(options.path, field)
         if Path(local).is_dir():  # else a hub name its actor loads from the cache
-            check_model_files(local, field)
+            model_tokenizer(local, field)
 
 
 def prepare_run_dir(config: Config, overwrite: bool) -> Path:
@@ -152,12 +153,6 @@ class RunAborted(RuntimeError):
     had nothing to train on; the message says how to resume."""
 
 
-def _first_line(error: Exception) -> str:
-    """An error's first line of text (its type's name when it has none): one line for the user."""
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
-
-
 def _aborted(error: Exception, run_dir: Path) -> RunAborted:
     """Name the actor that died (Ray's error text has its ``name:``) and the step to resume at."""
     from launch.fleet.weight_sync import LearnerTransmitError  # lazy: Ray and torch, as in _run
@@ -167,7 +162,7 @@ def _aborted(error: Exception, run_dir: Path) -> RunAborted:
     actor = names[0] if names else "an actor"
     if isinstance(error, LearnerTransmitError):
         actor = "the learner's weight broadcast failed, and the learner"
-    cause = _first_line(error)
+    cause = first_line(error)
     try:
         resume = (
             f"the last checkpoint is at step {load_driver_state(run_dir).step}: continue with\n"
@@ -204,7 +199,7 @@ def _restart_learner(error: Exception, config: Config, fleet, model_path: str, r
     logger.warning(
         "%s died (%s): restarting the learner from the checkpoint at step %d (restart %d of %d)",
         ", ".join(sorted(dead & names)),
-        _first_line(error),
+        first_line(error),
         state.step,
         restarts + 1,
         config.learner.max_restarts,
@@ -217,85 +212,104 @@ def _restart_learner(error: Exception, config: Config, fleet, model_path: str, r
 
 def train(config: Config, resume: bool = False, overwrite: bool = False) -> Path:
     """Run a whole training job (or continue one); returns the run directory."""
-    from transformers import AutoTokenizer  # lazy: seconds to import; --help answers at once
-
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:  # a file on its path, a read-only place: refused before anything is built there
-        check_output_dir(config.run.output_dir, "run.output_dir", overwrite=True)
+        check_output_dir(config.run_dir, "run.output_dir", overwrite=True)
     except OutputPathError as exc:
         raise ConfigError(str(exc)) from None
     # The model and the problems first: a mistake in either leaves no run directory behind.
     model_path = resolve_model(config)
     check_memory_plan(config, model_path)  # GPU runs: what each card will hold, or a refusal
-    check_model_files(model_path)
+    tokenizer = model_tokenizer(model_path)
     check_scorers(config)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(model_path)
-    except OSError as exc:  # a hub download that failed, or files missing from the directory
-        raise ConfigError(
-            f"model.path: cannot load the tokenizer of {model_path}: {_first_line(exc)}"
-        ) from None
     problems = load_problems(config.data, tokenizer)
-    check_problems(config, tokenizer, problems)
+    held_out = check_problems(config, tokenizer, problems)
     if config.selfplay.saboteur and not any(p.reference_solution.strip() for p in problems):
         raise ConfigError(
             f"selfplay.saboteur: no problem of {config.data.source} has a reference solution, "
             "so there is no correct program to break"
         )
     with run_lock(config.run_dir):  # before anything in the run directory changes
-        return _run(config, model_path, tokenizer, problems, resume, overwrite)
+        return _run(config, model_path, tokenizer, (problems, held_out), resume, overwrite)
 
 
-def check_problems(config: Config, tokenizer, problems: list[Problem]) -> None:
+def check_problems(config: Config, tokenizer, problems: list[Problem]) -> list[Problem]:
     """Refuse, before anything starts, what the run would otherwise meet minutes in, after the
     engines are up: no problem to train (or, with ``eval.every``, to evaluate) on, or a prompt
-    with no room for ``rollout.max_new_tokens`` in ``model.max_model_len``."""
+    the engines refuse (``model.max_model_len`` tokens or more); warn of prompts that leave
+    less than ``rollout.max_new_tokens``. Returns the held-out problems (none without
+    ``eval.every``)."""
     data, ev = config.data, config.eval
+    held_out = load_eval_problems(config, tokenizer) if ev.every else []
     sets = {"data": (data.source, data.split, problems)}
     if ev.every:
-        sets["eval"] = (ev.source or data.source, ev.split, load_eval_problems(config, tokenizer))
+        sets["eval"] = (ev.source or data.source, ev.split, held_out)
     new, context = config.rollout.max_new_tokens, config.model.max_model_len
     for section, (source, split, chosen) in sets.items():
         if not chosen:
             raise ConfigError(
                 f"{section}.source / {section}.split: {source} has no problem in split {split!r}"
             )
-        overlong = overlong_prompts(chosen, tokenizer, context - new)
-        if overlong:
-            problem_id, length = max(overlong, key=lambda row: row[1])
+        lengths = prompt_lengths(chosen, tokenizer)
+        problem_id, longest = max(lengths, key=lambda row: row[1])
+        refused = sum(length >= context for _, length in lengths)
+        if refused:
             raise ConfigError(
-                f"{section}.source: {len(overlong)} of {len(chosen)} prompts of {source} leave no "
-                f"room for rollout.max_new_tokens ({new}) in model.max_model_len ({context}), "
-                f"the longest {length} tokens (problem {problem_id}): give model.max_model_len "
-                f">= {length + new}, or fewer rollout.max_new_tokens"
+                f"{section}.source: {refused} of {len(chosen)} prompts of {source} are "
+                f"model.max_model_len ({context}) tokens or longer, which the engines refuse; the "
+                f"longest {longest} (problem {problem_id}): give model.max_model_len >= "
+                f"{longest + new}"
             )
+        if short := sum(length + new > context for _, length in lengths):
+            logger.warning(
+                "%s.source: %d of %d prompts of %s leave less than rollout.max_new_tokens (%d) "
+                "in model.max_model_len (%d): their completions end at the context (the longest "
+                "prompt, problem %s, %d tokens)",
+                section, short, len(chosen), source, new, context, problem_id, longest,
+            )  # fmt: skip
+    return held_out
 
 
-def _run(config: Config, model_path: str, tokenizer, problems, resume: bool, overwrite: bool):
-    """:func:`train` once the run directory is locked."""
+def _resumed(config: Config) -> tuple[DriverState, str]:
+    """The state and checkpoint a resume starts from, its records cut back to that step."""
+    run_dir = config.run_dir
+    found = resume_checkpoint(run_dir)
+    sharded = (found.path / "optimizer").is_dir()
+    if sharded != (config.learner.num_ranks > 1):
+        written = "several learner ranks" if sharded else "one learner rank"
+        raise ConfigError(
+            f"learner.num_ranks: the checkpoint in {run_dir} was written by {written}; "
+            f"resume it with the learner.num_ranks it was trained with"
+        )
+    for name in ("metrics.jsonl", "batches.jsonl"):
+        _truncate_jsonl(run_dir / name, found.state.step)
+    return found.state, str(found.path.resolve())
+
+
+def _run(
+    config: Config,
+    model_path: str,
+    tokenizer,
+    problems: tuple[list[Problem], list[Problem]],
+    resume: bool,
+    overwrite: bool,
+) -> Path:
+    """:func:`train` once the run directory is locked; ``problems``: training, held-out."""
     # lazy: Ray and torch (under the fleet and the driver) take seconds to import;
     # --help and config errors answer before any of them loads
     import ray
 
-    from launch.fleet.cluster import connect
+    from launch.fleet.cluster import checked_address, connect
     from launch.fleet.fleet import start_fleet
     from launch.fleet.weight_sync import LearnerTransmitError
     from launch.loop.driver import Driver
 
+    if not ray.is_initialized():  # a bad address refused before the run directory changes
+        checked_address(config.ray)
     state = checkpoint = None
     if resume:
         run_dir = config.run_dir
-        found = resume_checkpoint(run_dir)
-        state, checkpoint = found.state, str(found.path.resolve())
-        sharded = (found.path / "optimizer").is_dir()
-        if sharded != (config.learner.num_ranks > 1):
-            written = "several learner ranks" if sharded else "one learner rank"
-            raise ConfigError(
-                f"learner.num_ranks: the checkpoint in {run_dir} was written by {written}; "
-                f"resume it with the learner.num_ranks it was trained with"
-            )
-        for name in ("metrics.jsonl", "batches.jsonl"):
-            _truncate_jsonl(run_dir / name, state.step)
+        state, checkpoint = _resumed(config)
     else:
         run_dir = prepare_run_dir(config, overwrite)
     connect(config.ray, config.requested_cpus)
@@ -314,7 +328,7 @@ def _run(config: Config, model_path: str, tokenizer, problems, resume: bool, ove
                 fleet.rollout.push(fleet.learner.export_weights())
                 logger.info("resumed %s at step %d", run_dir, state.step)
             try:
-                Driver(config, fleet, problems, tokenizer, run_dir, state).run()
+                Driver(config, fleet, *problems, tokenizer, run_dir, state).run()
                 break
             except (ray.exceptions.RayActorError, LearnerTransmitError) as exc:
                 state = _restart_learner(exc, config, fleet, model_path, run_dir)
@@ -343,8 +357,11 @@ def load_run_config(args: argparse.Namespace, overrides: list[str]) -> Config:
             raise ConfigError(f"--resume: {fixed[0]} is the run directory's own; drop it")
         config = load_config(saved, overrides)
         # where the run is now: it may have been moved or copied since it was saved
-        run_dir = Path(args.resume).absolute()
-        config.run.output_dir, config.run.name = str(run_dir.parent), run_dir.name
+        run_dir = Path(os.path.abspath(args.resume))
+        try:
+            config.run.output_dir, config.run.name = str(run_dir.parent), run_dir.name
+        except ValueError:  # pydantic's, for a name it refuses ("/" itself)
+            raise ConfigError(f"--resume: {args.resume} is not a run directory") from None
         return config
     return load_config(args.config, overrides)
 

@@ -38,8 +38,8 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
             node = node.setdefault(section, {})
             if not isinstance(node, dict):
                 raise ConfigError(
-                    f"override {flag!r}: {section!r} is not a section (the config file sets it "
-                    f"to {node!r})"
+                    f"override {flag!r}: {section!r} is not a section (the config sets it to "
+                    f"{node!r})"
                 )
         node[key] = parse_value(raw)
     return data

@@ -5,6 +5,7 @@ cluster the actors run on)."""
 from __future__ import annotations
 
 import re
+from pathlib import PurePosixPath
 from typing import Literal
 
 from pydantic import Field, field_validator
@@ -15,8 +16,8 @@ from common.config.base import Section
 class RunConfig(Section):
     name: str = Field(
         "run",
-        description="the run's directory under output_dir: one plain name, since --overwrite "
-        "deletes that directory",
+        description="the run's directory under output_dir (a name, or a relative path such as "
+        "'sweep/lr1'; not '..'), which --overwrite deletes",
     )
     output_dir: str = "runs"
     seed: int = 0
@@ -46,10 +47,11 @@ class RunConfig(Section):
     @field_validator("name")
     @classmethod
     def _check_name(cls, name: str) -> str:
-        if name in ("", ".", "..") or "/" in name or "\\" in name:
+        parts = PurePosixPath(name).parts
+        if not parts or name.startswith("/") or ".." in parts:
             raise ValueError(
-                f"{name!r} is not a run name: give one directory name, without '/' (the run "
-                "lives in run.output_dir/run.name, and --overwrite deletes it)"
+                f"{name!r} is not a run name: give a directory name under run.output_dir "
+                "(not empty, not absolute, no '..'), since --overwrite deletes that directory"
             )
         return name
 

@@ -73,7 +73,6 @@ SECTION_LINKS = {
 
 # What the schema's descriptions leave out; appended to the field's description.
 NOTES = {
-    "run.name": "run directory name under `output_dir`",
     "run.output_dir": "where run directories (and built-in models) go; on a cluster a file "
     "system the driver and every learner node see (checkpoints are written by the learner, "
     "metrics by the driver)",

@@ -52,7 +52,7 @@ from launch.bench.workload import (
 )
 from launch.data.problems import load_problems
 from launch.loop.metrics import mean_present
-from launch.train import prepare_run_dir
+from launch.train import check_problems, prepare_run_dir
 
 logger = logging.getLogger("launch.bench")
 
@@ -73,11 +73,12 @@ def run_ours(
     run_dir = prepare_run_dir(config, overwrite=True)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     problems = load_problems(config.data, tokenizer)
+    held_out = check_problems(config, tokenizer, problems)
     connect_own(config)
     fleet = start_fleet(config, model_path, run_id=config.run.name)
     records, drawn = [], []
     try:
-        driver = Driver(config, fleet, problems, tokenizer, run_dir)
+        driver = Driver(config, fleet, problems, held_out, tokenizer, run_dir)
         draw = driver.curriculum.next_indices
 
         def recording_draw(count: int) -> list[int]:

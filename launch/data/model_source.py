@@ -91,37 +91,42 @@ def download(repo_id: str, target: Path, field: str = "model.path") -> str:
     try:
         snapshot_download(repo_id, local_dir=target)
     except Exception as exc:  # any hub or network error: one line for the user, not a traceback
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise ConfigError(f"{field}: cannot download {repo_id} from the hub: {first}") from None
+        raise ConfigError(
+            f"{field}: cannot download {repo_id} from the hub: {first_line(exc)}"
+        ) from None
     if not (target / "config.json").is_file():
         raise ConfigError(f"{field}: {repo_id} on the hub has no config.json: not a model")
     (target / DOWNLOADED).write_text(repo_id + "\n")
     return str(target)
 
 
-#: Files one of which a Hugging Face tokenizer loads from; without any, transformers loads a
-#: tokenizer of one token without a word, and the run would train on nonsense.
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "*.tiktoken")
-
-
-def check_model_files(path: str, field: str = "model.path") -> None:
-    """Refuse (ConfigError naming ``field``) a model directory the engines and the learner
-    would fail on minutes later: no tokenizer, a ``model_type`` transformers does not know,
+def model_tokenizer(path: str, field: str = "model.path"):
+    """The tokenizer of the model directory ``path``, once what the engines and the learner
+    load from it has been checked; else a ConfigError naming ``field``: no tokenizer files
+    (transformers then loads a tokenizer that knows only its special tokens, and the run would
+    train on nonsense), a ``config.json`` transformers cannot read (an unknown ``model_type``),
     or a weights file whose header is not safetensors'."""
-    from safetensors import safe_open  # lazy: torch under it
-    from transformers import AutoConfig
+    from safetensors import safe_open  # lazy: torch and transformers take seconds to import
+    from transformers import AutoConfig, AutoTokenizer
 
     local = Path(path)
-    if not any(any(local.glob(name)) for name in TOKENIZER_FILES):
-        raise ConfigError(f"{field}: {path} has no tokenizer ({', '.join(TOKENIZER_FILES)})")
     try:
         AutoConfig.from_pretrained(path)
-    except (ValueError, KeyError, OSError) as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise ConfigError(f"{field}: {path}/config.json: {first}") from None
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except Exception as exc:  # OSError, ValueError, KeyError...: whatever the files make it raise
+        raise ConfigError(f"{field}: cannot load {path}: {first_line(exc)}") from None
+    if len(tokenizer) <= len(tokenizer.all_special_tokens):
+        raise ConfigError(f"{field}: {path} has no tokenizer files (tokenizer.json, vocab.json...)")
     for weights in sorted(local.glob("*.safetensors")):
         try:
             with safe_open(weights, "pt"):
                 pass
         except Exception as exc:  # safetensors raises its own error types for a bad header
             raise ConfigError(f"{field}: {weights} is not a safetensors file: {exc}") from None
+    return tokenizer
+
+
+def first_line(error: Exception) -> str:
+    """An error's first line of text (its type's name when it has none): one line for the user."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

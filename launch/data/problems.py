@@ -62,11 +62,10 @@ def load_eval_problems(config: Config, tokenizer) -> list[Problem]:
     )
 
 
-def overlong_prompts(problems: Sequence[Problem], tokenizer, limit: int) -> list[tuple[str, int]]:
-    """(problem id, prompt tokens) of every prompt longer than ``limit`` tokens, as the engines
-    will see it (:func:`common.prompts.encode_prompt`)."""
-    lengths = [(p.problem_id, len(encode_prompt(tokenizer, p.prompt))) for p in problems]
-    return [(problem_id, length) for problem_id, length in lengths if length > limit]
+def prompt_lengths(problems: Sequence[Problem], tokenizer) -> list[tuple[str, int]]:
+    """(problem id, prompt tokens) of every problem, as the engines will see its prompt
+    (:func:`common.prompts.encode_prompt`)."""
+    return [(p.problem_id, len(encode_prompt(tokenizer, p.prompt))) for p in problems]
 
 
 def load_raw(source: str, split: str | None, fmt: str, limit: int = 0) -> list[Problem]:

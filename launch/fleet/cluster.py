@@ -28,6 +28,7 @@ ACTOR_ENV = {
 #: How long a cluster's address may take to accept a connection before the run is refused:
 #: at an address where nothing listens, ray.init retries silently for minutes.
 REACH_TIMEOUT_S = 10.0
+LAST_RAY_START = "the last `ray start` on this machine"
 
 
 def connect(config: RayConfig, requested_cpus: float = 0) -> None:
@@ -44,10 +45,8 @@ def connect(config: RayConfig, requested_cpus: float = 0) -> None:
     """
     if ray.is_initialized():
         return
-    address = config.address or get_ray_address_from_environment(None, None)
+    address = checked_address(config)
     if address:
-        found = "RAY_ADDRESS" if os.environ.get("RAY_ADDRESS") else "the last `ray start` here"
-        check_reachable(address, "ray.address" if config.address else found)
         ray.init(address=address, logging_level=logging.WARNING)
         logger.info("connected to the Ray cluster at %s", address)
         return
@@ -70,16 +69,30 @@ def connect(config: RayConfig, requested_cpus: float = 0) -> None:
     logger.info("started a local Ray cluster")
 
 
+def checked_address(config: RayConfig) -> str:
+    """The address :func:`connect` joins ('' when it starts a local cluster), refused in one
+    line (ConfigError) when nothing answers there; a run checks it before it touches its
+    directory."""
+    address = config.address or get_ray_address_from_environment(None, None) or ""
+    if address:
+        found = "RAY_ADDRESS" if os.environ.get("RAY_ADDRESS") else LAST_RAY_START
+        check_reachable(address, "ray.address" if config.address else found)
+    return address
+
+
 def check_reachable(address: str, field: str) -> None:
     """Refuse (ConfigError naming ``field``) a ``host:port`` or ``ray://host:port`` address
-    that accepts no connection within REACH_TIMEOUT_S; other forms are Ray's to judge."""
+    that accepts no connection within REACH_TIMEOUT_S; other forms (a dashboard's http://
+    address, say) are Ray's to judge and explain."""
     host, sep, port = address.removeprefix("ray://").rpartition(":")
-    if not sep or not port.isdigit():
+    if "://" in host or not sep or not port.isdigit():
         return
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=REACH_TIMEOUT_S).close()
     except OSError as exc:
+        way_out = "start the head there (ray start --head), or give its address"
+        if field == LAST_RAY_START:
+            way_out = "that cluster is gone: `ray stop` clears its address, or give ray.address"
         raise ConfigError(
-            f"{field}: nothing answers at {address} ({exc.strerror or exc}): start the head "
-            "there (ray start --head), or give its address"
+            f"{field}: nothing answers at {address} ({exc.strerror or exc}): {way_out}"
         ) from None

@@ -34,7 +34,6 @@ from common.durable import append_jsonl
 from common.prompts import encode_prompt
 from common.types import Completion, Problem, TrainSample, Verdict
 from launch.data.curriculum import make_curriculum
-from launch.data.problems import load_eval_problems
 from launch.fleet.actors import start_metrics
 from launch.fleet.fleet import Fleet
 from launch.loop.checkpoint import DriverState, save_checkpoint
@@ -81,6 +80,7 @@ class Driver:
         config: Config,
         fleet: Fleet,
         problems: list[Problem],
+        eval_problems: list[Problem],
         tokenizer,
         run_dir: Path,
         state: DriverState | None = None,
@@ -112,7 +112,7 @@ class Driver:
         )
         if state is not None and self.baseline is not None:
             self.baseline.load_state_dict(state.baseline)
-        self.eval_problems = load_eval_problems(config, tokenizer) if config.eval.every else []
+        self.eval_problems = eval_problems  # eval.every: launch.train loaded and checked them
         self.colocation = Colocation.of(config, fleet)  # one GPU per engine and learner rank
         fixed = config.rollout.num_actors if self.colocation else None
         self.control = ControlFile(run_dir / CONTROL_FILE, fixed_size=fixed)

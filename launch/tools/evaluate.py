@@ -43,10 +43,13 @@ from common.help_format import DefaultsHelpFormatter
 from common.prompts import PromptError
 from common.types import Problem, Verdict
 from launch.data.model_source import locate_model
-from launch.data.problems import load_rendered, overlong_prompts
+from launch.data.problems import load_rendered, prompt_lengths
 from launch.loop.evaluation import EvalError, sample_and_score, summarize
 from launch.loop.passk import parse_ks
 from sandbox.trusted.pool import SandboxIsolationError, SandboxPool
+
+#: What an evaluation writes into --out: an earlier one's are replaced only with --overwrite.
+RESULTS = ("samples.jsonl", "summary.json")
 
 
 def _stderr(message: str) -> None:
@@ -64,7 +67,9 @@ def default_max_model_len(model_path: str) -> int:
 
 
 def _check_lengths(problems: Sequence[Problem], tokenizer, max_new_tokens: int, max_len: int):
-    overlong = overlong_prompts(problems, tokenizer, max_len - max_new_tokens)
+    overlong = [
+        row for row in prompt_lengths(problems, tokenizer) if row[1] + max_new_tokens > max_len
+    ]
     if overlong:
         problem_id, length = overlong[0]
         raise EvalError(
@@ -142,7 +147,7 @@ def run_evaluation(args: argparse.Namespace, worker=None) -> dict:
     """
     started = time.perf_counter()
     # before the generation: the results are written at the end, and must have a place
-    check_output_dir(args.out, "--out", args.overwrite)
+    check_output_dir(args.out, "--out", args.overwrite, results=RESULTS)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     args.model = locate_model(args.model, "--model")
     if args.rerank:  # before the generation, not after it
@@ -224,8 +229,8 @@ def _fmt(value: float | None) -> str:
 def _write(out: Path, records: list[dict], summary: dict) -> None:
     out.mkdir(parents=True, exist_ok=True)
     lines = "".join(json.dumps(r) + "\n" for r in records)
-    (out / "samples.jsonl").write_text(lines, encoding="utf-8")
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    (out / RESULTS[0]).write_text(lines, encoding="utf-8")
+    (out / RESULTS[1]).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

@@ -95,9 +95,7 @@ def test_a_config_that_is_not_utf8_or_is_a_directory_is_named(tmp_path):
 def test_a_scalar_where_a_section_belongs_is_blamed_on_the_file(tmp_path):
     path = tmp_path / "scalar.toml"
     path.write_text("run = 5\n")
-    with pytest.raises(
-        ConfigError, match=r"'run' is not a section \(the config file sets it to 5\)"
-    ):
+    with pytest.raises(ConfigError, match=r"'run' is not a section \(the config sets it to 5\)"):
         load_config(path, ["--run.steps", "3"])
 
 
@@ -115,11 +113,12 @@ def test_infinite_and_nan_numbers_are_refused(flag, value):
         load_config(None, [flag, value])
 
 
-@pytest.mark.parametrize("name", ["", ".", "..", "../elsewhere", "a/b", "/tmp/abs"])
-def test_a_run_name_must_be_one_directory_name(name):
+@pytest.mark.parametrize("name", ["", ".", "..", "../elsewhere", "a/../../b", "/tmp/abs"])
+def test_a_run_name_must_stay_under_the_output_dir(name):
     """--overwrite deletes run.output_dir/run.name: "" or ".." would delete other runs."""
     with pytest.raises(ConfigError, match=r"run\.name: .* is not a run name"):
         load_config(None, ["--run.name", name])
+    assert load_config(None, ["--run.name", "sweep/lr1"]).run.name == "sweep/lr1"
 
 
 def test_completions_must_leave_room_for_a_prompt():

@@ -387,9 +387,10 @@ def test_compute_threads_follow_the_latest_request_from_the_next_micro_batch(
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_a_cuda_step_reports_its_peak_over_the_step_and_the_export(tied_model):  # pragma: no cover
-    """``train/peak_memory_gib`` is CUDA's peak from the step's start through the export: while
-    AdamW steps, the weights, their gradients and both moments are alive at once."""
+def test_a_cuda_step_reports_the_peak_of_its_optimiser_step(tied_model):  # pragma: no cover
+    """``train/peak_memory_gib`` is CUDA's peak from the step's start (through the export,
+    which a tiny model's cannot tell apart): while AdamW steps, the weights, their gradients
+    and both moments are alive at once, so the peak holds four copies of the weights."""
     learner = Learner(tied_model, _config(num_gpus=1, compile=False))
     assert learner.device.type == "cuda"
     metrics, update = learner.train_and_export(_samples())

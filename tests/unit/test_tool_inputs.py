@@ -93,6 +93,10 @@ def test_an_output_directory_with_results_needs_overwrite(tmp_path):
         check_output_dir(tmp_path, "--out", overwrite=False)
     with pytest.raises(OutputPathError, match=r"summary.json is a file; give a directory"):
         check_output_dir(tmp_path / "summary.json", "--out", overwrite=True)
+    # only the named results count: another evaluation's folder beside them does not
+    (tmp_path / "summary.json").unlink()
+    (tmp_path / "qwen1.5b-mbpp").mkdir()
+    assert check_output_dir(tmp_path, "--out", overwrite=False, results=("summary.json",))
 
 
 # ---- launch.evaluate -----------------------------------------------------------------------
