@@ -32,7 +32,7 @@ from common.help_format import DefaultsHelpFormatter
 from common.prompts import PromptError
 from common.types import Problem
 from launch.data.model_source import first_line, locate_model, model_tokenizer
-from launch.data.problems import load_eval_problems, load_problems, prompt_lengths
+from launch.data.problems import RunProblems, encode_prompts, load_eval_problems, load_problems
 from launch.data.tiny_model import build_tiny_model
 from launch.fleet.memory_plan import check_memory_plan
 from launch.loop.checkpoint import (
@@ -223,36 +223,38 @@ def train(config: Config, resume: bool = False, overwrite: bool = False) -> Path
     tokenizer = model_tokenizer(model_path)
     check_scorers(config)
     problems = load_problems(config.data, tokenizer)
-    held_out = check_problems(config, tokenizer, problems)
+    checked = check_problems(config, tokenizer, problems)
     if config.selfplay.saboteur and not any(p.reference_solution.strip() for p in problems):
         raise ConfigError(
             f"selfplay.saboteur: no problem of {config.data.source} has a reference solution, "
             "so there is no correct program to break"
         )
     with run_lock(config.run_dir):  # before anything in the run directory changes
-        return _run(config, model_path, tokenizer, (problems, held_out), resume, overwrite)
+        return _run(config, model_path, tokenizer, checked, resume, overwrite)
 
 
-def check_problems(config: Config, tokenizer, problems: list[Problem]) -> list[Problem]:
-    """Refuse, before anything starts, what the run would otherwise meet minutes in, after the
-    engines are up: no problem to train (or, with ``eval.every``, to evaluate) on, or a prompt
-    the engines refuse (``model.max_model_len`` tokens or more); warn of prompts that leave
-    less than ``rollout.max_new_tokens``. Returns the held-out problems (none without
-    ``eval.every``)."""
+def check_problems(config: Config, tokenizer, problems: list[Problem]) -> RunProblems:
+    """The run's problems, refused before anything starts where the run would otherwise fail
+    minutes in, after the engines are up: no problem to train (or, with ``eval.every``, to
+    evaluate) on, or a prompt the engines refuse (``model.max_model_len`` tokens or more);
+    prompts that leave less than ``rollout.max_new_tokens`` are warned of."""
     data, ev = config.data, config.eval
+    prompt_ids = encode_prompts(problems, tokenizer)
     held_out = load_eval_problems(config, tokenizer) if ev.every else []
-    sets = {"data": (data.source, data.split, problems)}
+    sets = {"data": (data.source, data.split, problems, prompt_ids)}
     if ev.every:
-        sets["eval"] = (ev.source or data.source, ev.split, held_out)
+        eval_ids = encode_prompts(held_out, tokenizer)
+        sets["eval"] = (ev.source or data.source, ev.split, held_out, eval_ids)
     new, context = config.rollout.max_new_tokens, config.model.max_model_len
-    for section, (source, split, chosen) in sets.items():
+    for section, (source, split, chosen, ids) in sets.items():
         if not chosen:
             raise ConfigError(
                 f"{section}.source / {section}.split: {source} has no problem in split {split!r}"
             )
-        lengths = prompt_lengths(chosen, tokenizer)
-        problem_id, longest = max(lengths, key=lambda row: row[1])
-        refused = sum(length >= context for _, length in lengths)
+        lengths = [len(prompt) for prompt in ids]
+        longest = max(lengths)
+        problem_id = chosen[lengths.index(longest)].problem_id
+        refused = sum(length >= context for length in lengths)
         if refused:
             raise ConfigError(
                 f"{section}.source: {refused} of {len(chosen)} prompts of {source} are "
@@ -260,14 +262,14 @@ def check_problems(config: Config, tokenizer, problems: list[Problem]) -> list[P
                 f"longest {longest} (problem {problem_id}): give model.max_model_len >= "
                 f"{longest + new}"
             )
-        if short := sum(length + new > context for _, length in lengths):
+        if short := sum(length + new > context for length in lengths):
             logger.warning(
                 "%s.source: %d of %d prompts of %s leave less than rollout.max_new_tokens (%d) "
                 "in model.max_model_len (%d): their completions end at the context (the longest "
                 "prompt, problem %s, %d tokens)",
                 section, short, len(chosen), source, new, context, problem_id, longest,
             )  # fmt: skip
-    return held_out
+    return RunProblems(problems, prompt_ids, held_out)
 
 
 def _resumed(config: Config) -> tuple[DriverState, str]:
@@ -290,11 +292,11 @@ def _run(
     config: Config,
     model_path: str,
     tokenizer,
-    problems: tuple[list[Problem], list[Problem]],
+    problems: RunProblems,
     resume: bool,
     overwrite: bool,
 ) -> Path:
-    """:func:`train` once the run directory is locked; ``problems``: training, held-out."""
+    """:func:`train` once the run directory is locked."""
     # lazy: Ray and torch (under the fleet and the driver) take seconds to import;
     # --help and config errors answer before any of them loads
     import ray
@@ -328,7 +330,7 @@ def _run(
                 fleet.rollout.push(fleet.learner.export_weights())
                 logger.info("resumed %s at step %d", run_dir, state.step)
             try:
-                Driver(config, fleet, *problems, tokenizer, run_dir, state).run()
+                Driver(config, fleet, problems, tokenizer, run_dir, state).run()
                 break
             except (ray.exceptions.RayActorError, LearnerTransmitError) as exc:
                 state = _restart_learner(exc, config, fleet, model_path, run_dir)

@@ -72,13 +72,12 @@ def run_ours(
 
     run_dir = prepare_run_dir(config, overwrite=True)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    problems = load_problems(config.data, tokenizer)
-    held_out = check_problems(config, tokenizer, problems)
+    problems = check_problems(config, tokenizer, load_problems(config.data, tokenizer))
     connect_own(config)
     fleet = start_fleet(config, model_path, run_id=config.run.name)
     records, drawn = [], []
     try:
-        driver = Driver(config, fleet, problems, held_out, tokenizer, run_dir)
+        driver = Driver(config, fleet, problems, tokenizer, run_dir)
         draw = driver.curriculum.next_indices
 
         def recording_draw(count: int) -> list[int]:

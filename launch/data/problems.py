@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from common.config import Config, DataConfig
 from common.datasets import load_dataset
@@ -62,10 +63,19 @@ def load_eval_problems(config: Config, tokenizer) -> list[Problem]:
     )
 
 
-def prompt_lengths(problems: Sequence[Problem], tokenizer) -> list[tuple[str, int]]:
-    """(problem id, prompt tokens) of every problem, as the engines will see its prompt
-    (:func:`common.prompts.encode_prompt`)."""
-    return [(p.problem_id, len(encode_prompt(tokenizer, p.prompt))) for p in problems]
+def encode_prompts(problems: Sequence[Problem], tokenizer) -> list[tuple[int, ...]]:
+    """Every problem's prompt as the engines get it (:func:`common.prompts.encode_prompt`)."""
+    return [tuple(encode_prompt(tokenizer, p.prompt)) for p in problems]
+
+
+@dataclass(frozen=True)
+class RunProblems:
+    """A training run's problems: the training set, its prompts' token ids (encoded once, for
+    the length check and the engines) and the held-out set (empty without ``eval.every``)."""
+
+    train: list[Problem]
+    prompt_ids: list[tuple[int, ...]]
+    held_out: list[Problem]
 
 
 def load_raw(source: str, split: str | None, fmt: str, limit: int = 0) -> list[Problem]:

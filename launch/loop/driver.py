@@ -31,9 +31,9 @@ from pathlib import Path
 from algorithm.advantage import KalmanBaseline, step_advantages, zero_std_fraction
 from common.config import Config
 from common.durable import append_jsonl
-from common.prompts import encode_prompt
-from common.types import Completion, Problem, TrainSample, Verdict
+from common.types import Completion, TrainSample, Verdict
 from launch.data.curriculum import make_curriculum
+from launch.data.problems import RunProblems
 from launch.fleet.actors import start_metrics
 from launch.fleet.fleet import Fleet
 from launch.loop.checkpoint import DriverState, save_checkpoint
@@ -79,25 +79,25 @@ class Driver:
         self,
         config: Config,
         fleet: Fleet,
-        problems: list[Problem],
-        eval_problems: list[Problem],
+        problems: RunProblems,
         tokenizer,
         run_dir: Path,
         state: DriverState | None = None,
     ) -> None:
         self.config = config
         self.fleet = fleet
-        self.problems = problems
+        self.problems = problems.train
         self.tokenizer = tokenizer
-        prompt_ids = [tuple(encode_prompt(tokenizer, p.prompt)) for p in problems]
-        self.collector = GroupCollector(config, fleet, problems, prompt_ids, tokenizer)
+        self.collector = GroupCollector(
+            config, fleet, problems.train, problems.prompt_ids, tokenizer
+        )
         self.run_dir = run_dir
         self.start_step = state.step if state else 0
         self.weight_version = state.weight_version if state else 0
         data = config.data
         self.curriculum = make_curriculum(
             data.curriculum,
-            problems,
+            problems.train,
             config.run.seed,
             ema=data.curriculum_ema,
             ramp_draws=data.curriculum_ramp_steps,
@@ -112,7 +112,7 @@ class Driver:
         )
         if state is not None and self.baseline is not None:
             self.baseline.load_state_dict(state.baseline)
-        self.eval_problems = eval_problems  # eval.every: launch.train loaded and checked them
+        self.eval_problems = problems.held_out
         self.colocation = Colocation.of(config, fleet)  # one GPU per engine and learner rank
         fixed = config.rollout.num_actors if self.colocation else None
         self.control = ControlFile(run_dir / CONTROL_FILE, fixed_size=fixed)

@@ -43,7 +43,7 @@ from common.help_format import DefaultsHelpFormatter
 from common.prompts import PromptError
 from common.types import Problem, Verdict
 from launch.data.model_source import locate_model
-from launch.data.problems import load_rendered, prompt_lengths
+from launch.data.problems import encode_prompts, load_rendered
 from launch.loop.evaluation import EvalError, sample_and_score, summarize
 from launch.loop.passk import parse_ks
 from sandbox.trusted.pool import SandboxIsolationError, SandboxPool
@@ -67,16 +67,13 @@ def default_max_model_len(model_path: str) -> int:
 
 
 def _check_lengths(problems: Sequence[Problem], tokenizer, max_new_tokens: int, max_len: int):
-    overlong = [
-        row for row in prompt_lengths(problems, tokenizer) if row[1] + max_new_tokens > max_len
-    ]
-    if overlong:
-        problem_id, length = overlong[0]
-        raise EvalError(
-            f"problem {problem_id}: prompt ({length} tokens) + --max-new-tokens "
-            f"({max_new_tokens}) exceeds the context ({max_len}); raise --max-model-len "
-            "or lower --max-new-tokens"
-        )
+    for problem, ids in zip(problems, encode_prompts(problems, tokenizer), strict=True):
+        if len(ids) + max_new_tokens > max_len:
+            raise EvalError(
+                f"problem {problem.problem_id}: prompt ({len(ids)} tokens) + --max-new-tokens "
+                f"({max_new_tokens}) exceeds the context ({max_len}); raise --max-model-len "
+                "or lower --max-new-tokens"
+            )
 
 
 def rollout_config(args: argparse.Namespace):

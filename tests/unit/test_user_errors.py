@@ -248,7 +248,8 @@ def test_prompts_that_leave_less_than_max_new_tokens_are_only_warned_of(
     config = load_config(None, [*flags, "--rollout.max_new_tokens", "64"])
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
     with caplog.at_level("WARNING", logger="launch.train"):
-        assert check_problems(config, tokenizer, load_problems(config.data, tokenizer)) == []
+        checked = check_problems(config, tokenizer, load_problems(config.data, tokenizer))
+    assert checked.held_out == [] and len(checked.prompt_ids) == len(checked.train) == 10
     assert (
         "prompts of" in caplog.text and "leave less than rollout.max_new_tokens (64)" in caplog.text
     )
