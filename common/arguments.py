@@ -50,11 +50,20 @@ def positive_float(text: str) -> float:
     return value
 
 
+def _exists(path: Path, flag: str) -> bool:
+    """``path.exists()``, where a directory on the way this user may not enter (EACCES, which
+    ``exists`` raises rather than answers) refuses the path in one line."""
+    try:
+        return path.exists()
+    except OSError as exc:
+        raise OutputPathError(f"{flag}: cannot reach {path}: {exc.strerror}") from None
+
+
 def _check_parents(out: Path, flag: str) -> None:
     """The nearest directory of ``out`` that exists is one this process can create it in (the
     missing ones between are made when the results are written)."""
     for parent in out.absolute().parents:
-        if not parent.exists():
+        if not _exists(parent, flag):
             continue
         if not parent.is_dir():
             raise OutputPathError(f"{flag}: cannot create {out}: {parent} is not a directory")
@@ -67,9 +76,10 @@ def check_output_file(path: str | Path, flag: str) -> Path:
     """``path`` as the file a command writes its results to at the end; :class:`OutputPathError`
     when it is a directory, is not writable, or cannot be created."""
     out = Path(path)
+    exists = _exists(out, flag)
     if out.is_dir():
         raise OutputPathError(f"{flag}: {out} is a directory; give the path of a file")
-    if out.exists():
+    if exists:
         if not os.access(out, os.W_OK):
             raise OutputPathError(f"{flag}: {out} is not writable")
         return out
@@ -85,9 +95,10 @@ def check_output_dir(
     holds ``results`` (any entry when none are named) and ``overwrite`` is off: results of an
     earlier run are never replaced silently, while other files beside them do not count."""
     out = Path(path)
-    if out.exists() and not out.is_dir():
+    exists = _exists(out, flag)
+    if exists and not out.is_dir():
         raise OutputPathError(f"{flag}: {out} is a file; give a directory")
-    if not out.exists():
+    if not exists:
         _check_parents(out, flag)
         return out
     if not os.access(out, os.W_OK | os.X_OK):

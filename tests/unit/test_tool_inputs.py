@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 import pytest
 
@@ -83,6 +84,24 @@ def test_an_output_file_is_checked_before_it_is_written(tmp_path):
         check_output_file(tmp_path, "--out")
     with pytest.raises(OutputPathError, match=r"a_file is not a directory"):
         check_output_file(tmp_path / "a_file" / "deeper" / "out.jsonl", "--out")
+
+
+def test_an_output_path_behind_a_directory_this_user_cannot_enter_is_refused(tmp_path, monkeypatch):
+    """An ordinary user's ``Path.exists`` raises EACCES under another user's directory (root
+    never sees it: checked by hand as the suite's ordinary user, /root/x refused in one line)."""
+    locked = tmp_path / "locked"
+    original = Path.exists
+
+    def exists(path, *args, **kwargs):
+        if locked in (path, *path.parents):
+            raise PermissionError(13, "Permission denied", str(path))
+        return original(path, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "exists", exists)
+    with pytest.raises(OutputPathError, match=r"--out: cannot reach .*locked/x: Permission denied"):
+        check_output_dir(locked / "x", "--out", overwrite=True)
+    with pytest.raises(OutputPathError, match=r"--out: cannot reach .*locked/x: Permission denied"):
+        check_output_file(locked / "x", "--out")
 
 
 def test_an_output_directory_with_results_needs_overwrite(tmp_path):
