@@ -4,11 +4,14 @@
 # The lent machine has torch but not this project's other packages, and no network; carry them:
 #   here, once:  (see docs/benchmarks.md, "Issue 34 on a lent GPU" for the pip download line)
 #                rm -rf .baseline && mkdir .baseline && git archive 1b02179 | tar -x -C .baseline
-#   device run:  command "bash learner/bench/gpu_rows.sh", carry [".whl", ".baseline"]
+#   device run:  command "bash learner/bench/gpu_rows.sh [ROW...]", carry [".whl", ".baseline"]
+# With ROW names (below, and "tests") only those run: the rest of a run a time limit cut.
 # Every row is one learner.bench JSON line in $OUT/rows.jsonl (its "row" names it); stderr of
 # all rows in $OUT/log.txt; the CUDA-only tests' outcome in $OUT/gpu_tests.txt. A row that fails
 # or runs out of memory is recorded and the next runs.
 set -u
+WANT=" $* "
+wanted() { [ "$WANT" = "  " ] || [[ "$WANT" == *" $1 "* ]]; }
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:. PYTHONUNBUFFERED=1
@@ -17,19 +20,21 @@ mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$OUT/card.txt"
 python3 -c "import torch; print(torch.__version__, torch.cuda.get_device_name())" >>"$OUT/card.txt"
 # 0. the tests that need CUDA (pytest -m gpu; the modules import neither Ray nor vLLM): seconds
-timeout 120 python3 -m pytest -q -rs -p no:cacheprovider -m gpu tests/unit/test_colocation.py \
-    tests/unit/test_learner_step.py >"$OUT/gpu_tests.txt" 2>&1
+wanted tests && timeout 120 python3 -m pytest -q -rs -p no:cacheprovider -m gpu \
+    tests/unit/test_colocation.py tests/unit/test_learner_step.py >"$OUT/gpu_tests.txt" 2>&1
 
 row() {  # row NAME DIR ARGS...: learner.bench in DIR (this checkout or the baseline's)
-    local name=$1 dir=$2
+    local name=$1 dir=$2 start=$SECONDS
     shift 2
+    wanted "$name" || return 0
     echo "== $name: $*" | tee -a "$OUT/log.txt"
     if (cd "$dir" && PYTHONPATH=/tmp/site:. timeout 240 python3 -m learner.bench --steps 3 \
         --warmup 1 "$@" --out /tmp/row.json 2>>"$OUT/log.txt" >/dev/null); then
         python3 -c "import json,sys; r=json.load(open('/tmp/row.json')); r['row']=sys.argv[1]; \
-print(json.dumps(r))" "$name" >>"$OUT/rows.jsonl"
+r['wall_s']=int(sys.argv[2]); print(json.dumps(r))" "$name" $((SECONDS - start)) >>"$OUT/rows.jsonl"
     else
-        echo "{\"row\": \"$name\", \"failed\": true}" >>"$OUT/rows.jsonl"
+        echo "{\"row\": \"$name\", \"failed\": true, \"wall_s\": $((SECONDS - start))}" \
+            >>"$OUT/rows.jsonl"
     fi
     rm -f /tmp/row.json
 }
@@ -39,17 +44,18 @@ SHIPPED=(--preset qwen2.5-1.5b --prompt-len 384)
 row config_now . "${SHIPPED[@]}" --config configs/qwen2.5-coder-1.5b-mbpp.toml
 row config_1b02179 .baseline "${SHIPPED[@]}" --gradient-checkpointing --micro-batch-tokens 16384
 # 2. the 1.5B default case (utilisation; same FLOP count), and the 0.5B LoRA G = 2 case, at the
-#    defaults and with a memory target (checkpointing the fewest layers that fit it)
+#    defaults
 row default_1p5b . --preset qwen2.5-1.5b
 row lora_0p5b_g2 . --preset qwen2.5-coder-0.5b --lora --group 2
-row lora_0p5b_g2_7gib . --preset qwen2.5-coder-0.5b --lora --group 2 \
-    --gradient-checkpointing auto --learner.memory_gib 7
 # 3. the 7B LoRA case on every linear layer: fits in 80 GiB?
 SEVEN=(--preset qwen2.5-7b --lora --learner.lora.target_modules
     '["q_proj","k_proj","v_proj","o_proj","gate_proj","up_proj","down_proj"]')
 row lora_7b . "${SEVEN[@]}"
+# 4. with a memory target (checkpointing the fewest layers that fit it)
+row lora_0p5b_g2_7gib . --preset qwen2.5-coder-0.5b --lora --group 2 \
+    --gradient-checkpointing auto --learner.memory_gib 7
 row lora_7b_76gib . "${SEVEN[@]}" --gradient-checkpointing auto --learner.memory_gib 76
-# 4. the shipped config's checkpointing, if time is left: all but the last layer (the same
+# 5. the shipped config's checkpointing, if time is left: all but the last layer (the same
 #    32 GiB plan, ~20.3k-token micro-batches) and "auto" at 8192 tokens (22 of 28 layers,
 #    ~8.4k-token micro-batches): which is faster decides the shipped setting
 row config_27_layers . "${SHIPPED[@]}" --config configs/qwen2.5-coder-1.5b-mbpp.toml \
