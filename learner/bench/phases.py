@@ -50,8 +50,11 @@ class PhaseMemory:
         reset: Callable[[], None],
         peak: Callable[[], int],
         counting: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+        eager_optimizer: bool = False,
     ) -> None:
         self._reset, self._peak, self.counting = reset, peak, counting
+        #: run the optimiser's own ``torch.compile`` eagerly (see :meth:`live_tensors`)
+        self.eager_optimizer = eager_optimizer
         self.before = peak()  # building the model and anything before the first phase
         self.peaks: dict[str, int] = {}
         self.sequence: list[str] = []  # every phase entered, in order (for tests)
@@ -67,11 +70,15 @@ class PhaseMemory:
 
     @classmethod
     def live_tensors(cls, device: torch.device) -> PhaseMemory:
-        """The bytes of live tensors on ``device`` (any device; the bench uses it on CPU)."""
+        """The bytes of live tensors on ``device`` (any device; the bench uses it on CPU).
+
+        The counter is a dispatch mode, which dynamo refuses to trace under: torchao's
+        low-precision AdamW compiles its step with ``fullgraph=True`` and failed, so the
+        optimiser step runs eagerly here, its temporaries counted op by op."""
         counter = LiveTensorBytes(device)
         with counter:  # counts the model, the reference and the optimiser already built
             pass
-        return cls(counter.reset, counter.peak, lambda: counter)
+        return cls(counter.reset, counter.peak, lambda: counter, eager_optimizer=True)
 
     def enter(self, phase: str) -> None:
         """End the current phase and begin ``phase``; ignored inside a held phase (the
@@ -119,7 +126,10 @@ def instrument(learner, recorder: PhaseMemory) -> None:
     trainer = learner.trainer
     trainer.reference_logprobs = recorder.hold("reference_forward", trainer.reference_logprobs)
     trainer.policy_logprobs = recorder.hold("old_policy_forward", trainer.policy_logprobs)
-    trainer.optimizer_step = recorder.hold("optimizer_step", trainer.optimizer_step)
+    step = trainer.optimizer_step
+    if recorder.eager_optimizer:
+        step = _eager(step)
+    trainer.optimizer_step = recorder.hold("optimizer_step", step)
     logprobs = trainer.logprobs
 
     @functools.wraps(logprobs)
@@ -135,6 +145,17 @@ def instrument(learner, recorder: PhaseMemory) -> None:
     stack = _decoder_stack(learner.model)
     stack.register_forward_pre_hook(lambda *_: recorder.enter("policy_forward"))
     stack.register_forward_hook(lambda *_: recorder.enter("lm_head"))
+
+
+def _eager(fn: Callable) -> Callable:
+    """``fn`` with every ``torch.compile`` inside it run as plain eager code."""
+
+    @functools.wraps(fn)
+    def eager(*args, **kwargs):
+        with torch.compiler.set_stance("force_eager"):
+            return fn(*args, **kwargs)
+
+    return eager
 
 
 def _decoder_stack(model: nn.Module) -> nn.Module:

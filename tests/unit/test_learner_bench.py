@@ -99,6 +99,21 @@ def test_bench_reports_step_time_throughput_and_memory(tmp_path, capsys):
     assert "phase backward: peak" in captured.err
 
 
+def test_the_shipped_config_runs_on_cpu_with_its_8_bit_optimiser(tmp_path):
+    """configs/qwen2.5-coder-1.5b-mbpp.toml keeps AdamW's moments in 8 bits (torchao), whose
+    step compiles with fullgraph=True; on CPU the phases count with a dispatch mode, under
+    which dynamo refuses to trace, and the bench failed at its first optimiser step."""
+    out = tmp_path / "result.json"
+    config = Path(__file__).resolve().parents[2] / "configs/qwen2.5-coder-1.5b-mbpp.toml"
+    argv = ["--preset", "tiny", "--config", str(config), "--prompts", "2", "--group", "2",
+            "--prompt-len", "4", "--completion-len", "8", "--steps", "2", "--warmup", "0",
+            "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    result = json.loads(out.read_text())
+    assert result["learner"]["optimizer"] == "adamw_8bit"
+    assert result["phase_peak_gib"]["optimizer_step"] > 0
+
+
 def test_layers_override_keeps_every_other_dimension(tmp_path):
     from transformers import AutoConfig
 
