@@ -55,6 +55,14 @@ TIED_GRADIENT_EXTRA_COPIES = 2
 #: pass: the H200 rows of issue 34 measured 70.5 against 65.2 GiB without it (1.5B, micro-batch
 #: 8192), +16% of the activations.
 SHARED_PROMPTS_FACTOR = 1.16
+#: A compiled CUDA step (``learner.compile``, on by default there) saves fewer activations than
+#: the eager count below: inductor fuses the element-wise work (RMSNorm, SiLU x up, the casts)
+#: and recomputes it in backward from the matmul inputs it keeps. Measured on an H200 on
+#: 2026-11-27 (issue 34's rows, docs/scaling.md): the decoder layers' activations were 0.44,
+#: 0.45, 0.64 and 0.65 of the eager count (0.5B LoRA, the shipped 1.5B config, 1.5B full, 7B
+#: LoRA); the largest is used, so a plan over-counts the others rather than under-counts one.
+#: Not applied on CPU, where it is not measured (compile is off there by default).
+COMPILED_ACTIVATION_FACTOR = 0.65
 #: Rows the attention mask is counted at when the caller does not know (model.max_model_len is
 #: better): HF turns a padding mask into a (rows, 1, T, T) bias per layer, 2 B x T per token.
 DEFAULT_ROW_TOKENS = 2048
@@ -230,6 +238,12 @@ def learner_state(
     if learner.beta > 0 and not lora.enabled and learner.reference == "frozen_copy":
         reference = params * DTYPE_BYTES[learner.reference_dtype_on(device)]
     matmul = params - (0 if shape.tied_embeddings else shape.embedding_parameters)
+    if _compiled_layers(learner, device):
+        # the compiled layers cast each weight inside their graph and recompute the cast in
+        # backward: no copy outlives its use (the H200 rows' backward peaks leave no room for
+        # one: 23.9 GiB measured for the shipped 1.5B config, 25.2 counted with them and no
+        # activations at all). The LM head, not compiled, keeps its copy.
+        matmul -= shape.layers * shape.layer_parameters
     ranks = learner.num_ranks
     tied = 0
     if shape.tied_embeddings and not lora.enabled:
@@ -310,11 +324,19 @@ def activation_bytes_per_token(
         saved = (shape.layers + 1) * layer
         if learner.share_prompts_on(device):  # off with a checkpointed layer (learner.py)
             saved = int(saved * SHARED_PROMPTS_FACTOR)
+    if _compiled_layers(learner, device):
+        saved = int(saved * COMPILED_ACTIVATION_FACTOR)
     final = 3 * residual  # the final norm's input and output, the hidden states the head reads
     logits = 0
     if learner.logprob_chunk_tokens <= 0:
         logits = LOGIT_TENSORS_AT_PEAK * 4 * shape.vocab
     return saved + final + logits
+
+
+def _compiled_layers(learner: LearnerConfig, device: str) -> bool:
+    """Whether a learner on ``device`` compiles its decoder layers and the count of a
+    compiled step applies (measured on CUDA only)."""
+    return device == "cuda" and learner.compile_on(device)
 
 
 def logit_bytes(shape: ModelShape, learner: LearnerConfig, micro_batch_tokens: int) -> int:

@@ -47,7 +47,7 @@ def test_a_full_fine_tune_of_1_5b_colocated_on_10_gib_is_refused_in_one_line():
     refusal = plan_memory(config, shape("qwen2.5-coder-1.5b")).refusal
     assert refusal is not None and "\n" not in refusal
     assert "rollout.colocate needs 43.9 GiB on a 10 GiB card (ray.gpu_memory_gib)" in refusal
-    assert "learner step 38.5 + sleeping engine 1.5" in refusal
+    assert "learner step 35.0 + sleeping engine 1.5" in refusal
     assert "learner.lora.enabled = true" in refusal  # the weights leave the KV cache no room
 
 
@@ -161,17 +161,20 @@ def test_a_memory_target_shorter_than_one_sequence_is_refused_with_advice_that_h
     flags = ["--learner.num_gpus", str(gpus), "--learner.dtype", "bfloat16"]
     flags += ["--learner.beta", "0.04", "--learner.gradient_checkpointing", checkpointing]
     flags += ["--model.max_model_len", "32768"]
-    config = load_config(None, [*flags, "--learner.memory_gib", "40"])
+    # under one 32k sequence, over the state: a CPU learner's fp32 reference and eager
+    # activations need more than a compiled CUDA one's
+    target = 34 if gpus else 40
+    config = load_config(None, [*flags, "--learner.memory_gib", str(target)])
     with pytest.raises(ConfigError) as refused:
         check_memory_plan(config, str(tmp_path))
     message = str(refused.value)
-    assert message.startswith("learner.memory_gib (40) gives micro-batches of ")
+    assert message.startswith(f"learner.memory_gib ({target}) gives micro-batches of ")
     assert "fewer than one sequence of model.max_model_len (32768)" in message
     advice = re.search(
         r"give learner\.memory_gib >= ([0-9.]+)( with learner\.micro_batch_tokens >= 32768)?,",
         message,
     )
-    assert advice and 40 < float(advice[1]) < 140, message
+    assert advice and target < float(advice[1]) < 140, message
     # "auto" checkpoints for micro_batch_tokens, so its advice raises that too
     assert bool(advice[2]) == (checkpointing == "auto"), message
     taken = [*flags, "--learner.memory_gib", advice[1]]
