@@ -2,10 +2,11 @@
 and the vLLM engine's weights and KV cache.
 
 Pure arithmetic (no torch): the memory plan (``launch/fleet/memory_plan.py``) runs it before
-anything starts, and the learner derives its micro-batch token budget from ``learner.memory_gib``
-with it. Counts follow what the code keeps today, read from the modules named at each function;
-every constant below says where it comes from. None of it is a measurement: docs/scaling.md
-compares it with the learner peaks measured on an H200 (issue 34's table).
+anything starts, and the learner derives its micro-batch token budget with it
+(``common/memory_fit.py``). Counts follow what the code keeps today, read from the modules
+named at each function; every constant below says where it comes from. Two factors are fitted
+to the learner peaks measured on an H200 (issue 34's rows); docs/scaling.md compares the rest
+with them.
 
 Activations follow Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
 Transformer Models", section 4.1): count, per token and decoder layer, the bytes of every
@@ -295,8 +296,8 @@ def activation_bytes_per_token(
     """Activation bytes of the policy's forward + backward per micro-batch token, at the peak
     of the backward pass, with ``checkpointed`` decoder layers (default: as
     ``learner.gradient_checkpointing`` says; required with ``"auto"``, which
-    :func:`checkpointed_layers` resolves from the run's memory terms), for a learner on
-    ``device`` (``learner.share_prompts`` resolves per device).
+    ``common.memory_fit.checkpointed_layers`` resolves from the run's memory terms), for a
+    learner on ``device`` (``learner.share_prompts`` resolves per device).
 
     Without checkpointing every layer's saved tensors, plus one layer's worth for the gradients
     of the layer being differentiated. A checkpointed layer keeps only its input (the residual
@@ -308,14 +309,8 @@ def activation_bytes_per_token(
     adds the full-vocabulary float32 logits of every token (learner/logprobs.py: no
     recompute); with chunks they are a fixed cost (:func:`logit_bytes`).
     """
-    if checkpointed is None:
-        if learner.gradient_checkpointing == "auto":
-            # "auto" depends on the state (reference dtype, export copy) a caller knows
-            raise ValueError(
-                "gradient_checkpointing = 'auto': pass checkpointed, from "
-                "checkpointed_layers with the run's memory terms"
-            )
-        checkpointed = checkpointed_layers(shape, learner, device, row_tokens)
+    if checkpointed is None:  # "auto" depends on the state (reference dtype, export copy)
+        checkpointed = configured_layers(shape, learner)
     layer = layer_activation_bytes(shape, learner, row_tokens)
     residual = Precision.of(learner).param * shape.hidden
     if checkpointed:
@@ -353,147 +348,23 @@ def logit_bytes(shape: ModelShape, learner: LearnerConfig, micro_batch_tokens: i
     return tensors * 4 * shape.vocab * min(chunk, micro_batch_tokens)
 
 
-def learner_step_peak(
-    shape: ModelShape,
-    learner: LearnerConfig,
-    micro_batch_tokens: int,
-    *,
-    device: str = "cuda",
-    row_tokens: int = DEFAULT_ROW_TOKENS,
-    export_copy: int = 0,
-    checkpointed: int | None = None,
-) -> int:
-    """One rank's peak over a train step: the backward of a full micro-batch, or AdamW's step
-    (``checkpointed`` layers as in :func:`activation_bytes_per_token`)."""
-    state = learner_state(shape, learner, device, export_copy)
-    if checkpointed is None:
-        checkpointed = checkpointed_layers(shape, learner, device, row_tokens, export_copy)
-    per_token = activation_bytes_per_token(shape, learner, row_tokens, checkpointed, device)
-    backward = (
-        state.backward
-        + micro_batch_tokens * per_token
-        + logit_bytes(shape, learner, micro_batch_tokens)
-    )
-    return max(backward, state.optimiser_step)
-
-
-class MemoryTargetError(ValueError):
-    """``learner.memory_gib`` leaves no room for a micro-batch."""
-
-
 class CheckpointedLayersError(ValueError):
     """``learner.gradient_checkpointing`` names more decoder layers than the model has."""
 
 
-#: The range a derived micro-batch budget is clamped to. Below it a micro-batch holds a few
-#: rows of an MBPP step and the step runs nearly row by row; above it (2^18) no rollout batch
-#: of the shipped configs needs more than one micro-batch.
-MIN_MICRO_BATCH_TOKENS = 256
-MAX_MICRO_BATCH_TOKENS = 1 << 18
-
-
-def micro_batch_budget(
-    shape: ModelShape,
-    learner: LearnerConfig,
-    device: str = "cuda",
-    row_tokens: int = DEFAULT_ROW_TOKENS,
-    export_copy: int = 0,
-    checkpointed: int | None = None,
-) -> int:
-    """The micro-batch token budget that keeps one rank's step under ``learner.memory_gib``:
-    (target - state held through backward - the LM head's chunk) / activation bytes per token
-    with ``checkpointed`` layers (default: as configured), clamped to [MIN_MICRO_BATCH_TOKENS,
-    MAX_MICRO_BATCH_TOKENS]. Raises :class:`MemoryTargetError` when the target cannot hold
-    the smallest."""
-    if checkpointed is None:
-        checkpointed = checkpointed_layers(shape, learner, device, row_tokens, export_copy)
-    target = int(learner.memory_gib * GIB)
-    state = learner_state(shape, learner, device, export_copy)
-    fixed, per_token = _step_bytes(shape, learner, checkpointed, state, row_tokens, device)
-    tokens = (target - fixed) // per_token
-    if tokens < MIN_MICRO_BATCH_TOKENS or state.optimiser_step > target:
-        need = max(fixed + MIN_MICRO_BATCH_TOKENS * per_token, state.optimiser_step)
-        raise MemoryTargetError(
-            f"learner.memory_gib ({learner.memory_gib:g}) cannot hold a micro-batch of "
-            f"{MIN_MICRO_BATCH_TOKENS} tokens: the state alone is {gib(state.backward)} GiB "
-            f"(weights {gib(state.weights)}, gradients {gib(state.gradients)}, AdamW "
-            f"{gib(state.optimiser)}, reference {gib(state.reference)}); it needs at least "
-            f"{gib(need)} GiB, or LoRA / master_dtype = 'same'"
-        )
-    return int(min(tokens, MAX_MICRO_BATCH_TOKENS))
-
-
-def _step_bytes(
-    shape: ModelShape,
-    learner: LearnerConfig,
-    checkpointed: int,
-    state: LearnerState,
-    row_tokens: int,
-    device: str,
-) -> tuple[int, int]:
-    """A step's bytes through backward whatever the micro-batch (``state`` and the LM head's
-    chunk), and its activation bytes per micro-batch token with ``checkpointed`` layers."""
-    fixed = state.backward + logit_bytes(shape, learner, MAX_MICRO_BATCH_TOKENS)
-    return fixed, activation_bytes_per_token(shape, learner, row_tokens, checkpointed, device)
-
-
-@dataclass(frozen=True)
-class MicroBatchFit:
-    """How a learner rank's step is fitted to memory: decoder layers checkpointed (the first
-    ones) and the micro-batch token budget."""
-
-    checkpointed: int
-    tokens: int
-
-
-def fit_micro_batch(
-    shape: ModelShape,
-    learner: LearnerConfig,
-    *,
-    device: str = "cuda",
-    row_tokens: int = DEFAULT_ROW_TOKENS,
-    export_copy: int = 0,
-) -> MicroBatchFit:
-    """``learner.gradient_checkpointing`` resolved on this shape, and the micro-batch budget:
-    ``learner.micro_batch_tokens``, or with ``learner.memory_gib`` :func:`micro_batch_budget`
-    at those layers. Raises :class:`CheckpointedLayersError` or :class:`MemoryTargetError`."""
-    terms = (device, row_tokens, export_copy)
-    checkpointed = checkpointed_layers(shape, learner, *terms)
-    if not learner.memory_gib:
-        return MicroBatchFit(checkpointed, learner.micro_batch_tokens)
-    return MicroBatchFit(checkpointed, micro_batch_budget(shape, learner, *terms, checkpointed))
-
-
-def checkpointed_layers(
-    shape: ModelShape,
-    learner: LearnerConfig,
-    device: str = "cuda",
-    row_tokens: int = DEFAULT_ROW_TOKENS,
-    export_copy: int = 0,
-) -> int:
-    """How many decoder layers (the first ones) ``learner.gradient_checkpointing`` checkpoints
-    on this shape: true all, false none, an integer that many; ``"auto"`` the fewest with
-    which a micro-batch of ``learner.micro_batch_tokens`` fits ``learner.memory_gib`` (all
-    when none does: :func:`micro_batch_budget` then shrinks the micro-batch), none without a
-    target. Raises :class:`CheckpointedLayersError` for more layers than the model has."""
+def configured_layers(shape: ModelShape, learner: LearnerConfig) -> int:
+    """The decoder layers a fixed ``learner.gradient_checkpointing`` checkpoints (the first
+    ones): true all, false none, an integer that many; ``"auto"`` is resolved by
+    ``common/memory_fit.py`` from the run's memory terms. Raises
+    :class:`CheckpointedLayersError` for more layers than the model has."""
     setting, layers = learner.gradient_checkpointing, shape.layers
+    if setting == "auto":
+        raise ValueError(
+            "gradient_checkpointing = 'auto': pass checkpointed, from "
+            "common.memory_fit.checkpointed_layers with the run's memory terms"
+        )
     if isinstance(setting, bool):
         return layers if setting else 0
-    if setting == "auto":
-        if not learner.memory_gib:
-            return 0
-        state = learner_state(shape, learner, device, export_copy)
-        target = int(learner.memory_gib * GIB)
-        for count in range(layers):
-            fixed, per_token = _step_bytes(shape, learner, count, state, row_tokens, device)
-            if (target - fixed) // per_token >= learner.micro_batch_tokens:
-                return count
-        # None fits: all of them, and micro_batch_budget shrinks the micro-batch. The count
-        # gives L - 1 layers one residual less than L, but L measured smaller (bench-20m on
-        # CPU: 0.651 against 0.689 GiB, docs/benchmarks.md "Checkpointed layers on CPU"):
-        # with the last layer kept, its saved tensors meet the LM head's; recomputed, they
-        # do not. Where L - 1 already fits, L is not tried.
-        return layers
     if setting > layers:
         raise CheckpointedLayersError(
             f"learner.gradient_checkpointing ({setting}) is more than the model's {layers} "

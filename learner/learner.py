@@ -29,7 +29,8 @@ from torch import Tensor
 from algorithm.kl_control import KlControl
 from algorithm.loss import sequence_kl
 from common.config import LearnerConfig
-from common.memory import GIB, MicroBatchFit, ModelShape, fit_micro_batch, learner_step_peak
+from common.memory import GIB, ModelShape
+from common.memory_fit import MicroBatchFit, fit_micro_batch, learner_step_peak
 from common.transport import DEFAULT_BUCKET_BYTES, transport_for
 from common.types import ProcessGroupSpec, TrainSample, WeightUpdate
 from learner import checkpoint

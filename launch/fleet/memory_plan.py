@@ -33,18 +33,20 @@ from common.engine_memory import EngineMemory, engine_memory, kv_cache_tokens
 from common.help_format import DefaultsHelpFormatter
 from common.memory import (
     GIB,
-    MAX_MICRO_BATCH_TOKENS,
     CheckpointedLayersError,
-    MemoryTargetError,
-    MicroBatchFit,
     ModelShape,
     activation_bytes_per_token,
-    fit_micro_batch,
     gib,
     ipc_export_copy,
     learner_state,
-    learner_step_peak,
     logit_bytes,
+)
+from common.memory_fit import (
+    MAX_MICRO_BATCH_TOKENS,
+    MemoryTargetError,
+    MicroBatchFit,
+    fit_micro_batch,
+    learner_step_peak,
 )
 
 logger = logging.getLogger("launch.memory_plan")

@@ -46,7 +46,8 @@ from pathlib import Path
 import pytest
 
 from common.config import LearnerConfig
-from common.memory import ModelShape, fit_micro_batch
+from common.memory import ModelShape
+from common.memory_fit import fit_micro_batch
 from launch.loop.rollouts import read_rollouts
 from learner.schedule import learning_rate
 from tests.integration.helpers import REPO, read_jsonl, run_module

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from common.config import LearnerConfig
-from common.memory import GIB, ModelShape, learner_step_peak
+from common.memory import GIB, ModelShape
+from common.memory_fit import learner_step_peak
 from learner.learner import Learner
 from learner.policy import checkpoint_layers, decoder_layers
 from tests.unit.test_learner_step import _config, _samples, _save_tiny_qwen2

@@ -16,11 +16,13 @@ from common.memory import (
     GIB,
     HEAD_FUNCTION_LOGIT_TENSORS,
     LOGIT_TENSORS_AT_PEAK,
-    MAX_MICRO_BATCH_TOKENS,
-    MemoryTargetError,
     ModelShape,
     activation_bytes_per_token,
     learner_state,
+)
+from common.memory_fit import (
+    MAX_MICRO_BATCH_TOKENS,
+    MemoryTargetError,
     learner_step_peak,
     micro_batch_budget,
 )

@@ -9,11 +9,8 @@ from pathlib import Path
 import pytest
 
 from common.config import ConfigError, LearnerConfig, load_config
-from common.memory import (
-    GIB,
-    CheckpointedLayersError,
-    ModelShape,
-    activation_bytes_per_token,
+from common.memory import GIB, CheckpointedLayersError, ModelShape, activation_bytes_per_token
+from common.memory_fit import (
     checkpointed_layers,
     fit_micro_batch,
     learner_step_peak,

@@ -11,7 +11,7 @@ import shutil
 import pytest
 
 from common.config import ConfigError, load_config
-from common.memory import MAX_MICRO_BATCH_TOKENS, fit_micro_batch
+from common.memory_fit import MAX_MICRO_BATCH_TOKENS, fit_micro_batch
 from launch.fleet.memory_plan import (
     check_memory_plan,
     fit_table,

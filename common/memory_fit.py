@@ -1,0 +1,160 @@
+"""A learner rank's step fitted to memory, by the arithmetic of ``common/memory.py``: the
+micro-batch token budget under ``learner.memory_gib`` (or the card's memory), and the decoder
+layers ``learner.gradient_checkpointing = "auto"`` checkpoints. The learner derives its budget
+here when it starts and the driver's memory plan prints the same before anything starts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from common.config import LearnerConfig
+from common.memory import (
+    DEFAULT_ROW_TOKENS,
+    GIB,
+    LearnerState,
+    ModelShape,
+    activation_bytes_per_token,
+    configured_layers,
+    gib,
+    learner_state,
+    logit_bytes,
+)
+
+
+def learner_step_peak(
+    shape: ModelShape,
+    learner: LearnerConfig,
+    micro_batch_tokens: int,
+    *,
+    device: str = "cuda",
+    row_tokens: int = DEFAULT_ROW_TOKENS,
+    export_copy: int = 0,
+    checkpointed: int | None = None,
+) -> int:
+    """One rank's peak over a train step: the backward of a full micro-batch, or AdamW's step
+    (``checkpointed`` layers as in :func:`activation_bytes_per_token`)."""
+    state = learner_state(shape, learner, device, export_copy)
+    if checkpointed is None:
+        checkpointed = checkpointed_layers(shape, learner, device, row_tokens, export_copy)
+    per_token = activation_bytes_per_token(shape, learner, row_tokens, checkpointed, device)
+    backward = (
+        state.backward
+        + micro_batch_tokens * per_token
+        + logit_bytes(shape, learner, micro_batch_tokens)
+    )
+    return max(backward, state.optimiser_step)
+
+
+class MemoryTargetError(ValueError):
+    """``learner.memory_gib`` leaves no room for a micro-batch."""
+
+
+#: The range a derived micro-batch budget is clamped to. Below it a micro-batch holds a few
+#: rows of an MBPP step and the step runs nearly row by row; above it (2^18) no rollout batch
+#: of the shipped configs needs more than one micro-batch.
+MIN_MICRO_BATCH_TOKENS = 256
+MAX_MICRO_BATCH_TOKENS = 1 << 18
+
+
+def micro_batch_budget(
+    shape: ModelShape,
+    learner: LearnerConfig,
+    device: str = "cuda",
+    row_tokens: int = DEFAULT_ROW_TOKENS,
+    export_copy: int = 0,
+    checkpointed: int | None = None,
+) -> int:
+    """The micro-batch token budget that keeps one rank's step under ``learner.memory_gib``:
+    (target - state held through backward - the LM head's chunk) / activation bytes per token
+    with ``checkpointed`` layers (default: as configured), clamped to [MIN_MICRO_BATCH_TOKENS,
+    MAX_MICRO_BATCH_TOKENS]. Raises :class:`MemoryTargetError` when the target cannot hold
+    the smallest."""
+    if checkpointed is None:
+        checkpointed = checkpointed_layers(shape, learner, device, row_tokens, export_copy)
+    target = int(learner.memory_gib * GIB)
+    state = learner_state(shape, learner, device, export_copy)
+    fixed, per_token = _step_bytes(shape, learner, checkpointed, state, row_tokens, device)
+    tokens = (target - fixed) // per_token
+    if tokens < MIN_MICRO_BATCH_TOKENS or state.optimiser_step > target:
+        need = max(fixed + MIN_MICRO_BATCH_TOKENS * per_token, state.optimiser_step)
+        raise MemoryTargetError(
+            f"learner.memory_gib ({learner.memory_gib:g}) cannot hold a micro-batch of "
+            f"{MIN_MICRO_BATCH_TOKENS} tokens: the state alone is {gib(state.backward)} GiB "
+            f"(weights {gib(state.weights)}, gradients {gib(state.gradients)}, AdamW "
+            f"{gib(state.optimiser)}, reference {gib(state.reference)}); it needs at least "
+            f"{gib(need)} GiB, or LoRA / master_dtype = 'same'"
+        )
+    return int(min(tokens, MAX_MICRO_BATCH_TOKENS))
+
+
+def _step_bytes(
+    shape: ModelShape,
+    learner: LearnerConfig,
+    checkpointed: int,
+    state: LearnerState,
+    row_tokens: int,
+    device: str,
+) -> tuple[int, int]:
+    """A step's bytes through backward whatever the micro-batch (``state`` and the LM head's
+    chunk), and its activation bytes per micro-batch token with ``checkpointed`` layers."""
+    fixed = state.backward + logit_bytes(shape, learner, MAX_MICRO_BATCH_TOKENS)
+    return fixed, activation_bytes_per_token(shape, learner, row_tokens, checkpointed, device)
+
+
+@dataclass(frozen=True)
+class MicroBatchFit:
+    """How a learner rank's step is fitted to memory: decoder layers checkpointed (the first
+    ones) and the micro-batch token budget."""
+
+    checkpointed: int
+    tokens: int
+
+
+def fit_micro_batch(
+    shape: ModelShape,
+    learner: LearnerConfig,
+    *,
+    device: str = "cuda",
+    row_tokens: int = DEFAULT_ROW_TOKENS,
+    export_copy: int = 0,
+) -> MicroBatchFit:
+    """``learner.gradient_checkpointing`` resolved on this shape, and the micro-batch budget:
+    ``learner.micro_batch_tokens``, or with ``learner.memory_gib`` :func:`micro_batch_budget`
+    at those layers. Raises :class:`CheckpointedLayersError` or :class:`MemoryTargetError`."""
+    terms = (device, row_tokens, export_copy)
+    checkpointed = checkpointed_layers(shape, learner, *terms)
+    if not learner.memory_gib:
+        return MicroBatchFit(checkpointed, learner.micro_batch_tokens)
+    return MicroBatchFit(checkpointed, micro_batch_budget(shape, learner, *terms, checkpointed))
+
+
+def checkpointed_layers(
+    shape: ModelShape,
+    learner: LearnerConfig,
+    device: str = "cuda",
+    row_tokens: int = DEFAULT_ROW_TOKENS,
+    export_copy: int = 0,
+) -> int:
+    """How many decoder layers (the first ones) ``learner.gradient_checkpointing`` checkpoints
+    on this shape: true all, false none, an integer that many; ``"auto"`` the fewest with
+    which a micro-batch of ``learner.micro_batch_tokens`` fits ``learner.memory_gib`` (all
+    when none does: :func:`micro_batch_budget` then shrinks the micro-batch), none without a
+    target. Raises :class:`CheckpointedLayersError` for more layers than the model has."""
+    setting, layers = learner.gradient_checkpointing, shape.layers
+    if setting == "auto":
+        if not learner.memory_gib:
+            return 0
+        state = learner_state(shape, learner, device, export_copy)
+        target = int(learner.memory_gib * GIB)
+        for count in range(layers):
+            fixed, per_token = _step_bytes(shape, learner, count, state, row_tokens, device)
+            if (target - fixed) // per_token >= learner.micro_batch_tokens:
+                return count
+        # None fits: all of them, and micro_batch_budget shrinks the micro-batch. The count
+        # gives L - 1 layers one residual less than L, but L measured smaller (bench-20m on
+        # CPU: 0.651 against 0.689 GiB, docs/benchmarks.md "Checkpointed layers on CPU"):
+        # with the last layer kept, its saved tensors meet the LM head's; recomputed, they
+        # do not. Where L - 1 already fits, L is not tried.
+        return layers
+    return configured_layers(shape, learner)
