@@ -158,3 +158,34 @@ def checkpointed_layers(
         # do not. Where L - 1 already fits, L is not tried.
         return layers
     return configured_layers(shape, learner)
+
+
+#: What a learner with no ``learner.memory_gib`` plans a step to on a CUDA card: this fraction
+#: of the card's memory. The rest is for what the count does not see: the caching allocator's
+#: free blocks and fragmentation (the H200 rows measured allocated bytes, which is what the
+#: count is fitted to, not reserved ones), the count's own error (it is 5% under one eager row
+#: of issue 34's table), and a colocated engine asleep (~1.5 GiB). A design margin, not measured.
+CARD_FILL = 0.9
+
+
+def fit_card(
+    shape: ModelShape, learner: LearnerConfig, card_gib: float = 0.0, **terms
+) -> MicroBatchFit:
+    """:func:`fit_micro_batch`, with the learner's card as a ceiling when no
+    ``learner.memory_gib`` is set: ``learner.micro_batch_tokens``, or fewer where a step of
+    them would pass ``CARD_FILL`` of ``card_gib``, and ``gradient_checkpointing = "auto"``
+    checkpoints the fewest layers that fit the card. On a large card the fixed budget stands;
+    on a small one a step shrinks to fit instead of running out of memory. ``card_gib = 0``
+    (CPU, or unknown): :func:`fit_micro_batch` alone. Raises :class:`MemoryTargetError`
+    naming the card when not even the state fits it."""
+    if learner.memory_gib or not card_gib:
+        return fit_micro_batch(shape, learner, **terms)
+    target = round(card_gib * CARD_FILL, 1)
+    planned = learner.model_copy(update={"memory_gib": target})
+    try:
+        fit = fit_micro_batch(shape, planned, **terms)
+    except MemoryTargetError as exc:
+        card = f"the card's {card_gib:.1f} GiB ({CARD_FILL:.0%} of it, {target:g}, planned"
+        message = str(exc).replace(f"learner.memory_gib ({target:g})", f"{card})", 1)
+        raise MemoryTargetError(message) from None
+    return MicroBatchFit(fit.checkpointed, min(fit.tokens, learner.micro_batch_tokens))

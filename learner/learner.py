@@ -30,11 +30,12 @@ from algorithm.kl_control import KlControl
 from algorithm.loss import sequence_kl
 from common.config import LearnerConfig
 from common.memory import GIB, ModelShape
-from common.memory_fit import MicroBatchFit, fit_micro_batch, learner_step_peak
+from common.memory_fit import MicroBatchFit, fit_card, learner_step_peak
 from common.transport import DEFAULT_BUCKET_BYTES, transport_for
 from common.types import ProcessGroupSpec, TrainSample, WeightUpdate
 from learner import checkpoint
 from learner.batching import collate, validate_samples
+from learner.card import card_memory_gib
 from learner.export import export_metadata, export_state_dict, iter_export
 from learner.flops import forward_flops, mfu_peak_flops, model_config_shape, spans, step_flops
 from learner.logprobs import can_share_prompts
@@ -164,21 +165,30 @@ class Learner:
         ``learner.memory_gib`` the one whose step peak fits that target), by the arithmetic of
         ``common/memory.py`` on this model's shape; logged once. Refuses (ValueError, one
         line) a target below the learner's state or more layers than the model has."""
-        config = self.config
-        if config.gradient_checkpointing is False and not config.memory_gib:
-            return MicroBatchFit(0, config.micro_batch_tokens)
-        shape = ModelShape.from_config(base_model_of(self.model).config.to_dict())
+        config, card = self.config, card_memory_gib(self.device)
+        fixed = MicroBatchFit(0, config.micro_batch_tokens)
+        if config.gradient_checkpointing is False and not config.memory_gib and not card:
+            return fixed
+        try:
+            shape = ModelShape.from_config(base_model_of(self.model).config.to_dict())
+        except ValueError as exc:
+            if config.gradient_checkpointing is not False or config.memory_gib:
+                raise
+            # only the card's ceiling asked for the count: run as configured, as on CPU
+            logger.warning("%s: micro-batches of micro_batch_tokens, not fitted to the card", exc)
+            return fixed
         # weights.transport = "ipc": every rank keeps a whole serving-dtype copy for its engine
         copy = shape.parameters * self.export_dtype.itemsize if self.sender.every_rank_sends else 0
         terms = {"device": self.device.type, "export_copy": copy}
-        fit = fit_micro_batch(shape, config, **terms)
+        fit = fit_card(shape, config, card, **terms)
         peak = learner_step_peak(shape, config, fit.tokens, checkpointed=fit.checkpointed, **terms)
         logger.info(
-            "learner.gradient_checkpointing %s, memory_gib %g: %d of %d decoder layers "
+            "learner.gradient_checkpointing %s, memory_gib %g%s: %d of %d decoder layers "
             "checkpointed, micro-batches of %d tokens (a step's peak %.1f GiB by "
             "common/memory.py's arithmetic)",
             config.gradient_checkpointing,
             config.memory_gib,
+            f" (the card: {card:.1f} GiB)" if card and not config.memory_gib else "",
             fit.checkpointed,
             shape.layers,
             fit.tokens,

@@ -143,7 +143,8 @@ class SpeedKnobs(Section):
         "derived from it (the target minus the rank's weights, gradients, AdamW state and "
         "reference, over the activation bytes per token of the model's shape: common/memory.py) "
         "instead of micro_batch_tokens, so long completions cannot push a step past it; "
-        "0: micro_batch_tokens",
+        "0: micro_batch_tokens, or fewer on a GPU whose card cannot hold them (90% of the "
+        "card planned: common/memory_fit.py)",
     )
     dtype: Literal["float32", "bfloat16"] = "float32"
     gradient_checkpointing: bool | int | Literal["auto"] = Field(
@@ -153,7 +154,8 @@ class SpeedKnobs(Section):
         "<= the model's layers), 'auto' the fewest layers with which a micro-batch of "
         "micro_batch_tokens fits memory_gib (common/memory.py's arithmetic; all of them, and "
         "a smaller micro-batch, when even that does not fit); 'auto' without memory_gib "
-        "checkpoints none, as false does. The count is logged when the "
+        "fits the GPU's card, and on CPU checkpoints none, as false does. The count is logged "
+        "when the "
         "learner starts. Any checkpointed layer turns share_prompts off",
     )
     compile: AutoBool = Field(

@@ -45,6 +45,7 @@ from common.memory_fit import (
     MAX_MICRO_BATCH_TOKENS,
     MemoryTargetError,
     MicroBatchFit,
+    fit_card,
     fit_micro_batch,
     learner_step_peak,
 )
@@ -109,12 +110,21 @@ def memory_terms(config: Config, shape: ModelShape) -> dict:
 
 def learner_fit(config: Config, shape: ModelShape) -> MicroBatchFit:
     """The learner's checkpointed layers and micro-batch budget, as the learner will derive
-    them (``learner.gradient_checkpointing``, ``learner.memory_gib``). Refuses a memory target
+    them (``learner.gradient_checkpointing``, ``learner.memory_gib``; without a target, a GPU
+    learner fits its card, which the plan knows as ``ray.gpu_memory_gib``). Refuses a memory target
     whose budget is shorter than one sequence of ``model.max_model_len`` tokens: such a
     sequence would still run, alone, past the target (learner/batching.py)."""
     learner, terms = config.learner, memory_terms(config, shape)
+    card = config.ray.gpu_memory_gib if terms["device"] == "cuda" else 0.0
     try:
-        fit = fit_micro_batch(shape, learner, **terms)
+        try:
+            fit = fit_card(shape, learner, card, **terms)
+        except MemoryTargetError:
+            if learner.memory_gib:
+                raise
+            # not even the state fits the card: the plan's verdict below says so, with what
+            # to change (the learner would refuse to start with the card's arithmetic)
+            fit = fit_micro_batch(shape, learner, **terms)
     except (MemoryTargetError, CheckpointedLayersError) as exc:
         raise ConfigError(str(exc)) from None
     longest = min(config.model.max_model_len, MAX_MICRO_BATCH_TOKENS)  # the budget's ceiling
