@@ -14,6 +14,9 @@ from common.memory import CUDA_CONTEXT_GIB, DTYPE_BYTES, GIB, ModelShape
 #: frees only what its own allocator tagged (weights, KV cache), so a sleeping engine keeps it
 #: (vLLM docs, features/sleep_mode).
 ENGINE_RUNTIME_GIB = 1.0
+#: What a sleeping engine keeps on its GPU whatever the model (``EngineMemory.asleep``): what a
+#: colocated learner's card holds besides the learner while it steps.
+SLEEPING_ENGINE_GIB = ENGINE_RUNTIME_GIB + CUDA_CONTEXT_GIB
 
 
 @dataclass(frozen=True)

@@ -161,31 +161,50 @@ def checkpointed_layers(
 
 
 #: What a learner with no ``learner.memory_gib`` plans a step to on a CUDA card: this fraction
-#: of the card's memory. The rest is for what the count does not see: the caching allocator's
-#: free blocks and fragmentation (the H200 rows measured allocated bytes, which is what the
-#: count is fitted to, not reserved ones), the count's own error (it is 5% under one eager row
-#: of issue 34's table), and a colocated engine asleep (~1.5 GiB). A design margin, not measured.
+#: of the card's memory (less what another process keeps there: a colocated engine asleep).
+#: The rest is for what the count does not see: the caching allocator's free blocks and
+#: fragmentation (the H200 rows measured allocated bytes, which is what the count is fitted to,
+#: not reserved ones) and the count's own error (5% under one eager row of issue 34's table).
+#: A design margin, not measured.
 CARD_FILL = 0.9
 
 
+def card_target_gib(card_gib: float, reserve_gib: float = 0.0) -> float:
+    """The step a learner with no ``learner.memory_gib`` plans to on a card of ``card_gib``
+    of which another process keeps ``reserve_gib`` (to 0.1 GiB)."""
+    return round((card_gib - reserve_gib) * CARD_FILL, 1)
+
+
 def fit_card(
-    shape: ModelShape, learner: LearnerConfig, card_gib: float = 0.0, **terms
+    shape: ModelShape,
+    learner: LearnerConfig,
+    card_gib: float = 0.0,
+    reserve_gib: float = 0.0,
+    **terms,
 ) -> MicroBatchFit:
     """:func:`fit_micro_batch`, with the learner's card as a ceiling when no
     ``learner.memory_gib`` is set: ``learner.micro_batch_tokens``, or fewer where a step of
-    them would pass ``CARD_FILL`` of ``card_gib``, and ``gradient_checkpointing = "auto"``
+    them would pass :func:`card_target_gib`, and ``gradient_checkpointing = "auto"``
     checkpoints the fewest layers that fit the card. On a large card the fixed budget stands;
     on a small one a step shrinks to fit instead of running out of memory. ``card_gib = 0``
     (CPU, or unknown): :func:`fit_micro_batch` alone. Raises :class:`MemoryTargetError`
     naming the card when not even the state fits it."""
     if learner.memory_gib or not card_gib:
         return fit_micro_batch(shape, learner, **terms)
-    target = round(card_gib * CARD_FILL, 1)
+    target = card_target_gib(card_gib, reserve_gib)
     planned = learner.model_copy(update={"memory_gib": target})
     try:
         fit = fit_micro_batch(shape, planned, **terms)
-    except MemoryTargetError as exc:
-        card = f"the card's {card_gib:.1f} GiB ({CARD_FILL:.0%} of it, {target:g}, planned"
-        message = str(exc).replace(f"learner.memory_gib ({target:g})", f"{card})", 1)
-        raise MemoryTargetError(message) from None
+    except MemoryTargetError:
+        state = learner_state(
+            shape, learner, terms.get("device", "cuda"), terms.get("export_copy", 0)
+        )
+        held = max(state.backward, state.optimiser_step)  # before a single token
+        need = held / GIB / CARD_FILL + reserve_gib
+        raise MemoryTargetError(
+            f"the learner's card ({card_gib:.1f} GiB, {target:g} of it planned) cannot hold "
+            f"its step: the state alone is {gib(held)} GiB; it needs a card of more than "
+            f"{need:.1f} GiB, LoRA, master_dtype = 'same', more learner.num_ranks, or "
+            f"an explicit learner.memory_gib"
+        ) from None
     return MicroBatchFit(fit.checkpointed, min(fit.tokens, learner.micro_batch_tokens))

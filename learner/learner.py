@@ -85,12 +85,16 @@ class Learner:
         total_steps: int = 0,
         group: ProcessGroupSpec | None = None,
         resume_from: str | None = None,
+        card_reserve_gib: float = 0.0,
     ) -> None:
         # torch threads: learner.num_cpus, fewer while a rollout shares the cores (threads.py)
         self.threads = ComputeThreads(config.num_cpus)
         self.threads.apply()
         torch.manual_seed(seed)
         self.config, self.model_path = config, model_path
+        # what another process keeps on this learner's card while it steps (a colocated
+        # engine asleep): left out of the card a step without learner.memory_gib is fitted to
+        self.card_reserve_gib = card_reserve_gib
         name = transport_for(transport, config.lora)
         self.sender = make_sender(name, bucket_bytes=bucket_bytes, adapter_dir=adapter_dir)
         self.device = torch.device(
@@ -161,10 +165,11 @@ class Learner:
 
     def _fit_memory(self) -> MicroBatchFit:
         """The decoder layers to checkpoint (``learner.gradient_checkpointing`` on this model's
-        layers) and the micro-batch token budget (``learner.micro_batch_tokens``, or with
-        ``learner.memory_gib`` the one whose step peak fits that target), by the arithmetic of
-        ``common/memory.py`` on this model's shape; logged once. Refuses (ValueError, one
-        line) a target below the learner's state or more layers than the model has."""
+        layers) and the micro-batch token budget (``learner.micro_batch_tokens``, fewer where a
+        CUDA card cannot hold them, or with ``learner.memory_gib`` the one whose step peak fits
+        that target), by the arithmetic of ``common/memory_fit.py`` on this model's shape;
+        logged once. Refuses (ValueError, one line) a target or a card below the learner's
+        state, or more layers than the model has."""
         config, card = self.config, card_memory_gib(self.device)
         fixed = MicroBatchFit(0, config.micro_batch_tokens)
         if config.gradient_checkpointing is False and not config.memory_gib and not card:
@@ -180,7 +185,7 @@ class Learner:
         # weights.transport = "ipc": every rank keeps a whole serving-dtype copy for its engine
         copy = shape.parameters * self.export_dtype.itemsize if self.sender.every_rank_sends else 0
         terms = {"device": self.device.type, "export_copy": copy}
-        fit = fit_card(shape, config, card, **terms)
+        fit = fit_card(shape, config, card, self.card_reserve_gib, **terms)
         peak = learner_step_peak(shape, config, fit.tokens, checkpointed=fit.checkpointed, **terms)
         logger.info(
             "learner.gradient_checkpointing %s, memory_gib %g%s: %d of %d decoder layers "

@@ -125,10 +125,11 @@ class RayConfig(Section):
     gpu_memory_gib: float = Field(
         0.0,
         ge=0,
-        description="memory of one GPU of the cluster (e.g. 79 for an 80 GB H100, whose 81,559 "
-        "MiB nvidia-smi shows): the memory plan printed before a GPU run starts refuses a "
-        "colocated config that cannot fit it, and warns when a learner or an engine alone "
-        "exceeds it; 0: unknown, the plan is printed but not enforced",
+        description="memory of one GPU of the cluster as torch reports it (e.g. 79.1 for an 80 "
+        "GB H100, whose 81,559 MiB nvidia-smi shows): the memory plan printed before a GPU run "
+        "starts refuses a colocated config that cannot fit it, warns when a learner or an "
+        "engine alone exceeds it, and fits a learner without learner.memory_gib to it as the "
+        "learner does to its own card; 0: unknown, the plan is printed but not enforced",
     )
     start_timeout_s: float = Field(
         900.0,

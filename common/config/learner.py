@@ -368,7 +368,7 @@ class LearnerConfig(LossKnobs, OptimiserKnobs, SpeedKnobs, ResourceKnobs):
     def checkpoints_layers(self) -> bool:
         """Whether ``gradient_checkpointing`` checkpoints a layer whatever the model: true or a
         count above 0. ``"auto"`` is decided from the model's shape when the learner starts
-        (``common.memory.checkpointed_layers``), so it does not count here."""
+        (``common.memory_fit.checkpointed_layers``), so it does not count here."""
         return self.gradient_checkpointing not in (False, 0, "auto")
 
     @model_serializer(mode="wrap")

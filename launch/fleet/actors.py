@@ -29,6 +29,7 @@ from common.transport import transport_for
 from common.types import ProcessGroupSpec
 from launch.fleet.clients import LearnerClient, SandboxClient
 from launch.fleet.cluster import ACTOR_ENV
+from launch.fleet.memory_plan import card_reserve_gib
 from launch.fleet.preflight import (
     Starting,
     asks_text,
@@ -196,6 +197,7 @@ def start_learner(
                 total_steps=config.run.steps,
                 group=group[rank] if group else None,
                 resume_from=resume_from,
+                card_reserve_gib=card_reserve_gib(config),
             )
         )
     return LearnerClient(handles, store)

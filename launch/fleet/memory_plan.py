@@ -29,7 +29,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from common.config import Config, ConfigError, LearnerConfig, load_config
-from common.engine_memory import EngineMemory, engine_memory, kv_cache_tokens
+from common.engine_memory import (
+    SLEEPING_ENGINE_GIB,
+    EngineMemory,
+    engine_memory,
+    kv_cache_tokens,
+)
 from common.help_format import DefaultsHelpFormatter
 from common.memory import (
     GIB,
@@ -108,6 +113,13 @@ def memory_terms(config: Config, shape: ModelShape) -> dict:
     }
 
 
+def card_reserve_gib(config: Config) -> float:
+    """What a learner rank's card holds besides it while it steps: a colocated engine asleep
+    (``rollout.colocate`` on GPUs), which the learner leaves out of the card it fits."""
+    colocated = config.rollout.colocate and config.learner.num_gpus > 0
+    return SLEEPING_ENGINE_GIB if colocated else 0.0
+
+
 def learner_fit(config: Config, shape: ModelShape) -> MicroBatchFit:
     """The learner's checkpointed layers and micro-batch budget, as the learner will derive
     them (``learner.gradient_checkpointing``, ``learner.memory_gib``; without a target, a GPU
@@ -118,12 +130,12 @@ def learner_fit(config: Config, shape: ModelShape) -> MicroBatchFit:
     card = config.ray.gpu_memory_gib if terms["device"] == "cuda" else 0.0
     try:
         try:
-            fit = fit_card(shape, learner, card, **terms)
+            fit = fit_card(shape, learner, card, card_reserve_gib(config), **terms)
         except MemoryTargetError:
-            if learner.memory_gib:
+            if learner.memory_gib or not config.rollout.colocate:
                 raise
-            # not even the state fits the card: the plan's verdict below says so, with what
-            # to change (the learner would refuse to start with the card's arithmetic)
+            # colocated: the plan's verdict on the card says so, with what to change (the
+            # learner would refuse to start with the card's arithmetic)
             fit = fit_micro_batch(shape, learner, **terms)
     except (MemoryTargetError, CheckpointedLayersError) as exc:
         raise ConfigError(str(exc)) from None
@@ -181,6 +193,8 @@ def plan_memory(config: Config, shape: ModelShape) -> MemoryPlan:
     )
     plan = MemoryPlan()
     plan.lines.append(_learner_line(shape, learner, fit, sides.step_peak, terms))
+    if terms["device"] == "cuda" and not learner.memory_gib:
+        _note_card_fit(config, fit, plan)
     tokens_held = kv_cache_tokens(shape, config.model.dtype, rollout.kv_cache_gib)
     plan.lines.append(
         f"engine: weights {gib(engine.weights)} GiB ({config.model.dtype}) + KV cache "
@@ -190,6 +204,28 @@ def plan_memory(config: Config, shape: ModelShape) -> MemoryPlan:
     )
     _judge(config, sides, plan)
     return plan
+
+
+def _note_card_fit(config: Config, fit: MicroBatchFit, plan: MemoryPlan) -> None:
+    """What fitting the card (no ``learner.memory_gib``) means for this plan: without
+    ``ray.gpu_memory_gib`` the plan does not know the card each learner rank fits at start; with
+    it, a micro-batch the card shrank below one sequence of ``model.max_model_len`` lets a
+    longer sequence run alone past the card's plan (a warning)."""
+    if not config.ray.gpu_memory_gib:
+        plan.lines.append(
+            "learner rank: micro-batches of learner.micro_batch_tokens as planned; each rank "
+            "fits them to its card when it starts (fewer tokens where the card cannot hold "
+            "them; ray.gpu_memory_gib tells this plan the card)"
+        )
+        return
+    longest = min(config.model.max_model_len, MAX_MICRO_BATCH_TOKENS)
+    if fit.tokens < min(config.learner.micro_batch_tokens, longest):
+        plan.warnings.append(
+            f"memory plan: the card ({config.ray.gpu_memory_gib:g} GiB) holds micro-batches of "
+            f"{fit.tokens} tokens, fewer than one sequence of model.max_model_len "
+            f"({longest}): a longer one runs alone past the card's plan; checkpoint layers "
+            f"(learner.gradient_checkpointing = 'auto') or lower model.max_model_len"
+        )
 
 
 def _learner_line(

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Issue 34's done-when rows on a lent GPU in one device call (about 8 minutes on an H200; the
-# later rows are the ones a 600 s limit cuts).
+# Issue 34's done-when rows on a lent GPU, in the order they matter (all of them take about
+# 17 minutes on an H200: more than one call's 600 s; name the rows a call should run).
 # The lent machine has torch but not this project's other packages, and no network; carry them:
 #   here, once:  (see docs/benchmarks.md, "Issue 34 on a lent GPU" for the pip download line)
 #                rm -rf .baseline && mkdir .baseline && git archive 1b02179 | tar -x -C .baseline
@@ -41,25 +41,33 @@ r['wall_s']=int(sys.argv[2]); print(json.dumps(r))" "$name" $((SECONDS - start))
 }
 
 SHIPPED=(--preset qwen2.5-1.5b --prompt-len 384)
-# 1. the shipped 1.5B config's learner, now (its defaults) and at 1b02179 on the same card
-row config_now . "${SHIPPED[@]}" --config configs/qwen2.5-coder-1.5b-mbpp.toml
-row config_1b02179 .baseline "${SHIPPED[@]}" --gradient-checkpointing --micro-batch-tokens 16384
-# 2. the 1.5B default case (utilisation; same FLOP count), and the 0.5B LoRA G = 2 case, at the
-#    defaults
-row default_1p5b . --preset qwen2.5-1.5b
-row lora_0p5b_g2 . --preset qwen2.5-coder-0.5b --lora --group 2
-# 3. the 7B LoRA case on every linear layer: fits in 80 GiB?
 SEVEN=(--preset qwen2.5-7b --lora --learner.lora.target_modules
     '["q_proj","k_proj","v_proj","o_proj","gate_proj","up_proj","down_proj"]')
-row lora_7b . "${SEVEN[@]}"
-# 4. with a memory target (checkpointing the fewest layers that fit it)
+# Wall times of each row on the H200 of 2026-11-27 in brackets (the first compiled step included).
+# 1. the shipped 1.5B config's learner, now (its defaults) and at 1b02179 on the same card
+#    [140, 60 s]
+row config_now . "${SHIPPED[@]}" --config configs/qwen2.5-coder-1.5b-mbpp.toml
+row config_1b02179 .baseline "${SHIPPED[@]}" --gradient-checkpointing --micro-batch-tokens 16384
+# 2. the 1.5B default case (utilisation; same FLOP count) and the 0.5B LoRA G = 2 case at the
+#    defaults, each with a profile of one more step: where the time goes [60, 80 s]
+row default_1p5b . --preset qwen2.5-1.5b --profile "$OUT/profile_default_1p5b.txt"
+row lora_0p5b_g2 . --preset qwen2.5-coder-0.5b --lora --group 2 \
+    --profile "$OUT/profile_lora_0p5b_g2.txt"
+# 3. the 0.5B LoRA case with a 7 GiB target (checkpointing the fewest layers that fit it)
 row lora_0p5b_g2_7gib . --preset qwen2.5-coder-0.5b --lora --group 2 \
     --gradient-checkpointing auto --learner.memory_gib 7
-row lora_7b_76gib . "${SEVEN[@]}" --gradient-checkpointing auto --learner.memory_gib 76
-# 5. the shipped config's checkpointing, if time is left: at a 32 GiB target, "auto" checkpoints
-#    the fewest layers that fit micro-batches of 8192 tokens (14 of 28 by today's count) or
-#    16384 (22 of 28), against config_now's every layer at 27 GiB (~21k-token micro-batches):
-#    the fastest that stays under 36 GiB decides the shipped setting
+# 4. the 1.5B default with fewer, larger micro-batches, and with larger LM-head chunks
+row default_1p5b_mb16k . --preset qwen2.5-1.5b --micro-batch-tokens 16384
+row default_1p5b_chunk4k . --preset qwen2.5-1.5b --learner.logprob_chunk_tokens 4096
+# 5. the 7B LoRA case on every linear layer as an 80 GB card plans it (its 79.1 GiB x 0.9, the
+#    target a learner without one takes on such a card: common/memory_fit.py) [~200 s]; at the
+#    defaults on the H200 it measured 78.1 GiB (row lora_7b, run by name)
+row lora_7b_h100 . "${SEVEN[@]}" --learner.memory_gib 71.2
+[[ "$WANT" == *" lora_7b "* ]] && row lora_7b . "${SEVEN[@]}"
+# 6. the shipped config's checkpointing: at a 32 GiB target, "auto" checkpoints the fewest
+#    layers that fit micro-batches of 8192 tokens (14 of 28 by today's count) or 16384 (22 of
+#    28), against config_now's every layer at 27 GiB (~21k-token micro-batches): the fastest
+#    that stays under 36 GiB decides the shipped setting
 row config_auto_8192 . "${SHIPPED[@]}" --config configs/qwen2.5-coder-1.5b-mbpp.toml \
     --gradient-checkpointing auto --micro-batch-tokens 8192 --learner.memory_gib 32
 row config_auto_16384 . "${SHIPPED[@]}" --config configs/qwen2.5-coder-1.5b-mbpp.toml \

@@ -35,6 +35,7 @@ from common.help_format import DefaultsHelpFormatter
 from common.rendezvous import LOOPBACK, GroupStore
 from common.types import ProcessGroupSpec, TrainSample
 from learner.bench.phases import PhaseMemory, instrument
+from learner.bench.profile import profile_step
 from learner.flops import learner_peak_flops
 from learner.learner import Learner
 
@@ -77,6 +78,10 @@ what the JSON reports:
   learner               the learner config the step ran with
   resolved              share_prompts and compile as they ran on this device ("auto"
                         resolved: LearnerConfig.share_prompts_on, compile_on)
+  profile               with --profile: one more step's wall seconds, its busy seconds (GPU
+                        kernels' own time on CUDA; operators' on CPU), those per kind of work
+                        (matmul, attention, fused, log_softmax, optimizer, copy, other) and
+                        the 12 largest; the full operator table in FILE
 
 With --ranks N each rank is a process holding 1/N of the state (gloo on CPU, NCCL on GPU); the
 numbers are the slowest rank's, peak_memory_gib and state_gib the largest rank's, and "ranks"
@@ -255,8 +260,13 @@ def measure(args: argparse.Namespace, config, path: Path, group) -> dict[str, An
     if learner.ranks.rank == 0:
         for name, gib in phases.gib().items():
             print(f"phase {name}: peak {gib:.2f} GiB", file=sys.stderr, flush=True)
+    extra = {}
+    if args.profile:  # one more step, every rank (they step together); rank r > 0 to FILE.rankr
+        rank = learner.ranks.rank
+        table = Path(args.profile + (f".rank{rank}" if rank else ""))
+        extra["profile"] = profile_step(lambda: learner.train_step(samples), learner.device, table)
     learner.ranks.close()
-    return {
+    return extra | {
         "preset": args.preset,
         "layers": args.layers or PRESETS[args.preset]["num_hidden_layers"],
         "device": str(learner.device),
@@ -359,6 +369,12 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     add("--steps", type=positive_int, default=2, help="timed steps; step_s is their median")
     add("--warmup", type=non_negative_int, default=1, help="untimed steps before them")
     add("--out", help="also write the JSON result to this file")
+    add(
+        "--profile",
+        metavar="FILE",
+        help="run one more step under torch.profiler: its operator table to FILE, its time per "
+        "kind of work in the JSON (learner/bench/profile.py)",
+    )
     args, overrides = parser.parse_known_args(argv)
     args.given = _given(parser, argv)
     return args, overrides
@@ -420,8 +436,9 @@ def _given(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
 def main(argv: list[str] | None = None) -> int:
     args, overrides = parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        if args.out:  # before the steps, not after
-            check_output_file(args.out, "--out")
+        for flag, value in (("--out", args.out), ("--profile", args.profile)):
+            if value:  # before the steps, not after
+                check_output_file(value, flag)
         result = run(args, overrides)
     except (ConfigError, OutputPathError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -114,6 +114,40 @@ def test_the_shipped_config_runs_on_cpu_with_its_8_bit_optimiser(tmp_path):
     assert result["phase_peak_gib"]["optimizer_step"] > 0
 
 
+def test_a_profiled_step_says_where_its_time_goes(tmp_path):
+    out, table = tmp_path / "result.json", tmp_path / "ops.txt"
+    argv = ["--preset", "tiny", "--prompts", "2", "--group", "2", "--prompt-len", "4",
+            "--completion-len", "8", "--steps", "1", "--warmup", "0", "--out", str(out),
+            "--profile", str(table)]  # fmt: skip
+    assert main(argv) == 0
+    profile = json.loads(out.read_text())["profile"]
+    kinds = profile["kinds_s"]
+    # the matrix products and the optimiser are there, and the kinds add up to the busy time
+    assert kinds["matmul"] > 0 and kinds["optimizer"] > 0
+    assert sum(kinds.values()) == pytest.approx(profile["busy_s"])
+    assert profile["busy_s"] > 0 and profile["step_s"] > 0
+    assert len(profile["top"]) <= 12 and profile["top"][0]["s"] >= profile["top"][-1]["s"]
+    assert "aten::mm" in table.read_text()
+
+
+def test_kinds_of_work_by_kernel_and_operator_name():
+    from learner.bench.profile import kind_of
+
+    names = {
+        "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64": "matmul",
+        "nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NTN": "matmul",
+        "aten::mm": "matmul",
+        "pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4>>": "attention",
+        "fmha_cutlassF_bf16_aligned_64x64_rf_sm80": "attention",
+        "triton_poi_fused__to_copy_add_mul_0": "fused",
+        "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>": "log_softmax",
+        "void at::native::multi_tensor_apply_kernel<TensorListMetadata<4>>": "optimizer",
+        "Memcpy DtoD (Device -> Device)": "copy",
+        "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add>": "other",
+    }
+    assert {name: kind_of(name) for name in names} == names
+
+
 def test_layers_override_keeps_every_other_dimension(tmp_path):
     from transformers import AutoConfig
 

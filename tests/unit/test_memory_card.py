@@ -6,24 +6,27 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from pathlib import Path
 
 import pytest
 import torch
 
-from common.config import load_config
+from common.config import ConfigError, load_config
+from common.engine_memory import SLEEPING_ENGINE_GIB
 from common.memory import GIB, ModelShape
 from common.memory_fit import (
-    CARD_FILL,
     MemoryTargetError,
+    card_target_gib,
     fit_card,
     fit_micro_batch,
     learner_step_peak,
 )
-from launch.fleet.memory_plan import learner_fit, plan_memory
+from launch.fleet.memory_plan import card_reserve_gib, learner_fit, memory_terms, plan_memory
 from learner.card import card_memory_gib
 
 CONFIGS = Path(__file__).parent / "model_configs"
+REPO_ROOT = Path(__file__).resolve().parents[2]
 ALL_LINEAR = '["q_proj","k_proj","v_proj","o_proj","gate_proj","up_proj","down_proj"]'
 H100, H200, A100_40 = 79.1, 139.8, 39.4  # GiB, as torch reports them
 
@@ -39,11 +42,6 @@ def learner(*overrides: str):
     return load_config(None, base + pairs).learner
 
 
-def planned(card: float) -> float:
-    """The step a learner plans to on ``card`` (to 0.1 GiB, as fit_card rounds it)."""
-    return round(CARD_FILL * card, 1)
-
-
 def peak_gib(model: ModelShape, config, fit) -> float:
     return learner_step_peak(model, config, fit.tokens, checkpointed=fit.checkpointed) / GIB
 
@@ -57,7 +55,7 @@ def test_the_7b_lora_row_shrinks_its_micro_batches_to_fit_an_80_gb_card():
     assert (big.checkpointed, big.tokens) == (0, 8192)  # the row as measured
     small = fit_card(model, config, H100)
     assert small.checkpointed == 0 and 256 <= small.tokens < 8192
-    assert peak_gib(model, config, small) <= planned(H100) < peak_gib(model, config, big)
+    assert peak_gib(model, config, small) <= card_target_gib(H100) < peak_gib(model, config, big)
 
 
 def test_auto_checkpointing_fits_the_card_when_no_target_is_given():
@@ -66,7 +64,7 @@ def test_auto_checkpointing_fits_the_card_when_no_target_is_given():
     assert fit_card(model, config, H200).checkpointed == 0
     fit = fit_card(model, config, A100_40)
     assert 0 < fit.checkpointed < model.layers and fit.tokens == 8192
-    assert peak_gib(model, config, fit) <= planned(A100_40)
+    assert peak_gib(model, config, fit) <= card_target_gib(A100_40)
 
 
 def test_a_target_or_no_card_leaves_the_fit_as_configured():
@@ -80,8 +78,11 @@ def test_a_card_that_cannot_hold_the_state_is_named_in_one_line():
     with pytest.raises(MemoryTargetError) as refused:
         fit_card(shape("qwen2.5-7b"), learner(), H100)  # 7B full fine-tuning
     message = str(refused.value)
-    assert message.startswith("the card's 79.1 GiB (90% of it, 71.2, planned) cannot hold")
-    assert "\n" not in message and "learner.memory_gib" not in message
+    assert message.startswith("the learner's card (79.1 GiB, 71.2 of it planned) cannot hold")
+    assert "\n" not in message and "an explicit learner.memory_gib" in message
+    need = float(re.search(r"a card of more than ([0-9.]+) GiB", message)[1])
+    with pytest.raises(MemoryTargetError):  # the bound it names is a lower bound: below, no
+        fit_card(shape("qwen2.5-7b"), learner(), need - 0.1)
 
 
 def test_the_plan_fits_the_card_it_is_told_as_the_learner_does():
@@ -95,9 +96,36 @@ def test_the_plan_fits_the_card_it_is_told_as_the_learner_does():
     assert plan.refusal is None and f"at {learner_fit(config, model).tokens} tokens" in "".join(
         plan.lines
     )
-    # not even the state fits: the plan's verdict, not the card's arithmetic error
+    # not even the state fits: refused before anything starts, as the learner would refuse
     full = load_config(None, [*flags[:6], "--ray.gpu_memory_gib", str(H100)])
-    assert learner_fit(full, model) == fit_micro_batch(model, full.learner)
+    with pytest.raises(ConfigError, match=r"^the learner's card \(79.1 GiB"):
+        learner_fit(full, model)
+
+
+def test_a_colocated_learner_leaves_the_sleeping_engine_its_share_of_the_card():
+    """On the RTX 3080 config without its target and with large micro-batches asked for: the
+    learner plans to 90% of the card less the engine asleep, so the card holds both."""
+    model = shape("qwen2.5-coder-0.5b")
+    overrides = ["--learner.memory_gib", "0", "--learner.micro_batch_tokens", "65536"]
+    config = load_config(
+        REPO_ROOT / "configs" / "qwen2.5-coder-0.5b-lora-mbpp-1gpu.toml", overrides
+    )
+    card = config.ray.gpu_memory_gib
+    assert card_reserve_gib(config) == SLEEPING_ENGINE_GIB > 0
+    fit = learner_fit(config, model)
+    terms = memory_terms(config, model)
+    assert fit == fit_card(model, config.learner, card, SLEEPING_ENGINE_GIB, **terms)
+    assert fit.tokens < 65536
+    plan = plan_memory(config, model)
+    assert plan.refusal is None, plan.refusal
+    peak = learner_step_peak(
+        model, config.learner, fit.tokens, checkpointed=fit.checkpointed, **terms
+    )
+    target = card_target_gib(card, SLEEPING_ENGINE_GIB)
+    assert peak / GIB <= target and target + SLEEPING_ENGINE_GIB <= card
+    # not colocated, nothing is left out
+    alone = load_config(None, ["--learner.num_gpus", "1", "--rollout.colocate", "false"])
+    assert card_reserve_gib(alone) == 0.0
 
 
 def test_a_cpu_learner_has_no_card():
@@ -115,3 +143,20 @@ def test_a_cuda_learner_fits_its_own_card(tiny_model_path, caplog):  # pragma: n
         built = Learner(tiny_model_path, learner())
     assert built.fit.tokens == 8192  # a tiny model on any card: the fixed budget stands
     assert f"(the card: {card:.1f} GiB)" in caplog.text
+
+
+def test_the_plan_says_what_fitting_the_card_leaves_it():
+    model = shape("qwen2.5-7b")
+    flags = ["--learner.num_gpus", "1", "--learner.dtype", "bfloat16"]
+    flags += ["--learner.lora.enabled", "true", "--learner.lora.target_modules", ALL_LINEAR]
+    flags += ["--model.max_model_len", "4096"]
+    # the card unknown: planned as configured, and said to be fitted by the learner at start
+    unknown = plan_memory(load_config(None, flags), model)
+    assert any("fits them to its card when it starts" in line for line in unknown.lines)
+    assert not unknown.warnings
+    # a 40 GB card shrinks the micro-batches below one 4096-token sequence: a warning
+    small = plan_memory(load_config(None, [*flags, "--ray.gpu_memory_gib", str(A100_40)]), model)
+    assert len(small.warnings) == 1 and "fewer than one sequence" in small.warnings[0]
+    # an H200 holds them: nothing to say
+    big = plan_memory(load_config(None, [*flags, "--ray.gpu_memory_gib", str(H200)]), model)
+    assert not big.warnings and not any("fits them" in line for line in big.lines)
