@@ -166,6 +166,21 @@ class Precision:
         param = compute if learner.master_dtype == "same" else 4
         return cls(param=param, compute=compute, autocast=param != compute)
 
+    @classmethod
+    def of_stream(cls, learner: LearnerConfig) -> Precision:
+        """The precision the activations follow: the parameters' as :meth:`of` says, but a
+        LoRA base in bf16 (``lora.base_dtype``) runs the residual stream in bf16 and autocast
+        has no input to cast (its weights are bf16 already)."""
+        precision = cls.of(learner)
+        if _bf16_base(learner):
+            return cls(param=precision.compute, compute=precision.compute, autocast=False)
+        return precision
+
+
+def _bf16_base(learner: LearnerConfig) -> bool:
+    """Whether the frozen LoRA base is kept in bf16 (``learner.lora.base_dtype``)."""
+    return learner.lora.enabled and learner.lora.base_dtype == "bfloat16"
+
 
 @dataclass(frozen=True)
 class LearnerState:
@@ -251,12 +266,14 @@ def learner_state(
         # in the gradients' dtype, and whole on every rank: FSDP2 sums the two before it
         # reduce-scatters
         tied = TIED_GRADIENT_EXTRA_COPIES * shape.embedding_parameters * p
+    base = DTYPE_BYTES["bfloat16"] if _bf16_base(learner) else p
     return LearnerState(
-        weights=(params + lora_count) * p // ranks,
+        weights=(params * base + lora_count * p) // ranks,
         gradients=trainable * p // ranks,
         optimiser=int(2 * trainable * MOMENT_BYTES.get(learner.optimizer, p)) // ranks,
         reference=reference // ranks,
-        autocast_copies=2 * matmul // ranks if precision.autocast else 0,
+        # a bf16 base needs no copy: its matmuls read it as it is
+        autocast_copies=2 * matmul // ranks if precision.autocast and base == p else 0,
         optimiser_temporaries=ADAMW_TEMPORARIES * trainable * p // ranks,
         tied_gradients=tied,
         export_copy=export_copy,
@@ -267,7 +284,7 @@ def layer_activation_bytes(
     shape: ModelShape, learner: LearnerConfig, row_tokens: int = DEFAULT_ROW_TOKENS
 ) -> int:
     """Bytes one decoder layer saves for backward per token (the module docstring's count)."""
-    precision = Precision.of(learner)
+    precision = Precision.of_stream(learner)
     r, c, h, i = precision.param, precision.compute, shape.hidden, shape.intermediate
     norms = 2 * (2 * r * h)  # each RMSNorm keeps its input and its normalised output
     # q, k, v each cast the norm's output under autocast; otherwise they share it
@@ -312,7 +329,7 @@ def activation_bytes_per_token(
     if checkpointed is None:  # "auto" depends on the state (reference dtype, export copy)
         checkpointed = configured_layers(shape, learner)
     layer = layer_activation_bytes(shape, learner, row_tokens)
-    residual = Precision.of(learner).param * shape.hidden
+    residual = Precision.of_stream(learner).param * shape.hidden
     if checkpointed:
         saved = checkpointed * residual + (max(shape.layers - checkpointed, 1) + 1) * layer
     else:

@@ -97,10 +97,17 @@ def load_causal_lm(model_path: str, dtype: torch.dtype) -> nn.Module:
 
 def build_policy(model_path: str, config: LearnerConfig, param_dtype: torch.dtype) -> nn.Module:
     """The trainable policy: the HF model, optionally LoRA-wrapped. Its checkpointed layers
-    are chosen later, from the model's shape (:func:`checkpoint_layers`)."""
-    model = load_causal_lm(model_path, param_dtype)
+    are chosen later, from the model's shape (:func:`checkpoint_layers`). Under LoRA the frozen
+    base takes ``lora.base_dtype``; what trains (the adapters, ``lora.modules_to_save``'s
+    copies) stays in ``param_dtype``."""
+    bf16_base = config.lora.enabled and config.lora.base_dtype == "bfloat16"
+    model = load_causal_lm(model_path, torch.bfloat16 if bf16_base else param_dtype)
     if config.lora.enabled:
         model = _wrap_lora(model, config)
+    if bf16_base:  # what trains keeps its master dtype: lora.modules_to_save's copies too
+        for param in model.parameters():
+            if param.requires_grad:
+                param.data = param.data.to(param_dtype)
     return model
 
 
