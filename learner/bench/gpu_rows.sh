@@ -17,6 +17,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH=/tmp/site:. PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/gpu_rows}
 mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)  # absolute: the rows run in their own directory (--profile writes there)
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$OUT/card.txt"
 python3 -c "import torch; print(torch.__version__, torch.cuda.get_device_name())" >>"$OUT/card.txt"
 # 0. the tests that need CUDA (pytest -m gpu; the modules import neither Ray nor vLLM): seconds
