@@ -172,14 +172,9 @@ class Precision:
         LoRA base in bf16 (``lora.base_dtype``) runs the residual stream in bf16 and autocast
         has no input to cast (its weights are bf16 already)."""
         precision = cls.of(learner)
-        if _bf16_base(learner):
+        if learner.lora.bf16_base:
             return cls(param=precision.compute, compute=precision.compute, autocast=False)
         return precision
-
-
-def _bf16_base(learner: LearnerConfig) -> bool:
-    """Whether the frozen LoRA base is kept in bf16 (``learner.lora.base_dtype``)."""
-    return learner.lora.enabled and learner.lora.base_dtype == "bfloat16"
 
 
 @dataclass(frozen=True)
@@ -268,7 +263,7 @@ def learner_state(
         # in the gradients' dtype, and whole on every rank: FSDP2 sums the two before it
         # reduce-scatters
         tied = TIED_GRADIENT_EXTRA_COPIES * shape.embedding_parameters * p
-    base = DTYPE_BYTES["bfloat16"] if _bf16_base(learner) else p
+    base = DTYPE_BYTES["bfloat16"] if lora.bf16_base else p
     return LearnerState(
         weights=(params * base + lora_count * p) // ranks,
         gradients=trainable * p // ranks,

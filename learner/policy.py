@@ -100,7 +100,7 @@ def build_policy(model_path: str, config: LearnerConfig, param_dtype: torch.dtyp
     are chosen later, from the model's shape (:func:`checkpoint_layers`). Under LoRA the frozen
     base takes ``lora.base_dtype``; what trains (the adapters, ``lora.modules_to_save``'s
     copies) stays in ``param_dtype``."""
-    bf16_base = config.lora.enabled and config.lora.base_dtype == "bfloat16"
+    bf16_base = config.lora.bf16_base
     model = load_causal_lm(model_path, torch.bfloat16 if bf16_base else param_dtype)
     if config.lora.enabled:
         model = _wrap_lora(model, config)

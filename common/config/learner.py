@@ -66,6 +66,12 @@ class LoraConfig(Section):
         "the engine; the adapters and modules_to_save stay float32). One learner rank",
     )
 
+    @property
+    def bf16_base(self) -> bool:
+        """Whether the frozen base is kept in bf16 (``base_dtype``): how the learner builds it
+        (learner/policy.py) and how the memory arithmetic counts it (common/memory.py)."""
+        return self.enabled and self.base_dtype == "bfloat16"
+
 
 class OptimiserKnobs(Section):
     """How the optimiser steps: AdamW, the learning rate and its schedule, gradient clipping,

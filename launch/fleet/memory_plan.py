@@ -139,7 +139,7 @@ def learner_fit(config: Config, shape: ModelShape) -> MicroBatchFit:
             fit = fit_micro_batch(shape, learner, **terms)
     except (MemoryTargetError, CheckpointedLayersError) as exc:
         raise ConfigError(str(exc)) from None
-    longest = min(config.model.max_model_len, MAX_MICRO_BATCH_TOKENS)  # the budget's ceiling
+    longest = _longest_sequence(config)
     if learner.memory_gib and fit.tokens < longest:
         raise ConfigError(
             f"learner.memory_gib ({learner.memory_gib:g}) gives micro-batches of {fit.tokens} "
@@ -148,6 +148,12 @@ def learner_fit(config: Config, shape: ModelShape) -> MicroBatchFit:
             f"smaller model.max_model_len"
         )
     return fit
+
+
+def _longest_sequence(config: Config) -> int:
+    """The longest sequence a micro-batch must hold: ``model.max_model_len``, at most the
+    budget's ceiling."""
+    return min(config.model.max_model_len, MAX_MICRO_BATCH_TOKENS)
 
 
 def _holding_one(shape: ModelShape, learner: LearnerConfig, longest: int, terms: dict) -> str:
@@ -218,7 +224,7 @@ def _note_card_fit(config: Config, fit: MicroBatchFit, plan: MemoryPlan) -> None
             "them; ray.gpu_memory_gib tells this plan the card)"
         )
         return
-    longest = min(config.model.max_model_len, MAX_MICRO_BATCH_TOKENS)
+    longest = _longest_sequence(config)
     if fit.tokens < min(config.learner.micro_batch_tokens, longest):
         plan.warnings.append(
             f"memory plan: the card ({config.ray.gpu_memory_gib:g} GiB) holds micro-batches of "
