@@ -226,6 +226,9 @@ def test_lora_adapter_async_kalman_separate_engine(tmp_path, tiny_model_path):
         "--run.steps", "4",
         "--learner.lora.modules_to_save", "[]",
         "--learner.lora.export", "adapter",
+        # the frozen base in bf16 under bf16 autocast (learner.lora.base_dtype), adapters float32
+        "--learner.dtype", "bfloat16",
+        "--learner.lora.base_dtype", "bfloat16",
         "--async.max_staleness", "1",
         "--advantage.baseline", "kalman",
         "--data.curriculum", "easy_to_hard",
