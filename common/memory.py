@@ -167,12 +167,12 @@ class Precision:
         return cls(param=param, compute=compute, autocast=param != compute)
 
     @classmethod
-    def of_stream(cls, learner: LearnerConfig) -> Precision:
+    def of_stream(cls, learner: LearnerConfig, device: str = "cuda") -> Precision:
         """The precision the activations follow: the parameters' as :meth:`of` says, but a
-        LoRA base in bf16 (``lora.base_dtype``) runs the residual stream in bf16 and autocast
-        has no input to cast (its weights are bf16 already)."""
+        LoRA base in bf16 (``lora.base_dtype`` on ``device``) runs the residual stream in bf16
+        and autocast has no input to cast (its weights are bf16 already)."""
         precision = cls.of(learner)
-        if learner.lora.bf16_base:
+        if learner.bf16_lora_base(device):
             return cls(param=precision.compute, compute=precision.compute, autocast=False)
         return precision
 
@@ -263,7 +263,7 @@ def learner_state(
         # in the gradients' dtype, and whole on every rank: FSDP2 sums the two before it
         # reduce-scatters
         tied = TIED_GRADIENT_EXTRA_COPIES * shape.embedding_parameters * p
-    base = DTYPE_BYTES["bfloat16"] if lora.bf16_base else p
+    base = DTYPE_BYTES["bfloat16"] if learner.bf16_lora_base(device) else p
     return LearnerState(
         weights=(params * base + lora_count * p) // ranks,
         gradients=trainable * p // ranks,
@@ -278,10 +278,14 @@ def learner_state(
 
 
 def layer_activation_bytes(
-    shape: ModelShape, learner: LearnerConfig, row_tokens: int = DEFAULT_ROW_TOKENS
+    shape: ModelShape,
+    learner: LearnerConfig,
+    row_tokens: int = DEFAULT_ROW_TOKENS,
+    device: str = "cuda",
 ) -> int:
-    """Bytes one decoder layer saves for backward per token (the module docstring's count)."""
-    precision = Precision.of_stream(learner)
+    """Bytes one decoder layer saves for backward per token (the module docstring's count) on a
+    learner on ``device``."""
+    precision = Precision.of_stream(learner, device)
     r, c, h, i = precision.param, precision.compute, shape.hidden, shape.intermediate
     norms = 2 * (2 * r * h)  # each RMSNorm keeps its input and its normalised output
     # q, k, v each cast the norm's output under autocast; otherwise they share it
@@ -325,8 +329,8 @@ def activation_bytes_per_token(
     """
     if checkpointed is None:  # "auto" depends on the state (reference dtype, export copy)
         checkpointed = configured_layers(shape, learner)
-    layer = layer_activation_bytes(shape, learner, row_tokens)
-    residual = Precision.of_stream(learner).param * shape.hidden
+    layer = layer_activation_bytes(shape, learner, row_tokens, device)
+    residual = Precision.of_stream(learner, device).param * shape.hidden
     if checkpointed:
         saved = checkpointed * residual + (max(shape.layers - checkpointed, 1) + 1) * layer
     else:

@@ -118,6 +118,7 @@ class Learner:
             seed=seed,
             total_steps=total_steps,
             micro_batch_tokens=self.fit.tokens,
+            fused_head=self.compiled,
         )
         self.optimizer, self.trainable = self.trainer.optimizer, self.trainer.trainable
         # learner.offload_optimizer: the state's trips to host memory (offload.py)
@@ -136,7 +137,8 @@ class Learner:
         """The policy, its reference and what forward passes run through (``root``); returns
         the learner state of the checkpoint resumed from, if any."""
         param_dtype, self.autocast_dtype = precision(config)
-        self.model = build_policy(model_path, config, param_dtype).to(self.device)
+        policy = build_policy(model_path, config, param_dtype, self.device.type)
+        self.model = policy.to(self.device)
         self.reference = self._build_reference(model_path)
         # A checkpoint's weights go in after the reference took the initial ones and before
         # the policy is sharded, through the same loaders for any number of ranks.
@@ -149,8 +151,10 @@ class Learner:
         self.root = self.ranks.shard(self.model, self.device)
         # learner.compile and learner.share_prompts, "auto" resolved for this device
         self.compiled = config.compile_on(self.device.type)
-        if self.compiled:  # after the reference's copy: a frozen copy stays eager
+        if self.compiled:  # the policy's layers, and a frozen reference's (it runs every step)
             compile_layers(self.model)
+            if self.reference is not None and self.reference.frozen is not None:
+                compile_layers(self.reference.frozen)
         self._flop_shape = model_config_shape(self.model)  # (matmul params, layers, width)
         # Each distinct prompt run once where that computes the same logprobs: what the config
         # allows on this device, not with a checkpointed layer (its recompute would fill the KV

@@ -24,6 +24,14 @@ autocast (bf16 under mixed precision), the softmax math in float32. One differen
 weight's gradient is summed over the chunks in the weight's dtype (float32), where autograd
 sums the module path's chunks at autocast's single bf16 copy of the weight, in bf16.
 
+A compiled learner (``learner.compile``) runs the softmax math as two compiled kernels instead
+(``fused``; head_kernels.py): forward reads each chunk's logits once in the head's dtype and
+keeps each row's logsumexp beside its entropy, backward writes g_z / T in the head's dtype in
+one pass. The eager passes above move about 50 bytes per logit in forward and 90 in
+backward, the kernels about 6 each: on a GPU more time than the head's matmuls take, by the
+arithmetic in docs/benchmarks.md ("The LM head's softmax math compiled"). The values are the
+same math (tests/unit/test_head_kernels.py).
+
 Only where calling ``F.linear`` on the head's own weight is what its module would do
 (:func:`head_is_plain`); elsewhere logprobs.py keeps its checkpointed module path.
 """
@@ -36,6 +44,9 @@ from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
+
+from learner import head_kernels
+from learner.head_kernels import softmax_dtype
 
 
 def head_is_plain(model: nn.Module, head: nn.Module) -> bool:
@@ -61,11 +72,13 @@ def head_logprobs(
     temperature: float | Tensor,  # a number, or (N,)
     chunk_tokens: int,
     with_entropy: bool,
+    fused: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
     """(N,) float32 logprobs of ``targets`` under ``head(hidden) / temperature`` (and the
-    entropies), ``chunk_tokens`` rows of logits at a time in forward and in backward."""
+    entropies), ``chunk_tokens`` rows of logits at a time in forward and in backward; the
+    softmax math as compiled kernels with ``fused`` (head_kernels.py), else eager in place."""
     logp, entropy = HeadLogprobs.apply(
-        hidden, head.weight, head.bias, targets, temperature, chunk_tokens, with_entropy
+        hidden, head.weight, head.bias, targets, temperature, chunk_tokens, with_entropy, fused
     )
     return logp, entropy if with_entropy else None
 
@@ -92,6 +105,7 @@ class HeadLogprobs(torch.autograd.Function):
         temperature: float | Tensor,
         chunk_tokens: int,
         with_entropy: bool,
+        fused: bool,
     ) -> tuple[Tensor, Tensor]:
         ctx.set_materialize_grads(False)  # None for an output outside the loss: no work for it
         device = hidden.device.type
@@ -100,14 +114,25 @@ class HeadLogprobs(torch.autograd.Function):
         ctx.chunk_tokens = chunk_tokens
         logp = hidden.new_empty(hidden.shape[0], dtype=softmax_dtype(hidden.dtype))
         entropy = torch.zeros_like(logp)
+        lse = torch.empty_like(logp) if fused else None  # the fused backward's p
         for rows in _chunks(hidden.shape[0], chunk_tokens):
-            z_logp = _log_softmax(hidden[rows], weight, bias, _scale(temperature, rows))
+            t = _scale(temperature, rows)
+            if fused:
+                logits = F.linear(hidden[rows], weight, bias)
+                logp[rows], lse[rows], h = head_kernels.row_stats(
+                    logits, targets[rows], t, with_entropy
+                )
+                if with_entropy:
+                    entropy[rows] = h
+                del logits
+                continue
+            z_logp = _log_softmax(hidden[rows], weight, bias, t)
             logp[rows] = z_logp.gather(-1, targets[rows, None]).squeeze(-1)
             if with_entropy:
                 entropy[rows] = _entropy(z_logp)
             del z_logp  # before the next chunk's logits
         scale = temperature if isinstance(temperature, Tensor) else None
-        ctx.save_for_backward(hidden, weight, bias, targets, scale, entropy)
+        ctx.save_for_backward(hidden, weight, bias, targets, scale, entropy, lse)
         if not with_entropy:
             ctx.mark_non_differentiable(entropy)
         return logp, entropy
@@ -115,7 +140,7 @@ class HeadLogprobs(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_logp: Tensor | None, grad_entropy: Tensor | None):
-        hidden, weight, bias, targets, scale, entropy = ctx.saved_tensors
+        hidden, weight, bias, targets, scale, entropy, lse = ctx.saved_tensors
         temperature = scale if scale is not None else ctx.temperature
         needs_h, needs_w, needs_b = ctx.needs_input_grad[:3]
         grads: list[Tensor | None] = [None, None, None]
@@ -124,16 +149,22 @@ class HeadLogprobs(torch.autograd.Function):
         with torch.autocast(device, dtype=dtype, enabled=enabled):
             for rows in _chunks(hidden.shape[0], ctx.chunk_tokens):
                 t = _scale(temperature, rows)
-                g_z = _logit_grad(
-                    _log_softmax(hidden[rows], weight, bias, t),
-                    targets[rows],
+                upstream = (
                     None if grad_logp is None else grad_logp[rows],
                     None if grad_entropy is None else grad_entropy[rows],
-                    entropy[rows],
                 )
-                # Into the head's dtype block by block, as the module path's .float() hands
-                # it back, rather than as a second (chunk, V) tensor.
-                g_z = g_z.div_(t)
+                if lse is not None:  # fused: g_z / T in the head's dtype in one pass
+                    logits = F.linear(hidden[rows], weight, bias)
+                    g_z = head_kernels.logit_grad(
+                        logits, targets[rows], t, lse[rows], entropy[rows], *upstream
+                    )
+                    del logits
+                else:
+                    z_logp = _log_softmax(hidden[rows], weight, bias, t)
+                    g_z = _logit_grad(z_logp, targets[rows], *upstream, entropy[rows])
+                    # Into the head's dtype block by block, as the module path's .float()
+                    # hands it back, rather than as a second (chunk, V) tensor.
+                    g_z = g_z.div_(t)
                 if needs_h:
                     grads[0] = _put(grads[0], hidden, rows, _hidden_grad(g_z, weight, head_dtype))
                 if needs_w or needs_b:
@@ -146,12 +177,7 @@ class HeadLogprobs(torch.autograd.Function):
                         head_dtype,
                     )
                 del g_z
-        return *grads, None, None, None, None
-
-
-def softmax_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype of the log-softmax math: float32, or float64 for float64 logits (tests)."""
-    return torch.promote_types(dtype, torch.float32)
+        return *grads, None, None, None, None, None
 
 
 def _chunks(count: int, chunk_tokens: int) -> list[slice]:

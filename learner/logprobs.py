@@ -99,6 +99,7 @@ def completion_logprobs(
     return_entropy: bool = False,
     prompts: SharedPrompts | None = None,
     entropy_grad: bool = True,
+    fused_head: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Logprob of each completion token given everything before it; 0 elsewhere. (B, T).
 
@@ -114,6 +115,9 @@ def completion_logprobs(
 
     ``prompts``: rows that share a prompt run it once (see :class:`SharedPrompts`); the result
     is the same function of the inputs. Ignored where :func:`can_share_prompts` says no.
+
+    ``fused_head``: a plain head's softmax math as compiled kernels (``learner.compile``;
+    lm_head.py, head_kernels.py).
     """
     parts = _split_backbone(model)
     rows = (input_ids, attention_mask, completion_mask, temperature)
@@ -123,7 +127,7 @@ def completion_logprobs(
     plain = head_is_plain(model, head)
     if prompts is not None and can_share_prompts(model):
         entropy_options = (return_entropy, entropy_grad)
-        shared = (chunk_tokens, entropy_options, prompts, plain)
+        shared = (chunk_tokens, entropy_options, prompts, plain, fused_head)
         return _shared_prompt_logprobs(backbone, head, *rows, *shared)
     out = backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
     hidden = out[0]  # (B, T, H)
@@ -137,6 +141,7 @@ def completion_logprobs(
         return_entropy,
         plain,
         entropy_grad,
+        fused=fused_head,
     )
     logprobs = _scatter(token_logp, predicts)
     if return_entropy:
@@ -160,17 +165,20 @@ def _head_in_chunks(
     return_entropy: bool,
     plain_head: bool,
     entropy_grad: bool = True,
+    fused: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
     """(N,) logprobs of ``targets`` (and entropies), the LM head applied ``chunk_tokens`` rows
     at a time. A plain head (:func:`head_is_plain`) runs as one function that recomputes
     each chunk's logits in backward (lm_head.py); any other head's chunks are checkpointed
-    under autograd. ``chunk_tokens`` 0: all N rows at once, kept for backward (no recompute,
-    the (N, V) float32 log-softmax alive until backward)."""
+    under autograd; ``fused``: the plain head's softmax math compiled (head_kernels.py).
+    ``chunk_tokens`` 0: all N rows at once, kept for backward (no recompute, the (N, V)
+    float32 log-softmax alive until backward)."""
     if chunk_tokens <= 0:
         args = (head, selected, targets, temperature, return_entropy, entropy_grad)
         return _token_logprobs_and_entropy(*args)
     if plain_head:  # an entropy without a gradient gets none there
-        return head_logprobs(head, selected, targets, temperature, chunk_tokens, return_entropy)
+        args = (head, selected, targets, temperature, chunk_tokens, return_entropy)
+        return head_logprobs(*args, fused=fused)
     use_checkpoint = torch.is_grad_enabled() and selected.requires_grad
     logp_chunks, entropy_chunks = [], []
     for start in range(0, selected.shape[0], chunk_tokens):
@@ -201,6 +209,7 @@ def _shared_prompt_logprobs(
     entropy_options: tuple[bool, bool],  # (return it, with its gradient)
     prompts: SharedPrompts,
     plain_head: bool,
+    fused_head: bool,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """``completion_logprobs`` with each distinct prompt run once.
 
@@ -234,6 +243,7 @@ def _shared_prompt_logprobs(
         entropy_options[0],
         plain_head,
         entropy_grad=entropy_options[1],
+        fused=fused_head,
     )
 
     def place(values: Tensor) -> Tensor:  # (N,) at the predicted (B, C) -> (B, T)

@@ -95,12 +95,14 @@ def load_causal_lm(model_path: str, dtype: torch.dtype) -> nn.Module:
     return model
 
 
-def build_policy(model_path: str, config: LearnerConfig, param_dtype: torch.dtype) -> nn.Module:
+def build_policy(
+    model_path: str, config: LearnerConfig, param_dtype: torch.dtype, device_type: str
+) -> nn.Module:
     """The trainable policy: the HF model, optionally LoRA-wrapped. Its checkpointed layers
     are chosen later, from the model's shape (:func:`checkpoint_layers`). Under LoRA the frozen
-    base takes ``lora.base_dtype``; what trains (the adapters, ``lora.modules_to_save``'s
-    copies) stays in ``param_dtype``."""
-    bf16_base = config.lora.bf16_base
+    base takes ``lora.base_dtype`` as a learner on ``device_type`` resolves it; what trains
+    (the adapters, ``lora.modules_to_save``'s copies) stays in ``param_dtype``."""
+    bf16_base = config.bf16_lora_base(device_type)
     model = load_causal_lm(model_path, torch.bfloat16 if bf16_base else param_dtype)
     if config.lora.enabled:
         model = _wrap_lora(model, config)

@@ -104,6 +104,12 @@ class Reference:
         elif self.mode == "precomputed":
             self._initial = InitialWeights(policy, dtype)
 
+    @property
+    def frozen(self) -> nn.Module | None:
+        """The frozen copy the reference runs on (``frozen_copy``), else None: it runs on the
+        policy's own modules."""
+        return self._frozen
+
     @contextlib.contextmanager
     def active(self) -> Iterator[nn.Module]:
         """Yield a module whose forward pass is the reference policy (eval mode, no grad)."""

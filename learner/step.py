@@ -66,11 +66,14 @@ class Trainer:
         seed: int,
         total_steps: int,
         micro_batch_tokens: int | None = None,
+        fused_head: bool = False,
     ) -> None:
         self.model, self.config, self.root, self.reference = model, config, root, reference
         # The token budget of one micro-batch: learner.micro_batch_tokens, or what the learner
         # derived from learner.memory_gib (``Learner._fit_memory``).
         self.micro_batch_tokens = micro_batch_tokens or config.micro_batch_tokens
+        # The LM head's softmax math as compiled kernels: with compiled layers (head_kernels.py)
+        self.fused_head = fused_head
         self.ranks, self.device, self.autocast_dtype = ranks, device, autocast_dtype
         self.threads, self.share_prompts = threads, share_prompts
         self.temperature, self.pad_token_id, self.seed = temperature, pad_token_id, seed
@@ -146,6 +149,7 @@ class Trainer:
                 return_entropy=return_entropy,
                 prompts=prompts,
                 entropy_grad=self.config.entropy_coef > 0,
+                fused_head=self.fused_head,
             )
 
     @torch.no_grad()

@@ -58,19 +58,15 @@ class LoraConfig(Section):
         description="how LoRA updates reach vLLM: merged into the base weights, or as a LoRA "
         "adapter with a new adapter id per weight version",
     )
-    base_dtype: Literal["float32", "bfloat16"] = Field(
-        "float32",
+    base_dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto",
         description="the frozen base weights' dtype: float32 as the master weights, or "
-        "bfloat16 with learner.dtype = 'bfloat16' (half their memory: 14 GiB less for a 7B; "
-        "autocast reads them in bf16 anyway, and the residual stream then runs in bf16 as in "
-        "the engine; the adapters and modules_to_save stay float32). One learner rank",
+        "bfloat16 with learner.dtype = 'bfloat16' on one learner rank (half their memory: "
+        "14 GiB less for a 7B; autocast reads them in bf16 anyway, and the residual stream "
+        "then runs in bf16 as in the engine; the adapters and modules_to_save stay float32). "
+        "auto: bfloat16 where it can run on a CUDA learner, as reference_dtype's auto; "
+        "float32 on CPU",
     )
-
-    @property
-    def bf16_base(self) -> bool:
-        """Whether the frozen base is kept in bf16 (``base_dtype``): how the learner builds it
-        (learner/policy.py) and how the memory arithmetic counts it (common/memory.py)."""
-        return self.enabled and self.base_dtype == "bfloat16"
 
 
 class OptimiserKnobs(Section):
@@ -173,7 +169,9 @@ class SpeedKnobs(Section):
     )
     compile: AutoBool = Field(
         "auto",
-        description="torch.compile each decoder layer of the policy (dynamic shapes); the "
+        description="torch.compile each decoder layer of the policy and of a frozen "
+        "reference copy, and the LM head's softmax math (one fused read of each chunk's "
+        "logits, learner/head_kernels.py; dynamic shapes); the "
         "first steps pay the compilation (docs/benchmarks.md, one learner step). auto: on for "
         "a CUDA learner of one rank, whose first steps then pay it (the step after is 1.43x "
         "faster, also under Hugging Face's gradient checkpointing, in issue 34's H200 "
@@ -210,6 +208,16 @@ class SpeedKnobs(Section):
             f"{value!r}: give true, false, 'auto' or how many decoder layers to checkpoint "
             "(an integer >= 0)"
         )
+
+    def bf16_lora_base(self, device_type: str) -> bool:
+        """Whether a learner on ``device_type`` keeps its frozen LoRA base in bf16
+        (``lora.base_dtype``, ``auto`` resolved): how it builds it (learner/policy.py) and how
+        the memory arithmetic counts it (common/memory.py)."""
+        if not self.lora.enabled:
+            return False
+        if self.lora.base_dtype != "auto":
+            return self.lora.base_dtype == "bfloat16"
+        return device_type == "cuda" and self.dtype == "bfloat16" and self.num_ranks == 1
 
     def reference_dtype_on(self, device_type: str) -> Literal["float32", "bfloat16"]:
         """``reference_dtype`` with ``auto`` resolved for a learner on ``device_type``
@@ -344,7 +352,7 @@ class LearnerConfig(LossKnobs, OptimiserKnobs, SpeedKnobs, ResourceKnobs):
     def _check_lora_base(self) -> None:
         """``lora.base_dtype = 'bfloat16'``: for bf16 compute, on one rank (FSDP2 units of
         bf16 bases and float32 adapters are not implemented)."""
-        if self.lora.base_dtype == "float32":
+        if self.lora.base_dtype != "bfloat16":  # "auto" resolves to float32 where not
             return
         if not self.lora.enabled or self.dtype != "bfloat16":
             raise ValueError(

@@ -4,7 +4,9 @@
 # The lent machine has torch but not this project's other packages, and no network; carry them:
 #   here, once:  (see docs/benchmarks.md, "Issue 34 on a lent GPU" for the pip download line)
 #                rm -rf .baseline && mkdir .baseline && git archive 1b02179 | tar -x -C .baseline
-#   device run:  command "bash learner/bench/gpu_rows.sh [ROW...]", carry [".whl", ".baseline"]
+#                rm -rf .before && mkdir .before && git archive 5279de8 | tar -x -C .before
+#   device run:  command "bash learner/bench/gpu_rows.sh [ROW...]",
+#                carry [".whl", ".baseline", ".before"]
 # With ROW names (below, and "tests") only those run: the rest of a run a time limit cut.
 # Every row is one learner.bench JSON line in $OUT/rows.jsonl (its "row" names it); stderr of
 # all rows in $OUT/log.txt; the CUDA-only tests' outcome in $OUT/gpu_tests.txt. A row that fails
@@ -45,32 +47,36 @@ SHIPPED=(--preset qwen2.5-1.5b --prompt-len 384)
 SEVEN=(--preset qwen2.5-7b --lora --learner.lora.target_modules
     '["q_proj","k_proj","v_proj","o_proj","gate_proj","up_proj","down_proj"]')
 # Wall times of each row on the H200 of 2026-11-27 in brackets (the first compiled step included).
-# 1. the shipped 1.5B config's learner, now (its defaults) and at 1b02179 on the same card
+# 1. the 1.5B default case (utilisation; same FLOP count), with a profile of one more step, and
+#    the same at 5279de8 (before the LM head's compiled softmax math and the compiled frozen
+#    reference: .before, `git archive 5279de8`) on the same card [60, 60 s]
+row default_1p5b . --preset qwen2.5-1.5b --profile "$OUT/profile_default_1p5b.txt"
+row default_1p5b_5279de8 .before --preset qwen2.5-1.5b
+# 2. the 0.5B LoRA G = 2 case at the defaults (the frozen base in bf16 on CUDA since 2026-11-27,
+#    lora.base_dtype "auto": counted 9.1 GiB), with a profile, and with the float32 base it
+#    measured 9.25 GiB with [80, 50 s]
+row lora_0p5b_g2 . --preset qwen2.5-coder-0.5b --lora --group 2 \
+    --profile "$OUT/profile_lora_0p5b_g2.txt"
+row lora_0p5b_g2_f32base . --preset qwen2.5-coder-0.5b --lora --group 2 \
+    --learner.lora.base_dtype float32
+# 3. the shipped 1.5B config's learner, now (its defaults) and at 1b02179 on the same card
 #    [140, 60 s]
 row config_now . "${SHIPPED[@]}" --config configs/qwen2.5-coder-1.5b-mbpp.toml
 row config_1b02179 .baseline "${SHIPPED[@]}" --gradient-checkpointing --micro-batch-tokens 16384
-# 2. the 1.5B default case (utilisation; same FLOP count) and the 0.5B LoRA G = 2 case at the
-#    defaults, each with a profile of one more step: where the time goes [60, 80 s]
-row default_1p5b . --preset qwen2.5-1.5b --profile "$OUT/profile_default_1p5b.txt"
-row lora_0p5b_g2 . --preset qwen2.5-coder-0.5b --lora --group 2 \
-    --profile "$OUT/profile_lora_0p5b_g2.txt"
-# 3. the 0.5B LoRA case with its frozen base in bf16 (learner.lora.base_dtype; counted 9.1
-#    against 12.6 GiB for the float32 base, measured 9.25), and with a 7 GiB target
-#    (checkpointing the fewest layers that fit it)
-row lora_0p5b_g2_bf16base . --preset qwen2.5-coder-0.5b --lora --group 2 \
-    --learner.lora.base_dtype bfloat16
+# 4. the 7B LoRA case on every linear layer at the defaults (bf16 base: counted 47 GiB; with
+#    the float32 base it measured 78.1) [~200 s]
+row lora_7b . "${SEVEN[@]}"
+# 5. the 0.5B LoRA case with a 7 GiB target (checkpointing the fewest layers that fit it), the
+#    1.5B default with fewer, larger micro-batches, and with larger LM-head chunks
 row lora_0p5b_g2_7gib . --preset qwen2.5-coder-0.5b --lora --group 2 \
     --gradient-checkpointing auto --learner.memory_gib 7
-# 4. the 1.5B default with fewer, larger micro-batches, and with larger LM-head chunks
 row default_1p5b_mb16k . --preset qwen2.5-1.5b --micro-batch-tokens 16384
 row default_1p5b_chunk4k . --preset qwen2.5-1.5b --learner.logprob_chunk_tokens 4096
-# 5. the 7B LoRA case on every linear layer as an 80 GB card plans it (its 79.1 GiB x 0.9, the
-#    target a learner without one takes on such a card: common/memory_fit.py) [~200 s]; at the
-#    defaults on the H200 it measured 78.1 GiB (row lora_7b, run by name)
-row lora_7b_h100 . "${SEVEN[@]}" --learner.memory_gib 71.2
-row lora_7b_bf16base . "${SEVEN[@]}" --learner.lora.base_dtype bfloat16  # counted 47 GiB
-[[ "$WANT" == *" lora_7b "* ]] && row lora_7b . "${SEVEN[@]}"
-# 6. the shipped config's checkpointing: at a 32 GiB target, "auto" checkpoints the fewest
+# 6. the 7B LoRA case with the float32 base as an 80 GB card plans it (its 79.1 GiB x 0.9, the
+#    target a learner without one takes on such a card: common/memory_fit.py)
+row lora_7b_h100_f32base . "${SEVEN[@]}" --learner.lora.base_dtype float32 \
+    --learner.memory_gib 71.2
+# 7. the shipped config's checkpointing: at a 32 GiB target, "auto" checkpoints the fewest
 #    layers that fit micro-batches of 8192 tokens (14 of 28 by today's count) or 16384 (22 of
 #    28), against config_now's every layer at 27 GiB (~21k-token micro-batches): the fastest
 #    that stays under 36 GiB decides the shipped setting

@@ -2,8 +2,9 @@
 
 Runs one micro-batch of the LM head + log-softmax forward and backward (``rows`` hidden states,
 ``chunk`` rows at a time) through each path of ``learner/logprobs.py``: the checkpointed
-module path (``checkpoint``) and the autograd function of ``learner/lm_head.py``
-(``function``), and prints one JSON line per path and chunk: the peak of the bytes allocated
+module path (``checkpoint``), the autograd function of ``learner/lm_head.py`` (``function``)
+and that function with its softmax math compiled (``fused``, ``learner/head_kernels.py``), and
+prints one JSON line per path and chunk: the peak of the bytes allocated
 during forward + backward and still alive (all devices; the weight and the hidden states,
 allocated before, are not counted, their gradients are) and the median time.
 
@@ -27,38 +28,45 @@ from learner.logprobs import _head_in_chunks
 
 
 def _step(
-    head: nn.Linear, hidden: Tensor, targets: Tensor, chunk: int, entropy: bool, plain: bool
+    head: nn.Linear, hidden: Tensor, targets: Tensor, chunk: int, entropy: bool, path: str
 ) -> None:
     """Forward and backward of the logprobs (and entropies) of ``targets``, gradients cleared."""
     hidden.grad = None
     head.weight.grad = None
-    logp, ent = _head_in_chunks(head, hidden, targets, 1.0, chunk, entropy, plain)
+    plain, fused = path != "checkpoint", path == "fused"
+    logp, ent = _head_in_chunks(head, hidden, targets, 1.0, chunk, entropy, plain, fused=fused)
     loss = logp.sum() - (0.01 * ent.sum() if entropy else 0.0)
     loss.backward()
 
 
-def measure(run: Callable[[], None], repeats: int) -> tuple[int, list[float]]:
+def measure(
+    run: Callable[[], None], repeats: int, counted: bool = True
+) -> tuple[int | None, list[float]]:
     """(peak live bytes of one ``run``, the time of it and of ``repeats`` more). The counter's
-    own cost is a few Python calls per operator, each on a whole chunk: negligible here."""
-    times = []
+    own cost is a few Python calls per operator, each on a whole chunk: negligible here.
+    Compiled code does not run under the counter (a dispatch mode): without ``counted`` the
+    first run compiles, untimed, and no peak is counted."""
+    if not counted:
+        run()
+        return None, [_timed(run) for _ in range(1 + repeats)]
     with LiveTensorBytes() as counter:
         before = counter.live  # the weight, the hidden states: allocated before, not counted
         counter.reset()
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
+        times = [_timed(run)]
+    times += [_timed(run) for _ in range(repeats)]
     return counter.peak() - before, times
+
+
+def _timed(run: Callable[[], None]) -> float:
+    start = time.perf_counter()
+    run()
+    return time.perf_counter() - start
 
 
 def _row(
     head: nn.Linear,
     chunk: int,
     path: str,
-    plain: bool,
     autocast: torch.dtype | None,
     args: argparse.Namespace,
 ) -> dict:
@@ -69,17 +77,17 @@ def _row(
 
     def run() -> None:
         with torch.autocast("cpu", dtype=autocast or torch.float32, enabled=bool(autocast)):
-            _step(head, hidden, targets, chunk, args.entropy, plain)
+            _step(head, hidden, targets, chunk, args.entropy, path)
 
     head.weight.grad = None  # the last row's: its gradient counts in this row's peak too
-    peak, times = measure(run, args.repeats)
+    peak, times = measure(run, args.repeats, counted=path != "fused")
     return {
         "path": path,
         "chunk": chunk,
         "rows": rows,
         "entropy": args.entropy,
         "autocast": str(autocast).removeprefix("torch.") if autocast else None,
-        "peak_live_mib": round(peak / 2**20),
+        "peak_live_mib": None if peak is None else round(peak / 2**20),
         "chunk_logits_mib": round(4 * chunk * head.out_features / 2**20),
         "fwd_bwd_s": round(statistics.median(times), 2),
     }
@@ -98,7 +106,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "gradient is alive while a chunk's logits are recomputed",
     )
     parser.add_argument(
-        "--paths", nargs="+", choices=["checkpoint", "function"], default=["checkpoint", "function"]
+        "--paths",
+        nargs="+",
+        choices=["checkpoint", "function", "fused"],
+        default=["checkpoint", "function"],
+        help="fused: the function with its softmax math compiled (a compiled learner's; the "
+        "first run compiles, time it with --repeats)",
     )
     parser.add_argument("--entropy", action="store_true", help="the entropy bonus in the loss")
     parser.add_argument("--float32", action="store_true", help="no bf16 autocast")
@@ -112,8 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     autocast = None if args.float32 else torch.bfloat16
     for chunk in args.chunks:
         for path in args.paths:
-            plain = path == "function"
-            print(json.dumps(_row(head, chunk, path, plain, autocast, args)), flush=True)
+            print(json.dumps(_row(head, chunk, path, autocast, args)), flush=True)
     return 0
 
 

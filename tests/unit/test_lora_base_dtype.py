@@ -1,5 +1,5 @@
-"""``learner.lora.base_dtype = "bfloat16"``: the frozen LoRA base in bf16 (half its memory),
-the adapters float32, the same weights reaching the engines."""
+"""``learner.lora.base_dtype``: the frozen LoRA base in bf16 (half its memory), the adapters
+float32, the same weights reaching the engines; by default on a CUDA learner."""
 
 from __future__ import annotations
 
@@ -89,3 +89,30 @@ def test_the_count_holds_the_base_at_two_bytes_a_parameter(tied_model):
 def test_a_bf16_base_where_it_cannot_run_is_refused_in_one_line(flags, said):
     with pytest.raises(ConfigError, match=said):
         load_config(None, [*flags, "--learner.lora.base_dtype", "bfloat16"])
+
+
+def test_auto_keeps_the_base_in_bf16_where_it_can_run_on_cuda_and_float32_elsewhere():
+    """``lora.base_dtype = "auto"`` (the default), as ``reference_dtype``'s: bf16 for a CUDA
+    learner of one rank computing in bf16; float32 on CPU, on several ranks, in float32
+    compute, or when asked; no LoRA, no base to keep. The memory count follows the resolution."""
+    from common.config import LearnerConfig
+
+    def config(**overrides) -> LearnerConfig:
+        fields = {"lora": LoraConfig(enabled=True), "dtype": "bfloat16", **overrides}
+        return LearnerConfig(**fields)
+
+    assert config().lora.base_dtype == "auto"
+    assert config().bf16_lora_base("cuda")
+    assert not config().bf16_lora_base("cpu")
+    assert not config(num_ranks=2).bf16_lora_base("cuda")
+    assert not config(dtype="float32").bf16_lora_base("cuda")
+    assert not config(lora=LoraConfig(enabled=True, base_dtype="float32")).bf16_lora_base("cuda")
+    assert config(lora=LoraConfig(enabled=True, base_dtype="bfloat16")).bf16_lora_base("cpu")
+    assert not config(lora=LoraConfig()).bf16_lora_base("cuda")
+    from tests.unit.test_memory import shape as public_shape
+
+    shape = public_shape("qwen2.5-coder-0.5b")
+    lora = shape.lora_parameters(8, ["q_proj", "k_proj", "v_proj", "o_proj"])
+    for device, base in (("cuda", 2), ("cpu", 4)):
+        weights = learner_state(shape, config(), device=device).weights
+        assert weights == shape.parameters * base + lora * 4, device

@@ -101,10 +101,13 @@ def test_pure_bf16_halves_the_state_and_ranks_shard_it():
 
 def test_lora_state_is_the_base_plus_the_adapters_training_state():
     model = shape("qwen2.5-coder-0.5b")
-    state = learner_state(model, learner("lora.enabled", "true", "lora.rank", "16"))
     adapters = model.lora_parameters(16, ["q_proj", "k_proj", "v_proj", "o_proj"])
-    assert state.weights == 4 * (model.parameters + adapters)
-    assert state.gradients == 4 * adapters and state.optimiser == 8 * adapters
+    config = learner("lora.enabled", "true", "lora.rank", "16")
+    # a CUDA learner keeps the frozen base in bf16 ("auto"), a CPU learner in float32
+    for device, base in (("cuda", 2), ("cpu", 4)):
+        state = learner_state(model, config, device=device)
+        assert state.weights == base * model.parameters + 4 * adapters
+        assert state.gradients == 4 * adapters and state.optimiser == 8 * adapters
 
 
 def test_checkpointing_and_chunked_logits_cut_activations_per_token():
@@ -158,6 +161,10 @@ def test_auto_settings_are_counted_as_the_learners_device_resolves_them():
     )
 
 
+#: The LoRA rows were measured with the frozen base in float32 (lora.base_dtype, "auto" since:
+#: bf16 on a CUDA learner).
+F32_BASE = ("lora.base_dtype", "float32")
+
 #: Issue 34's table, measured with learner.bench on an H200 (16 prompts x 8 x (128 + 512)
 #: tokens unless said, beta 0.04, bf16 autocast, fp32 masters): (shape, learner overrides,
 #: row length, micro-batch budget, measured peak GiB).
@@ -167,8 +174,9 @@ MEASURED = [
     ("qwen2.5-coder-1.5b", ("gradient_checkpointing", "true"), 640, 8192, 42.5),
     ("qwen2.5-coder-1.5b", ("gradient_checkpointing", "true"), 640, 4096, 38.3),
     ("qwen2.5-coder-1.5b", ("gradient_checkpointing", "true"), 896, 16384, 47.5),
-    ("qwen2.5-coder-0.5b", ("lora.enabled", "true", "lora.rank", "16"), 640, 8192, 23.5),
-    ("qwen2.5-coder-0.5b", ("lora.enabled", "true", "lora.rank", "16",
+    ("qwen2.5-coder-0.5b", ("lora.enabled", "true", "lora.rank", "16", *F32_BASE), 640, 8192,
+     23.5),
+    ("qwen2.5-coder-0.5b", ("lora.enabled", "true", "lora.rank", "16", *F32_BASE,
                             "gradient_checkpointing", "true"), 640, 8192, 12.0),
 ]  # fmt: skip
 
@@ -192,8 +200,9 @@ ALL_LINEAR = '["q_proj","k_proj","v_proj","o_proj","gate_proj","up_proj","down_p
 MEASURED_COMPILED = [
     ("qwen2.5-coder-1.5b", ("config", "qwen2.5-coder-1.5b-mbpp.toml"), 896, 19712, 23.92),
     ("qwen2.5-coder-1.5b", (), 640, 7680, 45.96),
-    ("qwen2.5-coder-0.5b", ("lora.enabled", "true"), 640, 7680, 9.25),
-    ("qwen2.5-7b", ("lora.enabled", "true", "lora.target_modules", ALL_LINEAR), 640, 7680, 78.11),
+    ("qwen2.5-coder-0.5b", ("lora.enabled", "true", *F32_BASE), 640, 7680, 9.25),
+    ("qwen2.5-7b", ("lora.enabled", "true", "lora.target_modules", ALL_LINEAR, *F32_BASE), 640,
+     7680, 78.11),
 ]  # fmt: skip
 
 

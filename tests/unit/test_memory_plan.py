@@ -58,7 +58,7 @@ def test_an_engine_that_peaks_is_told_the_kv_cache_that_fits():
     )
     refusal = plan_memory(config, shape("qwen2.5-coder-0.5b")).refusal
     assert refusal is not None
-    assert "rollout.kv_cache_gib <= 3.7 (now 12)" in refusal
+    assert "rollout.kv_cache_gib <= 4.6 (now 12)" in refusal
 
 
 def test_an_unknown_card_is_printed_but_not_enforced():
