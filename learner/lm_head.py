@@ -148,23 +148,17 @@ class HeadLogprobs(torch.autograd.Function):
         head_dtype = _head_dtype(hidden, weight, enabled, dtype)
         with torch.autocast(device, dtype=dtype, enabled=enabled):
             for rows in _chunks(hidden.shape[0], ctx.chunk_tokens):
-                t = _scale(temperature, rows)
-                upstream = (
+                g_z = _chunk_logit_grad(
+                    hidden[rows],
+                    weight,
+                    bias,
+                    targets[rows],
+                    _scale(temperature, rows),
                     None if grad_logp is None else grad_logp[rows],
                     None if grad_entropy is None else grad_entropy[rows],
+                    entropy[rows],
+                    None if lse is None else lse[rows],
                 )
-                if lse is not None:  # fused: g_z / T in the head's dtype in one pass
-                    logits = F.linear(hidden[rows], weight, bias)
-                    g_z = head_kernels.logit_grad(
-                        logits, targets[rows], t, lse[rows], entropy[rows], *upstream
-                    )
-                    del logits
-                else:
-                    z_logp = _log_softmax(hidden[rows], weight, bias, t)
-                    g_z = _logit_grad(z_logp, targets[rows], *upstream, entropy[rows])
-                    # Into the head's dtype block by block, as the module path's .float()
-                    # hands it back, rather than as a second (chunk, V) tensor.
-                    g_z = g_z.div_(t)
                 if needs_h:
                     grads[0] = _put(grads[0], hidden, rows, _hidden_grad(g_z, weight, head_dtype))
                 if needs_w or needs_b:
@@ -178,6 +172,31 @@ class HeadLogprobs(torch.autograd.Function):
                     )
                 del g_z
         return *grads, None, None, None, None, None
+
+
+def _chunk_logit_grad(
+    hidden: Tensor,  # (rows, H)
+    weight: Tensor,
+    bias: Tensor | None,
+    targets: Tensor,  # (rows,)
+    t: float | Tensor,
+    grad_logp: Tensor | None,
+    grad_entropy: Tensor | None,
+    entropy: Tensor,  # (rows,)
+    lse: Tensor | None,  # (rows,) with the fused kernels, else None
+) -> Tensor:
+    """One chunk's g_z / T from its recomputed logits: the fused kernel's, in the head's dtype,
+    or the eager one's, float32, written over the chunk's log-softmax (no name here outlives
+    it: the next chunk's buffer must not be allocated beside it)."""
+    if lse is not None:
+        logits = F.linear(hidden, weight, bias)
+        return head_kernels.logit_grad(logits, targets, t, lse, entropy, grad_logp, grad_entropy)
+    g_z = _logit_grad(
+        _log_softmax(hidden, weight, bias, t), targets, grad_logp, grad_entropy, entropy
+    )
+    # Into the head's dtype block by block, as the module path's .float() hands it back,
+    # rather than as a second (chunk, V) tensor.
+    return g_z.div_(t)
 
 
 def _chunks(count: int, chunk_tokens: int) -> list[slice]:
