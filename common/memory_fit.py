@@ -196,6 +196,9 @@ def fit_card(
     try:
         fit = fit_micro_batch(shape, planned, **terms)
     except MemoryTargetError:
+        small = _under_the_minimum(shape, planned, **terms)
+        if small is not None:
+            return small
         state = learner_state(
             shape, learner, terms.get("device", "cuda"), terms.get("export_copy", 0)
         )
@@ -208,3 +211,15 @@ def fit_card(
             f"an explicit learner.memory_gib"
         ) from None
     return MicroBatchFit(fit.checkpointed, min(fit.tokens, learner.micro_batch_tokens))
+
+
+def _under_the_minimum(shape: ModelShape, planned: LearnerConfig, **terms) -> MicroBatchFit | None:
+    """``micro_batch_tokens`` below MIN_MICRO_BATCH_TOKENS where the card holds them: the
+    budget refuses what cannot hold its minimum, but a smaller configured micro-batch may fit
+    (``planned``: the learner with the card's target as its ``memory_gib``)."""
+    tokens = planned.micro_batch_tokens
+    if tokens >= MIN_MICRO_BATCH_TOKENS:
+        return None
+    checkpointed = checkpointed_layers(shape, planned, **terms)
+    peak = learner_step_peak(shape, planned, tokens, checkpointed=checkpointed, **terms)
+    return MicroBatchFit(checkpointed, tokens) if peak <= planned.memory_gib * GIB else None

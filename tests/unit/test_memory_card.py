@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 from pathlib import Path
 
@@ -16,6 +17,8 @@ from common.config import ConfigError, load_config
 from common.engine_memory import SLEEPING_ENGINE_GIB
 from common.memory import GIB, ModelShape
 from common.memory_fit import (
+    CARD_FILL,
+    MIN_MICRO_BATCH_TOKENS,
     MemoryTargetError,
     MicroBatchFit,
     card_target_gib,
@@ -165,3 +168,22 @@ def test_the_plan_says_what_fitting_the_card_leaves_it():
     # an H200 holds them: nothing to say
     big = plan_memory(load_config(None, [*flags, "--ray.gpu_memory_gib", str(H200)]), model)
     assert not big.warnings and not any("fits them" in line for line in big.lines)
+
+
+def test_micro_batches_under_the_minimum_budget_run_where_the_card_holds_them():
+    """The budget's minimum (256 tokens) is not a floor for a smaller micro_batch_tokens: a
+    card that holds 64-token micro-batches but not 256 runs them, where it used to refuse. (The
+    7B LoRA step without checkpointing: its 192 tokens between the two span the card plan's
+    0.1 GiB steps, and its backward, not AdamW's step, is its peak.)"""
+    model = shape("qwen2.5-7b")
+    config = learner("lora.enabled", "true", "lora.target_modules", ALL_LINEAR)
+    config = config.model_copy(update={"micro_batch_tokens": 64})
+    peak = learner_step_peak(model, config, 64, checkpointed=0)
+    target = math.ceil(peak / GIB * 10) / 10  # the card's plan, rounded as card_target_gib does
+    card = target / CARD_FILL + 0.01
+    assert card_target_gib(card) == target
+    minimum = learner_step_peak(model, config, MIN_MICRO_BATCH_TOKENS, checkpointed=0)
+    assert minimum > target * GIB  # the minimum budget does not fit this card
+    assert fit_card(model, config, card) == MicroBatchFit(0, 64)
+    with pytest.raises(MemoryTargetError, match="cannot hold its step"):
+        fit_card(model, config.model_copy(update={"micro_batch_tokens": 8192}), card)
