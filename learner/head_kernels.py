@@ -38,7 +38,7 @@ def softmax_dtype(dtype: torch.dtype) -> torch.dtype:
 def _row_stats(
     logits: Tensor,  # (rows, V)
     targets: Tensor,  # (rows,)
-    temperature: float | Tensor,  # a number, or (rows, 1)
+    temperature: Tensor,  # (rows, 1)
     with_entropy: bool,
 ) -> tuple[Tensor, Tensor, Tensor | None]:
     """(logp of the targets, logsumexp, entropy or None), each (rows,) in the softmax dtype."""
@@ -59,18 +59,17 @@ def _row_stats(
 def _logit_grad(
     logits: Tensor,  # (rows, V)
     targets: Tensor,  # (rows,)
-    temperature: float | Tensor,  # a number, or (rows, 1)
+    temperature: Tensor,  # (rows, 1)
     lse: Tensor,  # (rows,)
     entropy: Tensor,  # (rows,)
-    grad_logp: Tensor | None,  # (rows,); None: the logprobs are outside the loss
+    grad_logp: Tensor,  # (rows,)
     grad_entropy: Tensor | None,  # (rows,); None: the entropies are outside the loss
 ) -> Tensor:
     """d(grad_logp . logp_y + grad_entropy . H)/d logits, (rows, V) in the logits' dtype."""
     z = logits.to(softmax_dtype(logits.dtype)) / temperature
     logp = z - lse[:, None]
     p = logp.exp()
-    g = torch.zeros_like(lse) if grad_logp is None else grad_logp.to(lse.dtype)
-    g = g[:, None]
+    g = grad_logp.to(lse.dtype)[:, None]
     if grad_entropy is None:
         g_z = -p * g
     else:
@@ -85,15 +84,29 @@ def _logit_grad(
 def _compiled(kernel: Callable) -> Callable:
     """``kernel`` under torch.compile, built on first use (importing the compiler costs about a
     second, which a learner without ``learner.compile`` never pays). Dynamic shapes: a
-    micro-batch's last chunk has rows of its own."""
-    return torch.compile(kernel, dynamic=True, fullgraph=True)
+    micro-batch's last chunk has rows of its own. The wrappers below keep the graphs few (a
+    temperature and the logprobs' gradient always as tensors: 2 x 2 per kernel and dtype, with
+    or without the entropy's part, and a one-row chunk, which dynamic shapes specialise), under
+    dynamo's limit of 8 per function. Not ``fullgraph``, which turns that limit into an error
+    in the middle of a run: past it the kernel runs eagerly, the same math. That each kernel
+    is one graph is a test's (tests/unit/test_head_kernels.py)."""
+    return torch.compile(kernel, dynamic=True)
+
+
+def _column(temperature: float | Tensor, logits: Tensor) -> Tensor:
+    """The temperature as (rows, 1): a number broadcast, or the rows' own."""
+    if isinstance(temperature, Tensor):
+        return temperature.reshape(-1, 1)
+    dtype = softmax_dtype(logits.dtype)
+    return logits.new_full((logits.shape[0], 1), temperature, dtype=dtype)
 
 
 def row_stats(
     logits: Tensor, targets: Tensor, temperature: float | Tensor, with_entropy: bool
 ) -> tuple[Tensor, Tensor, Tensor | None]:
     """Compiled :func:`_row_stats`: (logp of the targets, logsumexp, entropy or None)."""
-    return _compiled(_row_stats)(logits, targets, temperature, with_entropy)
+    t = _column(temperature, logits)
+    return _compiled(_row_stats)(logits, targets, t, with_entropy)
 
 
 def logit_grad(
@@ -106,5 +119,7 @@ def logit_grad(
     grad_entropy: Tensor | None,
 ) -> Tensor:
     """Compiled :func:`_logit_grad`: the logits' gradient, divided by the temperature."""
-    args = (logits, targets, temperature, lse, entropy, grad_logp, grad_entropy)
+    if grad_logp is None:  # the logprobs outside the loss: a zero gradient, one graph fewer
+        grad_logp = torch.zeros_like(lse)
+    args = (logits, targets, _column(temperature, logits), lse, entropy, grad_logp, grad_entropy)
     return _compiled(_logit_grad)(*args)

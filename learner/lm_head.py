@@ -27,8 +27,8 @@ sums the module path's chunks at autocast's single bf16 copy of the weight, in b
 A compiled learner (``learner.compile``) runs the softmax math as two compiled kernels instead
 (``fused``; head_kernels.py): forward reads each chunk's logits once in the head's dtype and
 keeps each row's logsumexp beside its entropy, backward writes g_z / T in the head's dtype in
-one pass. The eager passes above move about 50 bytes per logit in forward and 90 in
-backward, the kernels about 6 each: on a GPU more time than the head's matmuls take, by the
+one pass. The eager passes above move 48-72 bytes per logit in forward and about 90 in
+backward, the kernels 4-6 each: on a GPU more time than the head's matmuls take, by the
 arithmetic in docs/benchmarks.md ("The LM head's softmax math compiled"). The values are the
 same math (tests/unit/test_head_kernels.py).
 

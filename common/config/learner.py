@@ -64,8 +64,8 @@ class LoraConfig(Section):
         "bfloat16 with learner.dtype = 'bfloat16' on one learner rank (half their memory: "
         "14 GiB less for a 7B; autocast reads them in bf16 anyway, and the residual stream "
         "then runs in bf16 as in the engine; the adapters and modules_to_save stay float32). "
-        "auto: bfloat16 where it can run on a CUDA learner, as reference_dtype's auto; "
-        "float32 on CPU",
+        "auto: bfloat16 on a CUDA learner of one rank with learner.dtype = 'bfloat16', "
+        "else float32",
     )
 
 
@@ -171,7 +171,7 @@ class SpeedKnobs(Section):
         "auto",
         description="torch.compile each decoder layer of the policy and of a frozen "
         "reference copy, and the LM head's softmax math (one fused read of each chunk's "
-        "logits, learner/head_kernels.py; dynamic shapes); the "
+        "logits for a plain head in chunks, learner/head_kernels.py; dynamic shapes); the "
         "first steps pay the compilation (docs/benchmarks.md, one learner step). auto: on for "
         "a CUDA learner of one rank, whose first steps then pay it (the step after is 1.43x "
         "faster, also under Hugging Face's gradient checkpointing, in issue 34's H200 "

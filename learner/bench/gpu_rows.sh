@@ -17,6 +17,9 @@ wanted() { [ "$WANT" = "  " ] || [[ "$WANT" == *" $1 "* ]]; }
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:. PYTHONUNBUFFERED=1
+# every recompile and its reason into log.txt: the compiled layers, the reference's and the LM
+# head's kernels share dynamo's limit of graphs per function, past which it runs them eager
+export TORCH_LOGS=recompiles
 OUT=${OUT:-/tmp/gpu_rows}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)  # absolute: the rows run in their own directory (--profile writes there)

@@ -6,7 +6,8 @@ module path (``checkpoint``), the autograd function of ``learner/lm_head.py`` (`
 and that function with its softmax math compiled (``fused``, ``learner/head_kernels.py``), and
 prints one JSON line per path and chunk: the peak of the bytes allocated
 during forward + backward and still alive (all devices; the weight and the hidden states,
-allocated before, are not counted, their gradients are) and the median time.
+allocated before, are not counted, their gradients are) and the median time of the runs after
+the first (counted, or compiling).
 
 Live bytes are counted by ``learner/bench/live_bytes.py`` (the same count on CPU, whose
 allocator keeps no statistics, and CUDA), less what was alive before the run.
@@ -42,19 +43,20 @@ def _step(
 def measure(
     run: Callable[[], None], repeats: int, counted: bool = True
 ) -> tuple[int | None, list[float]]:
-    """(peak live bytes of one ``run``, the time of it and of ``repeats`` more). The counter's
-    own cost is a few Python calls per operator, each on a whole chunk: negligible here.
-    Compiled code does not run under the counter (a dispatch mode): without ``counted`` the
-    first run compiles, untimed, and no peak is counted."""
-    if not counted:
+    """(peak live bytes of one ``run``, the times of 1 + ``repeats`` more). The first run is
+    not timed on either path: it runs under the counter (a Python call per operator), or, for
+    compiled code, which does not run under the counter (a dispatch mode), it compiles and no
+    peak is counted (``counted`` False)."""
+    peak = None
+    if counted:
+        with LiveTensorBytes() as counter:
+            before = counter.live  # the weight, the hidden states: allocated before, not counted
+            counter.reset()
+            run()
+        peak = counter.peak() - before
+    else:
         run()
-        return None, [_timed(run) for _ in range(1 + repeats)]
-    with LiveTensorBytes() as counter:
-        before = counter.live  # the weight, the hidden states: allocated before, not counted
-        counter.reset()
-        times = [_timed(run)]
-    times += [_timed(run) for _ in range(repeats)]
-    return counter.peak() - before, times
+    return peak, [_timed(run) for _ in range(1 + repeats)]
 
 
 def _timed(run: Callable[[], None]) -> float:
@@ -111,11 +113,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         choices=["checkpoint", "function", "fused"],
         default=["checkpoint", "function"],
         help="fused: the function with its softmax math compiled (a compiled learner's; the "
-        "first run compiles, time it with --repeats)",
+        "first run compiles, untimed)",
     )
     parser.add_argument("--entropy", action="store_true", help="the entropy bonus in the loss")
     parser.add_argument("--float32", action="store_true", help="no bf16 autocast")
-    parser.add_argument("--repeats", type=int, default=0, help="timed runs after the measured")
+    parser.add_argument(
+        "--repeats", type=int, default=0, help="timed runs after the first timed one"
+    )
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's)")
     args = parser.parse_args(argv)
     if args.threads:

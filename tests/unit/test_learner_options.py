@@ -152,14 +152,21 @@ def test_adapter_export_writes_the_trained_adapter_of_each_version(tied_model, t
         Learner(tied_model, _config()).save_adapter(str(tmp_path / "full"))
 
 
-def test_a_compiled_policy_gives_the_eager_gradients(tmp_path):
+def test_a_compiled_policy_gives_the_eager_gradients(tmp_path, monkeypatch):
     """``learner.compile``: the decoder layers (the policy's and the frozen reference's) and
     the LM head's softmax math run compiled (inductor's CPU kernels), the math does not move.
     Measured on this model: largest relative gradient difference 6.7e-7 over the parameters
     (6.4e-7 with the layers alone; fp32 sums in another order), identical loss; bound 1e-5."""
+    from learner import head_kernels
     from learner.learner import Learner
     from tests.unit.test_learner_step import _config, _samples, _save_tiny_qwen2
 
+    calls = []  # the compiled LM-head kernels run: the learner's path, not only its flag
+    for name in ("row_stats", "logit_grad"):
+        kernel = getattr(head_kernels, name)
+        monkeypatch.setattr(
+            head_kernels, name, lambda *a, _k=kernel, _n=name: calls.append(_n) or _k(*a)
+        )
     model = _save_tiny_qwen2(tmp_path / "model", tie_word_embeddings=True)
     losses, grads = [], []
     for compiled in (False, True):
@@ -171,6 +178,10 @@ def test_a_compiled_policy_gives_the_eager_gradients(tmp_path):
                 layers = model.model.layers
                 assert all(layer._compiled_call_impl is not None for layer in layers)
             assert learner.trainer.fused_head
+            # the reference's pass and the policy's forward, then the policy's backward
+            assert calls[0] == "row_stats" and {"row_stats", "logit_grad"} == set(calls)
+        else:
+            assert not calls
     assert losses[1] == pytest.approx(losses[0], rel=1e-5)
     for name, grad in grads[0].items():
         scale = grad.abs().max().item() or 1.0
