@@ -116,21 +116,12 @@ class HeadLogprobs(torch.autograd.Function):
         entropy = torch.zeros_like(logp)
         lse = torch.empty_like(logp) if fused else None  # the fused backward's p
         for rows in _chunks(hidden.shape[0], chunk_tokens):
-            t = _scale(temperature, rows)
-            if fused:
-                logits = F.linear(hidden[rows], weight, bias)
-                logp[rows], lse[rows], h = head_kernels.row_stats(
-                    logits, targets[rows], t, with_entropy
-                )
-                if with_entropy:
-                    entropy[rows] = h
-                del logits
-                continue
-            z_logp = _log_softmax(hidden[rows], weight, bias, t)
-            logp[rows] = z_logp.gather(-1, targets[rows, None]).squeeze(-1)
+            args = (hidden[rows], weight, bias, targets[rows], _scale(temperature, rows))
+            logp[rows], chunk_lse, chunk_entropy = _chunk_logprobs(*args, with_entropy, fused)
+            if lse is not None:
+                lse[rows] = chunk_lse
             if with_entropy:
-                entropy[rows] = _entropy(z_logp)
-            del z_logp  # before the next chunk's logits
+                entropy[rows] = chunk_entropy
         scale = temperature if isinstance(temperature, Tensor) else None
         ctx.save_for_backward(hidden, weight, bias, targets, scale, entropy, lse)
         if not with_entropy:
@@ -172,6 +163,26 @@ class HeadLogprobs(torch.autograd.Function):
                     )
                 del g_z
         return *grads, None, None, None, None, None
+
+
+def _chunk_logprobs(
+    hidden: Tensor,  # (rows, H)
+    weight: Tensor,
+    bias: Tensor | None,
+    targets: Tensor,  # (rows,)
+    t: float | Tensor,
+    with_entropy: bool,
+    fused: bool,
+) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """One chunk's (logp of the targets, logsumexp with the fused kernels, entropy when asked):
+    the fused kernel's from the logits in the head's dtype, or from the eager float32
+    log-softmax (no name here outlives it: the next chunk's logits must not be allocated
+    beside it)."""
+    if fused:
+        return head_kernels.row_stats(F.linear(hidden, weight, bias), targets, t, with_entropy)
+    z_logp = _log_softmax(hidden, weight, bias, t)
+    logp = z_logp.gather(-1, targets[:, None]).squeeze(-1)
+    return logp, None, _entropy(z_logp) if with_entropy else None
 
 
 def _chunk_logit_grad(

@@ -157,16 +157,11 @@ def test_a_compiled_policy_gives_the_eager_gradients(tmp_path, monkeypatch):
     the LM head's softmax math run compiled (inductor's CPU kernels), the math does not move.
     Measured on this model: largest relative gradient difference 6.7e-7 over the parameters
     (6.4e-7 with the layers alone; fp32 sums in another order), identical loss; bound 1e-5."""
-    from learner import head_kernels
     from learner.learner import Learner
+    from tests.unit.test_head_kernels import spy_kernels
     from tests.unit.test_learner_step import _config, _samples, _save_tiny_qwen2
 
-    calls = []  # the compiled LM-head kernels run: the learner's path, not only its flag
-    for name in ("row_stats", "logit_grad"):
-        kernel = getattr(head_kernels, name)
-        monkeypatch.setattr(
-            head_kernels, name, lambda *a, _k=kernel, _n=name: calls.append(_n) or _k(*a)
-        )
+    calls = spy_kernels(monkeypatch)  # the compiled LM-head kernels run, not only the flag
     model = _save_tiny_qwen2(tmp_path / "model", tie_word_embeddings=True)
     losses, grads = [], []
     for compiled in (False, True):
