@@ -147,10 +147,19 @@ def mfu_peak_flops(config: LearnerConfig, device: torch.device) -> float:
     return _cached_peak(device.type, config.dtype, max(1, int(config.num_cpus)))
 
 
+#: On CPU the products grow from 256 rows until one takes this long (or reaches the size asked):
+#: a CPU without bf16 instructions multiplies bf16 at ~1 GFLOP/s (an AVX2-only 2-core host,
+#: 2026-11-27), where four 4096 x 4096 products took ten minutes; float32 at 2 threads reaches
+#: the same FLOP/s from 1024 up (MFU_CPU_SIZE).
+CPU_PRODUCT_S = 0.2
+
+
 def peak_flops(device: torch.device, dtype: torch.dtype, size: int = 0, repeats: int = 3) -> float:
     """FLOP/s of the best of ``repeats`` ``size x size`` matrix products in ``dtype`` on
-    ``device`` (4096 on CPU, 8192 on GPU by default), after one warm-up product."""
-    size = size or (8192 if device.type == "cuda" else 4096)
+    ``device`` (8192 on GPU; on CPU up to 4096, less where a product would take over
+    :data:`CPU_PRODUCT_S`: :func:`cpu_product_size`), after one warm-up product."""
+    cuda = device.type == "cuda"
+    size = (size or 8192) if cuda else cpu_product_size(dtype, size or 4096)
     a = torch.randn(size, size, device=device, dtype=dtype)
     b = torch.randn(size, size, device=device, dtype=dtype)
     times = []
@@ -163,3 +172,19 @@ def peak_flops(device: torch.device, dtype: torch.dtype, size: int = 0, repeats:
             torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
     return 2.0 * size**3 / min(times[1:])  # the first is the warm-up
+
+
+def cpu_product_size(dtype: torch.dtype, largest: int) -> int:
+    """The smallest of 256, 512, ... ``largest`` whose CPU product in ``dtype`` takes at least
+    :data:`CPU_PRODUCT_S` (each size timed on its second product: the first pays the kernel's
+    set-up), so a peak takes seconds on any CPU and the products stay large where it is fast."""
+    size = min(256, largest)
+    while size < largest:
+        a = torch.randn(size, size, dtype=dtype)
+        torch.mm(a, a)
+        start = time.perf_counter()
+        torch.mm(a, a)
+        if time.perf_counter() - start >= CPU_PRODUCT_S:
+            break
+        size = min(2 * size, largest)
+    return size

@@ -52,18 +52,18 @@ SEVEN=(--preset qwen2.5-7b --lora --learner.lora.target_modules
 # Wall times of each row on the H200 of 2026-11-27 in brackets (the first compiled step included).
 # 1. the 1.5B default case (utilisation; same FLOP count), with a profile of one more step, and
 #    the same at 5279de8 (before the LM head's compiled softmax math and the compiled frozen
-#    reference: .before, `git archive 5279de8`) on the same card [60, 60 s]
+#    reference: .before, `git archive 5279de8`) on the same card [105, 66 s]
 row default_1p5b . --preset qwen2.5-1.5b --profile "$OUT/profile_default_1p5b.txt"
 row default_1p5b_5279de8 .before --preset qwen2.5-1.5b
 # 2. the 0.5B LoRA G = 2 case at the defaults (the frozen base in bf16 on CUDA since 2026-11-27,
 #    lora.base_dtype "auto": counted 9.1 GiB), with a profile, and with the float32 base it
-#    measured 9.25 GiB with [80, 50 s]
+#    measured 9.25 GiB with [139, 120 s]
 row lora_0p5b_g2 . --preset qwen2.5-coder-0.5b --lora --group 2 \
     --profile "$OUT/profile_lora_0p5b_g2.txt"
 row lora_0p5b_g2_f32base . --preset qwen2.5-coder-0.5b --lora --group 2 \
     --learner.lora.base_dtype float32
 # 3. the shipped 1.5B config's learner, now (its defaults) and at 1b02179 on the same card
-#    [140, 60 s]
+#    [166, 72 s]
 row config_now . "${SHIPPED[@]}" --config configs/qwen2.5-coder-1.5b-mbpp.toml
 row config_1b02179 .baseline "${SHIPPED[@]}" --gradient-checkpointing --micro-batch-tokens 16384
 # 4. the 7B LoRA case on every linear layer at the defaults (bf16 base: counted 47 GiB; with

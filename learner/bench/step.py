@@ -77,7 +77,9 @@ what the JSON reports:
                         workspaces and 512-byte rounding (neither counts the allocator's cache)
   learner               the learner config the step ran with
   resolved              share_prompts and compile as they ran on this device ("auto"
-                        resolved: LearnerConfig.share_prompts_on, compile_on)
+                        resolved: LearnerConfig.share_prompts_on, compile_on), and the
+                        micro-batch token budget and checkpointed layers the learner fitted
+                        (learner.memory_gib, or the card: train/micro_batch_tokens)
   profile               with --profile: one more step's wall seconds, its busy seconds (GPU
                         kernels' own time on CUDA; operators' on CPU), those per kind of work
                         (matmul, attention, fused, log_softmax, optimizer, copy, other) and
@@ -285,7 +287,12 @@ def measure(args: argparse.Namespace, config, path: Path, group) -> dict[str, An
         "utilisation": flops / step_s / peak,
         "mfu": needed / step_s / peak,
         "phase_peak_gib": phases.gib(),
-        "resolved": {"share_prompts": learner.share_prompts, "compile": learner.compiled},
+        "resolved": {
+            "share_prompts": learner.share_prompts,
+            "compile": learner.compiled,
+            "micro_batch_tokens": learner.fit.tokens,
+            "checkpointed_layers": learner.fit.checkpointed,
+        },
     }
 
 

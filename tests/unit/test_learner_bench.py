@@ -94,6 +94,9 @@ def test_bench_reports_step_time_throughput_and_memory(tmp_path, capsys):
     assert {"reference_forward", "policy_forward", "lm_head", "backward"} <= set(phases)
     assert max(phases.values()) == result["peak_memory_gib"] and result["peak_rss_gib"] > 0
     assert result["layers"] == 1
+    # the fit it ran with: on CPU without a memory target, the budget as configured
+    assert result["resolved"]["micro_batch_tokens"] == result["learner"]["micro_batch_tokens"]
+    assert result["resolved"]["checkpointed_layers"] == 0
     captured = capsys.readouterr()
     assert json.loads(captured.out) == result
     assert "phase backward: peak" in captured.err
@@ -320,3 +323,17 @@ def test_the_learner_measures_its_peak_before_its_first_step_not_when_built(tmp_
     assert events == ["peak", "step", "step"]
     needed = learner.model_flops(samples, share_prompts=True)
     assert first["train/mfu"] == pytest.approx(needed / first["train/step_time_s"] / 1e9)
+
+
+def test_the_cpu_peak_grows_its_products_only_while_they_are_quick(monkeypatch):
+    """On a CPU without bf16 instructions (AVX2 only) a 4096 x 4096 bf16 product takes minutes:
+    the sizes stop at the first whose product takes CPU_PRODUCT_S, and never pass the largest."""
+    import torch
+
+    from learner import flops
+
+    monkeypatch.setattr(flops, "CPU_PRODUCT_S", 0.0)  # every product is slow enough: the first
+    assert flops.cpu_product_size(torch.float32, 4096) == 256
+    monkeypatch.setattr(flops, "CPU_PRODUCT_S", float("inf"))  # none is: up to the largest
+    assert flops.cpu_product_size(torch.float32, 1024) == 1024
+    assert flops.cpu_product_size(torch.float32, 100) == 100  # a largest under the first size

@@ -203,6 +203,10 @@ MEASURED_COMPILED = [
     ("qwen2.5-coder-0.5b", ("lora.enabled", "true", *F32_BASE), 640, 7680, 9.25),
     ("qwen2.5-7b", ("lora.enabled", "true", "lora.target_modules", ALL_LINEAR, *F32_BASE), 640,
      7680, 78.11),
+    # the same card on 3dbf555 (compiled reference and LM-head kernels): the shipped config at
+    # its 27 GiB target (micro-batches of 21,175 tokens: 23 rows), the 0.5B LoRA's bf16 base
+    ("qwen2.5-coder-1.5b", ("config", "qwen2.5-coder-1.5b-mbpp.toml"), 896, 20608, 24.18),
+    ("qwen2.5-coder-0.5b", ("lora.enabled", "true"), 640, 7680, 7.00),
 ]  # fmt: skip
 
 
@@ -210,9 +214,10 @@ MEASURED_COMPILED = [
 def test_a_compiled_step_is_counted_at_or_above_its_h200_peak(
     name, overrides, row, tokens, measured
 ):
-    """COMPILED_ACTIVATION_FACTOR is the largest of the four rows' measured fractions, so the
-    count never falls under one of them; the row whose fraction is farthest from it (the 0.5B
-    LoRA's, 0.44) is over-counted most: +36%, hence the 1.40 bound."""
+    """COMPILED_ACTIVATION_FACTOR is the largest of the first four rows' measured fractions, so
+    the count never falls under one of them; the row whose fraction is farthest from it (the
+    0.5B LoRA's, 0.44) is over-counted most: +36%, hence the 1.40 bound. The two rows measured
+    after the factor was fitted are counted +9% (shipped config) and +30% (bf16 LoRA base)."""
     flags = ["--learner.dtype", "bfloat16", "--learner.beta", "0.04", "--learner.num_gpus", "1"]
     flags += ["--rollout.colocate", "false"]  # as learner.bench reads a config: no engine
     path = None
