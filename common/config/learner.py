@@ -61,11 +61,11 @@ class LoraConfig(Section):
     base_dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto",
         description="the frozen base weights' dtype: float32 as the master weights, or "
-        "bfloat16 with learner.dtype = 'bfloat16' on one learner rank (half their memory: "
-        "14 GiB less for a 7B; autocast reads them in bf16 anyway, and the residual stream "
-        "then runs in bf16 as in the engine; the adapters and modules_to_save stay float32). "
-        "auto: bfloat16 on a CUDA learner of one rank with learner.dtype = 'bfloat16', "
-        "else float32",
+        "bfloat16 with learner.dtype = 'bfloat16' (half their memory: 14 GiB less for a 7B, "
+        "shared among learner.num_ranks; autocast reads them in bf16 anyway, and the residual "
+        "stream then runs in bf16 as in the engine; the adapters and modules_to_save stay "
+        "float32). auto: bfloat16 on a CUDA learner with learner.dtype = 'bfloat16', else "
+        "float32",
     )
 
 
@@ -217,7 +217,7 @@ class SpeedKnobs(Section):
             return False
         if self.lora.base_dtype != "auto":
             return self.lora.base_dtype == "bfloat16"
-        return device_type == "cuda" and self.dtype == "bfloat16" and self.num_ranks == 1
+        return device_type == "cuda" and self.dtype == "bfloat16"
 
     def reference_dtype_on(self, device_type: str) -> Literal["float32", "bfloat16"]:
         """``reference_dtype`` with ``auto`` resolved for a learner on ``device_type``
@@ -350,19 +350,14 @@ class LearnerConfig(LossKnobs, OptimiserKnobs, SpeedKnobs, ResourceKnobs):
         return self
 
     def _check_lora_base(self) -> None:
-        """``lora.base_dtype = 'bfloat16'``: for bf16 compute, on one rank (FSDP2 units of
-        bf16 bases and float32 adapters are not implemented)."""
+        """``lora.base_dtype = 'bfloat16'``: for bf16 compute (under FSDP2 a unit holds the
+        bf16 base and the float32 adapters: only what trains must share a dtype)."""
         if self.lora.base_dtype != "bfloat16":  # "auto" resolves to float32 where not
             return
         if not self.lora.enabled or self.dtype != "bfloat16":
             raise ValueError(
                 "lora.base_dtype = 'bfloat16' needs lora.enabled = true and learner.dtype = "
                 "'bfloat16'"
-            )
-        if self.num_ranks > 1:
-            raise ValueError(
-                "lora.base_dtype = 'bfloat16' is for one learner rank: FSDP2 units holding a "
-                "bf16 base and float32 adapters are not implemented"
             )
 
     def _check_optimizer(self) -> None:

@@ -254,6 +254,9 @@ def test_lora_merged_kl_in_reward_dynamic_sampling_resumed(tmp_path, tiny_model_
         "--learner.num_ranks", "2",
         "--learner.num_cpus", "0.5",
         "--weights.transport", "collective",
+        # two ranks shard a frozen bf16 base with the float32 adapters (one FSDP2 unit a layer)
+        "--learner.dtype", "bfloat16",
+        "--learner.lora.base_dtype", "bfloat16",
     ]  # fmt: skip
     run_dir = _train(
         tmp_path, "merged", tiny_model_path, *args, "--run.steps", "2", config=DEMO_LORA

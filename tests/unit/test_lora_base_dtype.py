@@ -79,11 +79,6 @@ def test_the_count_holds_the_base_at_two_bytes_a_parameter(tied_model):
     [
         (["--learner.lora.enabled", "true"], "needs lora.enabled = true and learner.dtype"),
         (["--learner.dtype", "bfloat16"], "needs lora.enabled = true and learner.dtype"),
-        (
-            ["--learner.lora.enabled", "true", "--learner.dtype", "bfloat16",
-             "--learner.num_ranks", "2"],
-            "is for one learner rank",
-        ),
     ],
 )  # fmt: skip
 def test_a_bf16_base_where_it_cannot_run_is_refused_in_one_line(flags, said):
@@ -93,8 +88,9 @@ def test_a_bf16_base_where_it_cannot_run_is_refused_in_one_line(flags, said):
 
 def test_auto_keeps_the_base_in_bf16_where_it_can_run_on_cuda_and_float32_elsewhere():
     """``lora.base_dtype = "auto"`` (the default), as ``reference_dtype``'s: bf16 for a CUDA
-    learner of one rank computing in bf16; float32 on CPU, on several ranks, in float32
-    compute, or when asked; no LoRA, no base to keep. The memory count follows the resolution."""
+    learner computing in bf16, of one rank or several (tests/unit/test_learner_ranks.py);
+    float32 on CPU, in float32 compute, or when asked; no LoRA, no base to keep. The memory
+    count follows the resolution."""
     from common.config import LearnerConfig
 
     def config(**overrides) -> LearnerConfig:
@@ -104,7 +100,7 @@ def test_auto_keeps_the_base_in_bf16_where_it_can_run_on_cuda_and_float32_elsewh
     assert config().lora.base_dtype == "auto"
     assert config().bf16_lora_base("cuda")
     assert not config().bf16_lora_base("cpu")
-    assert not config(num_ranks=2).bf16_lora_base("cuda")
+    assert config(num_ranks=2).bf16_lora_base("cuda")
     assert not config(dtype="float32").bf16_lora_base("cuda")
     assert not config(lora=LoraConfig(enabled=True, base_dtype="float32")).bf16_lora_base("cuda")
     assert config(lora=LoraConfig(enabled=True, base_dtype="bfloat16")).bf16_lora_base("cpu")
@@ -116,3 +112,5 @@ def test_auto_keeps_the_base_in_bf16_where_it_can_run_on_cuda_and_float32_elsewh
     for device, base in (("cuda", 2), ("cpu", 4)):
         weights = learner_state(shape, config(), device=device).weights
         assert weights == shape.parameters * base + lora * 4, device
+    sharded = learner_state(shape, config(num_ranks=2), device="cuda").weights
+    assert sharded == (shape.parameters * 2 + lora * 4) // 2  # each rank half of the bf16 base
