@@ -112,8 +112,8 @@ def model_config_shape(model) -> tuple[int, int, int]:
 
 def learner_peak_flops(config: LearnerConfig, cpu_size: int = 0) -> float:
     """:func:`peak_flops` where the learner of ``config`` computes: its dtype, on its GPU or
-    with its CPU threads; 0 when its GPU is not on this host. ``cpu_size``: the products'
-    size on CPU (0: :func:`peak_flops`'s default)."""
+    with its CPU threads; 0 when its GPU is not on this host. ``cpu_size``: the largest
+    products on CPU (0: :func:`peak_flops`'s default; smaller where they are slow)."""
     dtype = DTYPES[config.dtype]
     if config.num_gpus > 0:
         return peak_flops(torch.device("cuda"), dtype) if torch.cuda.is_available() else 0.0
@@ -125,7 +125,7 @@ def learner_peak_flops(config: LearnerConfig, cpu_size: int = 0) -> float:
         torch.set_num_threads(threads)
 
 
-#: The products' size for ``train/mfu``'s peak on CPU: 1024 takes a fraction of a second where
+#: The largest products for ``train/mfu``'s peak on CPU: 1024 takes a fraction of a second where
 #: 4096 (the bench's) takes seconds to a minute at a few threads, and reached the same FLOP/s
 #: within this shared machine's noise (45-67 GFLOP/s float32 at 2 threads, each size).
 MFU_CPU_SIZE = 1024

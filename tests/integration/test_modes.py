@@ -59,7 +59,8 @@ DEMO = REPO / "configs" / "demo.toml"
 DEMO_LORA = REPO / "configs" / "demo_lora.toml"
 DEMO_REPAIR = REPO / "configs" / "demo_repair.toml"
 
-#: The bound the issue sets for both gaps. Measured in these runs (bf16 engines, fp32 learner):
+#: The bound the issue sets for both gaps. Measured in these runs (bf16 engines, fp32 learner;
+#: two of the runs compute in bf16):
 #: the probe at 0.0007-0.0014 and train/logprob_diff_mean at 0.0008-0.0013 when the push
 #: works; a push skipped on purpose puts the probe above 0.1 (test_parity_probe_*).
 PARITY_BOUND = 0.05

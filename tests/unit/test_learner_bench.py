@@ -337,3 +337,14 @@ def test_the_cpu_peak_grows_its_products_only_while_they_are_quick(monkeypatch):
     monkeypatch.setattr(flops, "CPU_PRODUCT_S", float("inf"))  # none is: up to the largest
     assert flops.cpu_product_size(torch.float32, 1024) == 1024
     assert flops.cpu_product_size(torch.float32, 100) == 100  # a largest under the first size
+    # a CPU that takes size^3 / 1e9 s a product: 256 (0.017 s) and 512 (0.13) are quick, 1024
+    # (1.07) is the first slow enough
+    clock = [0.0]
+
+    def product(a, b):
+        clock[0] += a.shape[0] ** 3 / 1e9
+
+    monkeypatch.setattr(flops, "CPU_PRODUCT_S", 0.2)
+    monkeypatch.setattr(flops.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(flops.torch, "mm", product)
+    assert flops.cpu_product_size(torch.float32, 4096) == 1024

@@ -204,7 +204,8 @@ MEASURED_COMPILED = [
     ("qwen2.5-7b", ("lora.enabled", "true", "lora.target_modules", ALL_LINEAR, *F32_BASE), 640,
      7680, 78.11),
     # the same card on 3dbf555 (compiled reference and LM-head kernels): the shipped config at
-    # its 27 GiB target (micro-batches of 21,175 tokens: 23 rows), the 0.5B LoRA's bf16 base
+    # its 27 GiB target (23 rows a micro-batch by the count: the bench did not record the fit
+    # then), the 0.5B LoRA's bf16 base
     ("qwen2.5-coder-1.5b", ("config", "qwen2.5-coder-1.5b-mbpp.toml"), 896, 20608, 24.18),
     ("qwen2.5-coder-0.5b", ("lora.enabled", "true"), 640, 7680, 7.00),
 ]  # fmt: skip
