@@ -119,6 +119,13 @@ def _one_rank(model_path, config, steps=1, batch="rows") -> dict:
     return {"metrics": _steps(learner, steps, batch), "weights": learner.export_tensors()}
 
 
+def _assert_trained(model_path: str, config: LearnerConfig, want: dict) -> None:
+    """The one-learner run a test compares with moved some weight from the model's."""
+    before = Learner(model_path, config, export_dtype="float32").export_tensors()
+    moved = [n for n, t in want["weights"].items() if not torch.equal(t, before[n])]
+    assert moved, "the reference run did not train"
+
+
 def _assert_same_update(got: dict, want: dict) -> None:
     # Two ranks sum the same micro-batch gradients in another order: fp32 rounding moves the
     # updates by ~1e-8 (see _BASE); a lost or doubly counted micro-batch moves most elements
@@ -165,9 +172,7 @@ def test_two_ranks_compute_the_single_learner_update(tied_model, two_rank_runs, 
     config = _config(**UPDATES[name])
     want = _one_rank(tied_model, config, steps=2)
     got = two_rank_runs[name]
-    before = Learner(tied_model, config, export_dtype="float32").export_tensors()
-    moved = [n for n, t in want["weights"].items() if not torch.equal(t, before[n])]
-    assert moved, "the reference run did not train"
+    _assert_trained(tied_model, config, want)
     _assert_same_update(got, want)
 
 
@@ -179,9 +184,7 @@ def test_two_ranks_share_prompts_and_compute_the_single_learner_update(tied_mode
     assert Learner(tied_model, config).share_prompts
     want = _one_rank(tied_model, config, steps=2, batch="grouped")
     got = two_rank_runs["shared_prompts"]
-    before = Learner(tied_model, config, export_dtype="float32").export_tensors()
-    moved = [n for n, t in want["weights"].items() if not torch.equal(t, before[n])]
-    assert moved, "the reference run did not train"
+    _assert_trained(tied_model, config, want)
     _assert_same_update(got, want)
 
 
@@ -212,8 +215,7 @@ def test_two_ranks_with_a_bf16_lora_base_compute_the_single_learner_update(
     monkeypatch.setattr(logprobs, "head_is_plain", lambda model, head: False)
     config = _config(**BF16_BASE)
     want = _one_rank(tied_model, config, steps=2, batch="long_rows")
-    before = Learner(tied_model, config, export_dtype="float32").export_tensors()
-    assert any(not torch.equal(t, before[n]) for n, t in want["weights"].items())
+    _assert_trained(tied_model, config, want)
     _assert_same_update(got, want)
 
 
