@@ -1,16 +1,17 @@
 """Kernel isolation for sandbox workers and the children they fork: the namespaces and the view.
 
-A worker enters new user, network and mount namespaces once at start-up (the user
+A worker enters new user, network, mount and IPC namespaces once at start-up (the user
 namespace maps an unprivileged sandbox uid, so ``RLIMIT_NPROC`` really applies, even when
-the pool runs as root), hides every directory but the operating system's, the interpreter's
-and the ``sandbox`` package's (``hide_host_files``), makes the whole mount tree read-only and
-mounts a private, size-limited tmpfs as the scratch directory (``scratch.py``). Its zygote, PID
-1 of the worker's PID namespace (``sandbox/isolated/server.py``, so every process an execution
-starts, ``setsid`` or not, can be found and killed from there: ``reaping.py``), then locks that
-view for good (:func:`lock_down`: a second user and mount namespace, no capabilities; with the
-seccomp filter of ``sandbox/isolated/seccomp.py``). Whatever the kernel refuses is reported as
-a weaker level (``sandbox/wire/levels.py``); the pool refuses to run below the full level
-unless ``sandbox.min_isolation`` accepts it. docs/sandbox.md has the whole model.
+the pool runs as root; the IPC namespace allows no object: :data:`IPC_LIMITS`), makes a
+fresh root of only what programs need its root (``view.py``), makes the whole mount tree
+read-only and mounts a private, size-limited tmpfs as the scratch directory (``scratch.py``).
+Its zygote, PID 1 of the worker's PID namespace (``sandbox/isolated/server.py``, so every
+process an execution starts, ``setsid`` or not, can be found and killed from there:
+``reaping.py``), then locks that view for good (:func:`lock_down`: a second user and mount
+namespace, no capabilities; with the seccomp filter of ``sandbox/isolated/seccomp.py``).
+Whatever the kernel refuses is reported as a weaker level (``sandbox/wire/levels.py``); the
+pool refuses to run below the full level unless ``sandbox.min_isolation`` accepts it.
+docs/sandbox.md has the whole model.
 """
 
 from __future__ import annotations
@@ -18,15 +19,15 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
-import sys
 
+from sandbox.isolated import view
 from sandbox.isolated.scratch import mount_scratch
 from sandbox.isolated.syscalls import (
     AT_RECURSIVE,
+    CLONE_NEWIPC,
     CLONE_NEWNET,
     CLONE_NEWNS,
     CLONE_NEWUSER,
-    MS_BIND,
     MS_NODEV,
     MS_NOEXEC,
     MS_NOSUID,
@@ -46,7 +47,6 @@ from sandbox.wire.levels import LEVEL_FULL, LEVEL_NAMESPACES, LEVEL_RLIMITS
 SANDBOX_ID = 1000  # uid/gid of untrusted code inside the user namespace
 HOST_ID_BASE = 1_500_000  # host uid of worker i's sandbox user: base + i (owns nothing)
 NOBODY = 65534
-PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))  # sandbox/
 
 
 def _write_id_maps(pid: int, ids: tuple[int, int], host_sandbox_id: int, privileged: bool) -> None:
@@ -68,7 +68,7 @@ def _write_id_maps(pid: int, ids: tuple[int, int], host_sandbox_id: int, privile
 
 
 def _enter_user_namespace(host_sandbox_id: int) -> bool:
-    """Unshare user+mount+net. Returns whether a separate sandbox uid is mapped.
+    """Unshare user+mount+net+IPC. Returns whether a separate sandbox uid is mapped.
 
     A multi-line id map must be written from the parent namespace with CAP_SETUID there, so
     a privileged pool forks a helper that stays outside and writes the map for us.
@@ -76,7 +76,7 @@ def _enter_user_namespace(host_sandbox_id: int) -> bool:
     ids = os.geteuid(), os.getegid()
     privileged = ids[0] == 0
     if not privileged:
-        unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET)
+        unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC)
         _write_id_maps(os.getpid(), ids, host_sandbox_id, False)
         return False
     ready_r, ready_w = os.pipe()
@@ -92,7 +92,7 @@ def _enter_user_namespace(host_sandbox_id: int) -> bool:
             os._exit(code)
     os.close(ready_r)
     try:
-        unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET)
+        unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC)
     finally:
         os.write(ready_w, b"g" if _in_new_userns() else b"x")
         os.close(ready_w)
@@ -114,10 +114,11 @@ def setup_worker(index: int, scratch: str) -> tuple[str, int]:
     except OSError:
         return setup_unisolated(scratch)
     sandbox_uid = SANDBOX_ID if separate_uid else 0
+    no_ipc_objects()
     level = LEVEL_NAMESPACES
     try:
         mount(None, "/", None, MS_REC | MS_PRIVATE, None)
-        hide_host_files(scratch)
+        view.build(scratch, scratch, view.python_profile())
         read_only("/", AT_RECURSIVE)
         # /proc stays writable here: the zygote writes its id maps through it, where it cannot
         # mount one of its own (a runtime masking parts of /proc), and makes it read-only then.
@@ -130,58 +131,38 @@ def setup_worker(index: int, scratch: str) -> tuple[str, int]:
     return level, sandbox_uid
 
 
+# The worker's IPC namespace allows no SysV segment, queue or semaphore set and no POSIX
+# message queue: programs need none, each would hold memory that no process limit counts, and
+# a program's could outlive its execution. Set by the worker, ns-root of the user namespace
+# that owns the IPC namespace; the children have no capability there to raise them.
+IPC_LIMITS = {
+    "kernel/shmmni": "0",
+    "kernel/shmall": "0",
+    "kernel/msgmni": "0",
+    "kernel/sem": "0 0 0 0",
+    "fs/mqueue/queues_max": "0",
+}
+
+
+def no_ipc_objects() -> bool:
+    """Set :data:`IPC_LIMITS` in the worker's fresh IPC namespace; False where ``/proc/sys``
+    is read-only (a container runtime's): the namespace still dies with the worker, and a
+    cgroup, where there is one, counts what its segments hold."""
+    try:
+        for name, value in IPC_LIMITS.items():
+            with open(f"/proc/sys/{name}", "w") as f:
+                f.write(value)
+    except OSError:
+        return False
+    return True
+
+
 def setup_unisolated(scratch: str) -> tuple[str, int]:
     """rlimits only: run children as ``nobody`` when we are root, so RLIMIT_NPROC counts."""
     prctl(PR_SET_CHILD_SUBREAPER, 1)
     uid = NOBODY if os.geteuid() == 0 else os.geteuid()
     os.chown(scratch, uid, uid)
     return LEVEL_RLIMITS, uid
-
-
-# Top-level directories children keep seeing: the operating system an interpreter needs.
-# Every other one (/home, /root, /work, /opt, /srv, /mnt, /var, /tmp, ...) is covered with an
-# empty tmpfs: datasets with their reference answers, checkouts, credentials and other jobs'
-# files stay out of sight, not merely read-only.
-SYSTEM_DIRS = frozenset(
-    {"bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "dev", "proc", "sys"}
-)
-# Inside them, covered all the same: what other processes of the host share through files.
-SHARED_MEMORY_DIRS = ("/dev/shm", "/dev/mqueue")
-
-
-def visible_paths() -> set[str]:
-    """What children need beyond ``SYSTEM_DIRS``: the interpreter's prefixes (stdlib, the
-    virtualenv's packages) and the ``sandbox`` package (its modules are trusted, not secret)."""
-    paths = {os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, sys.exec_prefix)}
-    paths.add(os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))))
-    paths.add(PACKAGE_DIR)
-    return paths
-
-
-def hide_host_files(scratch: str) -> None:
-    """Cover every non-system top-level directory with an empty tmpfs, then bind the paths
-    of :func:`visible_paths` back at their original places and create the scratch mount point.
-
-    Handles on the kept paths are opened before anything is covered (afterwards they could
-    not be reached), and bound back through ``/proc/self/fd``.
-    """
-    keep = sorted(visible_paths())
-    handles = {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in keep}
-    for name in sorted(os.listdir("/")):
-        top = os.path.join("/", name)
-        if name in SYSTEM_DIRS or os.path.islink(top) or not os.path.isdir(top):
-            continue
-        mount("tmpfs", top, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
-    for shared in SHARED_MEMORY_DIRS:  # other processes' shared memory (Ray's object store)
-        if os.path.isdir(shared) and not os.path.islink(shared):
-            mount("tmpfs", shared, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
-    for path, fd in handles.items():
-        top = "/" + path.strip("/").split("/")[0]
-        if os.path.basename(top) not in SYSTEM_DIRS:
-            os.makedirs(path, mode=0o755, exist_ok=True)
-            mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC, None)
-        os.close(fd)
-    os.makedirs(scratch, mode=0o700, exist_ok=True)
 
 
 def mount_own_proc() -> bool:

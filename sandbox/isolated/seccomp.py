@@ -68,6 +68,13 @@ TABLES: dict[str, tuple[int, dict[str, int]]] = {
             "clock_settime": 227, "clock_adjtime": 305, "adjtimex": 159, "personality": 135,
             "sethostname": 170, "setdomainname": 171, "fanotify_init": 300,
             "lookup_dcookie": 212, "vhangup": 153, "iopl": 172, "ioperm": 173,
+            "socket": 41, "socketpair": 53, "kill": 62, "tkill": 200, "tgkill": 234,
+            "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297, "prlimit64": 302,
+            "setpriority": 141, "sched_setaffinity": 203, "sched_setparam": 142,
+            "sched_setscheduler": 144, "sched_setattr": 314, "pidfd_open": 434,
+            "pidfd_send_signal": 424, "migrate_pages": 256, "move_pages": 279,
+            "ioprio_set": 251, "memfd_create": 319, "memfd_secret": 447, "fork": 57,
+            "vfork": 58,
         },
     ),
     "aarch64": (
@@ -87,6 +94,12 @@ TABLES: dict[str, tuple[int, dict[str, int]]] = {
             "clock_settime": 112, "clock_adjtime": 266, "adjtimex": 171, "personality": 92,
             "sethostname": 161, "setdomainname": 162, "fanotify_init": 262,
             "lookup_dcookie": 18, "vhangup": 58,
+            "socket": 198, "socketpair": 199, "kill": 129, "tkill": 130, "tgkill": 131,
+            "rt_sigqueueinfo": 138, "rt_tgsigqueueinfo": 240, "prlimit64": 261,
+            "setpriority": 140, "sched_setaffinity": 122, "sched_setparam": 118,
+            "sched_setscheduler": 119, "sched_setattr": 274, "pidfd_open": 434,
+            "pidfd_send_signal": 424, "migrate_pages": 238, "move_pages": 239,
+            "ioprio_set": 30, "memfd_create": 279, "memfd_secret": 447,
         },
     ),
 }
@@ -96,11 +109,37 @@ TABLES: dict[str, tuple[int, dict[str, int]]] = {
 # there, and is refused through unshare).
 NAMESPACE_FLAGS = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000
 NAMESPACE_FLAGS |= 0x20000000 | 0x40000000
+CLONE_THREAD = 0x00010000
 X32_SYSCALL_BIT = 0x40000000
+
+# The zygote is PID 1 of every execution's PID namespace, and the only process there that is
+# not the execution's own: these calls name a process by their first argument and are refused
+# for PID 1, so a program cannot lower the zygote's limits (prlimit64: every later child died
+# in its own setrlimit), renice or re-pin it, move its pages or signal it (a PID namespace's
+# init drops signals it has no handler for; the zygote keeps none, and these are refused too).
+# setpriority and ioprio_set also take a user or a process group, which would include the
+# zygote (it shares the children's uid): only PRIO_PROCESS of another PID is allowed.
+PID_TARGETED = (  # noqa: SIM905
+    "kill tkill tgkill rt_sigqueueinfo rt_tgsigqueueinfo prlimit64 sched_setaffinity "
+    "sched_setparam sched_setscheduler sched_setattr pidfd_open migrate_pages move_pages"
+).split()
+ZYGOTE_PID = 1
+PRIO_PROCESS = 0
+# pidfd_send_signal takes a descriptor (a pidfd, or a /proc/PID directory), whose process a
+# filter cannot see: refused, with ioprio_set, which no program needs.
+PID_DENIED = ("pidfd_send_signal", "ioprio_set")
+# Socket families a program may open: local sockets, and IPv4/IPv6 in its network namespace
+# (which has no interface up). AF_VSOCK reached the VM's other side, AF_NETLINK, AF_PACKET and
+# the rest are kernel surface no test needs; socketpair takes the same first argument.
+SOCKET_FAMILIES = (1, 2, 10)  # AF_UNIX, AF_INET, AF_INET6
+# Where no cgroup bounds an execution's memory (docs/sandbox.md), the child adds these:
+# no second process (fork, vfork, clone without CLONE_THREAD: threads share one address
+# space, which RLIMIT_AS bounds) and no memory outside it (memfd_create, memfd_secret).
+FALLBACK_DENIED = ("fork", "vfork", "memfd_create", "memfd_secret")
 
 # Classic BPF as seccomp reads it: struct sock_filter {u16 code; u8 jt; u8 jf; u32 k}.
 _LOAD_WORD, _JEQ, _JGE, _JSET, _RETURN = 0x20, 0x15, 0x35, 0x45, 0x06
-_OFFSET_NR, _OFFSET_ARCH, _OFFSET_ARG0 = 0, 4, 16  # struct seccomp_data (little-endian)
+_OFFSET_NR, _OFFSET_ARCH, _OFFSET_ARG0, _OFFSET_ARG1 = 0, 4, 16, 24  # struct seccomp_data (LE)
 RET_KILL_PROCESS, RET_ALLOW = 0x80000000, 0x7FFF0000
 RET_ERRNO = 0x00050000
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
@@ -111,39 +150,87 @@ RETURNS = {
     "allow": RET_ALLOW,
     "deny": RET_ERRNO | errno.EPERM,
     "nosys": RET_ERRNO | errno.ENOSYS,
+    "nofamily": RET_ERRNO | errno.EAFNOSUPPORT,
     "kill": RET_KILL_PROCESS,
 }
 
+# A jump's target: a label of RETURNS, or how many instructions to skip (0: the next one).
+Target = str | int
+Instruction = tuple[int, Target, Target, int]
 
-def _body(arch: int, numbers: dict[str, int], x32_bit: bool) -> list[tuple[int, str, str, int]]:
-    """The filter's tests as (code, label if true, label if false, k); a label names one of
-    :data:`RETURNS` ("" = the next instruction)."""
-    body = [
-        (_LOAD_WORD, "", "", _OFFSET_ARCH),
-        (_JEQ, "", "kill", arch),
-        (_LOAD_WORD, "", "", _OFFSET_NR),
+
+def _when(number: int, then: list[Instruction]) -> list[Instruction]:
+    """``then`` for system call ``number`` (loaded in the accumulator); it must end in a
+    return, since it reloads the accumulator. Other calls skip it."""
+    return [(_JEQ, 0, len(then), number), *then]
+
+
+def _arch_check(arch: int, x32_bit: bool) -> list[Instruction]:
+    body: list[Instruction] = [
+        (_LOAD_WORD, 0, 0, _OFFSET_ARCH),
+        (_JEQ, 0, "kill", arch),
+        (_LOAD_WORD, 0, 0, _OFFSET_NR),
     ]
     if x32_bit:
-        body.append((_JGE, "kill", "", X32_SYSCALL_BIT))
-    body += [(_JEQ, "deny", "", numbers[name]) for name in DENIED if name in numbers]
-    return [
-        *body,
-        (_JEQ, "nosys", "", numbers["clone3"]),
-        (_JEQ, "", "allow", numbers["clone"]),
-        (_LOAD_WORD, "", "", _OFFSET_ARG0),
-        (_JSET, "deny", "allow", NAMESPACE_FLAGS),
-    ]
+        body.append((_JGE, "kill", 0, X32_SYSCALL_BIT))
+    return body
 
 
-def assemble(arch: int, numbers: dict[str, int], x32_bit: bool) -> bytes:
+def _body(arch: int, numbers: dict[str, int], x32_bit: bool) -> list[Instruction]:
+    """The zygote's filter: refuse :data:`DENIED`, namespaces through clone, clone3 (ENOSYS),
+    the calls of :data:`PID_TARGETED` naming the zygote, and socket families outside
+    :data:`SOCKET_FAMILIES`. Argument words are loaded as the low 32 bits: a ``pid_t`` or an
+    ``int`` family is what the kernel reads."""
+    body = _arch_check(arch, x32_bit)
+    denied = [name for name in (*DENIED, *PID_DENIED) if name in numbers]
+    body += [(_JEQ, "deny", 0, numbers[name]) for name in denied]
+    body.append((_JEQ, "nosys", 0, numbers["clone3"]))
+    for name in PID_TARGETED:
+        body += _when(
+            numbers[name], [(_LOAD_WORD, 0, 0, _OFFSET_ARG0), (_JEQ, "deny", "allow", ZYGOTE_PID)]
+        )
+    body += _when(
+        numbers["setpriority"],
+        [
+            (_LOAD_WORD, 0, 0, _OFFSET_ARG0),
+            (_JEQ, 0, "deny", PRIO_PROCESS),
+            (_LOAD_WORD, 0, 0, _OFFSET_ARG1),
+            (_JEQ, "deny", "allow", ZYGOTE_PID),
+        ],
+    )
+    families: list[Instruction] = [(_LOAD_WORD, 0, 0, _OFFSET_ARG0)]
+    families += [(_JEQ, "allow", 0, family) for family in SOCKET_FAMILIES]
+    families.append((_JEQ, "allow", "nofamily", 0xFFFFFFFF))  # never equal: refuse the rest
+    for name in ("socket", "socketpair"):
+        body += _when(numbers[name], families)
+    body += _when(
+        numbers["clone"],
+        [(_LOAD_WORD, 0, 0, _OFFSET_ARG0), (_JSET, "deny", "allow", NAMESPACE_FLAGS)],
+    )
+    return [*body, (_JEQ, "allow", "allow", 0)]
+
+
+def _fallback_body(arch: int, numbers: dict[str, int], x32_bit: bool) -> list[Instruction]:
+    """The child's own filter where no cgroup bounds it: :data:`FALLBACK_DENIED`, and clone
+    without ``CLONE_THREAD``. Stacked on the zygote's (the kernel applies the stricter)."""
+    body = _arch_check(arch, x32_bit)
+    body += [(_JEQ, "deny", 0, numbers[name]) for name in FALLBACK_DENIED if name in numbers]
+    body += _when(
+        numbers["clone"],
+        [(_LOAD_WORD, 0, 0, _OFFSET_ARG0), (_JSET, "allow", "deny", CLONE_THREAD)],
+    )
+    return [*body, (_JEQ, "allow", "allow", 0)]
+
+
+def assemble(arch: int, numbers: dict[str, int], x32_bit: bool, fallback: bool = False) -> bytes:
     """The filter's instructions, packed as the kernel reads them: the tests, then the
-    returns they jump to."""
-    body = _body(arch, numbers, x32_bit)
+    returns they jump to (``fallback``: the child's filter without a cgroup)."""
+    body = (_fallback_body if fallback else _body)(arch, numbers, x32_bit)
     where = {label: len(body) + i for i, label in enumerate(RETURNS)}
     out = []
     for index, (code, true, false, k) in enumerate(body):
-        jt = where[true] - index - 1 if true else 0
-        jf = where[false] - index - 1 if false else 0
+        jt = where[true] - index - 1 if isinstance(true, str) else true
+        jf = where[false] - index - 1 if isinstance(false, str) else false
         if not (0 <= jt < 256 and 0 <= jf < 256):
             raise ValueError("seccomp filter too long for 8-bit jumps")
         out.append(struct.pack("<HBBI", code, jt, jf, k))
@@ -155,8 +242,9 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
-def install() -> None:
-    """Install the filter on the calling process (and so on every process it forks).
+def install(fallback: bool = False) -> None:
+    """Install the filter on the calling process (and so on every process it forks);
+    ``fallback``: the child's extra filter where no cgroup bounds its memory.
 
     No-new-privileges must already be set (the worker sets it): the kernel refuses a filter
     otherwise to a process without CAP_SYS_ADMIN. Raises OSError where the architecture has no
@@ -166,10 +254,16 @@ def install() -> None:
     if machine not in TABLES:
         raise OSError(errno.ENOSYS, f"no system-call table for {machine}")
     arch, numbers = TABLES[machine]
-    code = assemble(arch, numbers, x32_bit=machine == "x86_64")
+    code = assemble(arch, numbers, x32_bit=machine == "x86_64", fallback=fallback)
     buffer = ctypes.create_string_buffer(code, len(code))
     fprog = _SockFprog(len(code) // 8, ctypes.cast(buffer, ctypes.c_void_p))
     result = libc.prctl(
         PR_SET_SECCOMP, ctypes.c_ulong(SECCOMP_MODE_FILTER), ctypes.byref(fprog), 0, 0
     )
     check(result, "seccomp filter")
+
+
+def install_fallback() -> None:
+    """The child's extra filter where no cgroup bounds an execution's memory
+    (:data:`FALLBACK_DENIED`): one process, whose address space RLIMIT_AS bounds."""
+    install(fallback=True)

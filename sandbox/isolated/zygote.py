@@ -91,6 +91,10 @@ def serve(
     code = 0
     try:
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        # Python's SIGINT handler, the one it installs: a namespace's init drops only the
+        # signals it has no handler for, so with it a program's SIGINT to PID 1 ended the
+        # zygote (the seccomp filter refuses kill(1) too, pidfd_send_signal altogether).
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
         in_namespace = os.getpid() == 1
         if not in_namespace:  # orphans come to us: reaping.kill_descendants reaches them
             prctl(PR_SET_CHILD_SUBREAPER, 1)

@@ -7,7 +7,7 @@ to run below ``sandbox.min_isolation`` (``LEVEL_NAMED``). docs/sandbox.md says w
 
 from __future__ import annotations
 
-LEVEL_FULL = "namespaces(user,net,pid,mount)+locked+seccomp+rlimits"
+LEVEL_FULL = "namespaces(user,net,pid,mount,ipc)+view+locked+seccomp+rlimits"
 LEVEL_NAMESPACES = "namespaces(user,net,pid)+rlimits"
 LEVEL_RLIMITS = "rlimits-only"
 LEVEL_NUMBER = {LEVEL_FULL: 2.0, LEVEL_NAMESPACES: 1.0, LEVEL_RLIMITS: 0.0}

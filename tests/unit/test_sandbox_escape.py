@@ -119,7 +119,7 @@ def _assert_held(report: dict, runner: Runner, canary: Path, before: set[str]) -
     assert canary.read_text() == SECRET
     assert {p.name for p in runner.site.iterdir()} == before
     assert not list((REPO_ROOT / "sandbox").glob("evil*"))
-    assert report["isolation"] == "namespaces(user,net,pid,mount)+locked+seccomp+rlimits"
+    assert report["isolation"] == "namespaces(user,net,pid,mount,ipc)+view+locked+seccomp+rlimits"
 
 
 def test_escapes_are_refused_as_an_ordinary_user(ordinary: Runner) -> None:

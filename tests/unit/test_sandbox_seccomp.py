@@ -6,6 +6,7 @@ test_sandbox_escape.py; here, that its numbers are the kernel's and that it asse
 
 from __future__ import annotations
 
+import itertools
 import re
 import struct
 import subprocess
@@ -45,11 +46,12 @@ def test_tables_match_the_kernel_headers(machine):
 
 
 def test_the_filter_assembles_with_every_jump_in_range():
-    for arch, table in seccomp.TABLES.values():
-        code = seccomp.assemble(arch, table, x32_bit=True)
+    returns = len(seccomp.RETURNS)
+    for (arch, table), fallback in itertools.product(seccomp.TABLES.values(), (False, True)):
+        code = seccomp.assemble(arch, table, x32_bit=True, fallback=fallback)
         instructions = [struct.unpack("<HBBI", code[i : i + 8]) for i in range(0, len(code), 8)]
-        assert instructions[-4:] == [(0x06, 0, 0, k) for k in seccomp.RETURNS.values()]
-        for index, (_, jt, jf, _) in enumerate(instructions[:-4]):
+        assert instructions[-returns:] == [(0x06, 0, 0, k) for k in seccomp.RETURNS.values()]
+        for index, (_, jt, jf, _) in enumerate(instructions[:-returns]):
             assert index + 1 + max(jt, jf) < len(instructions)
 
 
@@ -73,7 +75,77 @@ def test_a_filtered_process_keeps_working_and_cannot_make_namespaces():
         print("ok")
         """
     )
+    _run_filtered(script)
+
+
+def _run_filtered(script: str) -> None:
     done = subprocess.run(
         [sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True
     )
     assert done.stdout.strip() == "ok", done.stderr
+
+
+def test_the_filter_refuses_calls_naming_pid_1_and_other_socket_families():
+    """PID 1 stands for the zygote (its namespace's init): signals, limits, priority, affinity
+    and pidfds aimed at it are refused, the same calls on the caller itself work; sockets
+    other than local, IPv4 and IPv6 are refused."""
+    script = textwrap.dedent(
+        """
+        import errno, os, resource, socket
+        from sandbox.isolated import seccomp, syscalls
+        syscalls.prctl(syscalls.PR_SET_NO_NEW_PRIVS, 1)
+        seccomp.install()
+        def refused(call, *args, code=errno.EPERM):
+            try:
+                call(*args)
+            except OSError as exc:
+                return exc.errno == code
+            return False
+        assert refused(os.kill, 1, 0)
+        assert refused(resource.prlimit, 1, resource.RLIMIT_NPROC, (0, 0))
+        assert refused(os.setpriority, os.PRIO_PROCESS, 1, 19)
+        assert refused(os.setpriority, os.PRIO_USER, 0, 19)
+        assert refused(os.sched_setaffinity, 1, {0})
+        assert refused(os.pidfd_open, 1)
+        os.kill(os.getpid(), 0)
+        resource.prlimit(0, resource.RLIMIT_CORE, (0, 0))
+        os.setpriority(os.PRIO_PROCESS, 0, 1)
+        os.sched_setaffinity(0, os.sched_getaffinity(0))
+        os.close(os.pidfd_open(os.getpid()))
+        for family in (socket.AF_UNIX, socket.AF_INET, socket.AF_INET6):
+            socket.socket(family, socket.SOCK_STREAM).close()
+        socket.socketpair().__iter__().__next__().close()
+        for family in (40, socket.AF_NETLINK, socket.AF_PACKET):  # 40: AF_VSOCK
+            assert refused(socket.socket, family, socket.SOCK_DGRAM, code=errno.EAFNOSUPPORT)
+        print("ok")
+        """
+    )
+    _run_filtered(script)
+
+
+def test_the_fallback_filter_keeps_one_process_with_threads_and_no_memfd():
+    """Where no cgroup bounds memory the child adds a filter: no fork and no memfd (each
+    would hold memory outside RLIMIT_AS), threads still start."""
+    script = textwrap.dedent(
+        """
+        import errno, os, threading
+        from sandbox.isolated import seccomp, syscalls
+        syscalls.prctl(syscalls.PR_SET_NO_NEW_PRIVS, 1)
+        seccomp.install()
+        seccomp.install_fallback()
+        done = []
+        thread = threading.Thread(target=lambda: done.append(1))
+        thread.start()
+        thread.join()
+        assert done == [1]
+        for call in (os.fork, lambda: os.memfd_create("x")):
+            try:
+                call()
+            except OSError as exc:
+                assert exc.errno == errno.EPERM
+            else:
+                raise AssertionError(call)
+        print("ok")
+        """
+    )
+    _run_filtered(script)
