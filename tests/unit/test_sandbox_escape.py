@@ -185,3 +185,26 @@ def test_the_pool_suite_passes_as_an_ordinary_user(ordinary: Runner) -> None:
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     summary = done.stdout.splitlines()[-1]
     assert " passed" in summary and "skipped" not in summary, done.stdout[-500:]
+
+
+@pytest.mark.parametrize("name", ["mbpp.jsonl", "sanitized-mbpp.json"])
+def test_every_mbpp_reference_passes_as_an_ordinary_user(ordinary: Runner, name: str) -> None:
+    """The view, the IPC namespace, the filter and the memory layer as that user take nothing
+    a reference solution needs (as root: tests/unit/test_sandbox_mbpp.py). The timeout leaves
+    room for task 123 (~2.4 s alone) on a loaded machine, as there."""
+    if not ordinary.prefix:
+        pytest.skip("not root: tests/unit/test_sandbox_mbpp.py runs as this ordinary user")
+    problems = REPO_ROOT.parent / "shared" / "data" / name
+    work = Path(tempfile.mkdtemp(prefix="grpo-mbpp-"))  # pytest's tmp_path is root's alone
+    try:
+        work.chmod(0o777)
+        out = work / "results.jsonl"
+        args = ["--problems", str(problems), "--out", str(out), "--canonical"]
+        done = ordinary.run("-m", "sandbox.check", *args, "--timeout-s", "120", timeout=900)
+        assert done.returncode == 0, done.stderr[-2000:]
+        rows = [json.loads(line) for line in out.read_text().splitlines()]
+    finally:
+        shutil.rmtree(work)
+    failing = [(r.get("task_id"), r["verdict"]) for r in rows if r["verdict"] != "passed"]
+    assert not failing
+    assert len(rows) == {"mbpp.jsonl": 974, "sanitized-mbpp.json": 427}[name]

@@ -45,6 +45,30 @@ def test_dead_worker_with_jobs_in_flight_is_replaced_and_nothing_is_lost(monkeyp
         assert solo._workers[0].proc.pid != killed[0]
 
 
+def test_a_job_that_ends_its_worker_twice_is_the_programs_failure_not_a_mask(monkeypatch):
+    """A worker that dies on the same job on both tries (killed here as each try is handed
+    over, as a program that found a way to end its worker would): the verdict is
+    ``runtime_error``, never ``infra_error``, which the reward masks and a policy could learn
+    to reach; the next job passes on a third worker."""
+    config = SandboxConfig(num_workers=1, timeout_s=5.0, test_timeout_s=3.0, cache=False)
+    hostile = "import time\ntime.sleep(1.0)\n" + GOOD_F
+    dispatch, killed = WorkerHandle.dispatch, []
+
+    def dispatch_then_kill(worker: WorkerHandle, task, limits: dict) -> None:
+        dispatch(worker, task, limits)
+        if task.job.code == hostile:
+            killed.append(worker.proc.pid)
+            worker.proc.send_signal(signal.SIGKILL)
+            worker.proc.wait()
+
+    monkeypatch.setattr(WorkerHandle, "dispatch", dispatch_then_kill)
+    with SandboxPool(config) as solo:
+        results = solo.run([ExecutionJob(hostile, F_TESTS), ExecutionJob(GOOD_F, F_TESTS)])
+        assert len(killed) == 2
+        assert [r.verdict for r in results] == [Verdict.RUNTIME_ERROR, Verdict.PASSED]
+        assert "twice" in results[0].detail
+
+
 def test_a_call_that_raised_leaves_no_job_in_flight_for_the_next(monkeypatch):
     """An exception out of ``run`` (injected here: planning one job's tests fails; for real, a
     worker that cannot restart, or Ctrl-C) comes after the call sent other jobs to a worker.
