@@ -3,8 +3,9 @@
 The front parses tests, sends each worker only what the untrusted child may see (the program
 and the test expressions, never the expected values), judges the records that come back and
 keeps the pool alive: a worker that dies or stops answering is replaced and its job retried
-once; only if that fails too is the job an ``infra_error``, which the reward masks instead of
-scoring as a wrong answer.
+once; if that fails too the program did it (``runtime_error``: a program must never reach a
+mask on purpose); only a child the zygote could not start is an ``infra_error``, which the
+reward masks instead of scoring as a wrong answer.
 
 It is a plain class with no signal handlers or threads, so it also works as a Ray actor.
 """
@@ -279,7 +280,7 @@ class SandboxPool:
         for task in reversed(waiting):
             task.attempts -= 1
             queue.appendleft(task)
-        self._retry_or_fail(running, queue, results, "sandbox worker died")
+        self._retry_or_fail(running, queue, results, "sandbox worker died", ours=False)
 
     def _abandon_in_flight(self) -> None:
         """Restart every worker that still holds jobs of a call that raised.
@@ -301,11 +302,27 @@ class SandboxPool:
         except Exception as exc:  # the pool keeps serving with the workers it has
             log.error("sandbox: could not restart worker %d: %s", worker.index, exc)
 
-    def _retry_or_fail(self, task: _Task, queue: deque, results: list, why: str) -> None:
+    def _retry_or_fail(
+        self, task: _Task, queue: deque, results: list, why: str, ours: bool = True
+    ) -> None:
+        """Retry ``task`` once; after a second failure, judge it.
+
+        ``ours``: the failure was the pool's (the zygote could not fork: the host out of
+        resources before the program started), so ``infra_error``, which the reward masks.
+        Otherwise the program's execution ended or stalled its worker, twice: no fault from
+        outside repeats on the same job and no other, and a verdict a program can reach on
+        purpose must never be a mask (a policy would learn to reach it), so the program
+        failed (``runtime_error``), and the log says so: it is a bug of the worker to fix.
+        """
         if task.attempts < 2:
             queue.appendleft(task)
             return
-        result = ExecutionResult(Verdict.INFRA_ERROR, 0, len(task.plans), [], 0.0, why)
+        verdict = Verdict.INFRA_ERROR
+        if not ours:
+            verdict = Verdict.RUNTIME_ERROR
+            why = f"{why} twice running this program"
+            log.warning("sandbox: a program's execution ended its worker twice (%s)", why)
+        result = ExecutionResult(verdict, 0, len(task.plans), [], 0.0, why)
         self._record(result)
         results[task.index] = result
 
