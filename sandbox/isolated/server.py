@@ -263,6 +263,8 @@ class Worker:
                 status = "infra"
             elif reply[:1] == b"S":
                 break
+        if self.args.oom_kills.rose() and status != "infra":  # after the sweep: all of it
+            status = "memory"  # judged memory_limit, like a MemoryError
         has_status, wait_status, ours = zygote.STATUS.unpack(reply[1:])
         if not has_status or not os.WIFSIGNALED(wait_status):
             return status, 0
@@ -347,7 +349,7 @@ def _start_zygote(args: types.SimpleNamespace, uid: int, level: str) -> socket.s
         os.close(args.fd)
         ours.close()
         full = level == LEVEL_FULL
-        zygote.serve(theirs, args.scratch, uid, full, calibration, args.loop)
+        zygote.serve(theirs, args.scratch, uid, full, calibration, args.loop, args.memory)
     theirs.close()
     reply = ours.recv(4096)
     if reply[:1] != b"P" or len(reply) < 4 + zygote.PINNED.size:
@@ -414,7 +416,9 @@ def main(argv: list[str]) -> None:
     """Isolate, prepare, fork the zygote, report ready, serve until the pool goes away.
 
     ``argv[0]`` is the pool's options as one JSON object (index, fd, scratch, memory_mb,
-    isolation, cpu, pin, loop_library: the path of the zygote's C loop, or None):
+    isolation, cpu, pin, loop_library: the path of the zygote's C loop, or None;
+    cgroup_fds, oom_fd, memory_fallback: the execution cgroup's descriptors, or none and
+    whether children refuse themselves a second process):
     ``argparse`` would import ``shutil``, and with it zlib, bz2 and lzma, into the zygote,
     whose every mapping each fork copies and each exit tears down.
     """
@@ -423,6 +427,13 @@ def main(argv: list[str]) -> None:
     if args.cpu is not None:  # first: the zygote and every child inherit it
         os.sched_setaffinity(0, {args.cpu})
     args.loop, args.loop_note = load_loop(args.loop_library)  # before the namespaces
+    # The execution cgroup's descriptors, opened by the front (sandbox/trusted/cgroups.py):
+    # the zygote keeps cgroup.procs for its children to join; we read the OOM counter. Without
+    # a cgroup, children refuse themselves a second process and RLIMIT_AS is the bound.
+    fallback = limits.FallbackFilter() if args.memory_fallback else None
+    args.memory = (tuple(args.cgroup_fds), fallback)
+    args.memory_mb = limits.address_space_mb(args.memory_mb, bool(args.cgroup_fds))
+    args.oom_kills = limits.OomKills(args.oom_fd)
     if args.isolation == "auto":
         level, uid = namespaces.setup_worker(args.index, args.scratch)
     else:

@@ -69,6 +69,12 @@ class _ChildSetup(NamedTuple):
     uid: int
     devnull: int  # the child's stdin
     death_signal: bool  # False as a PID namespace's init, whose death kills the namespace
+    # The worker's execution cgroup: its cgroup.procs, one per hierarchy, opened for writing by
+    # the front (sandbox/trusted/cgroups.py); the child writes itself into each.
+    cgroup_fds: tuple[int, ...] = ()
+    # No cgroup: the child refuses itself a second process and memfds (seccomp.py), so that
+    # RLIMIT_AS bounds what it holds (limits.address_space_mb); None with a cgroup.
+    fallback: limits.FallbackFilter | None = None
 
 
 def serve(
@@ -78,8 +84,13 @@ def serve(
     full: bool,
     calibration: bytes | None,
     loop: types.ModuleType | None = None,
+    memory: tuple[tuple[int, ...], limits.FallbackFilter | None] = ((), None),
 ) -> None:
     """The zygote's loop; never returns (exits when the server's end closes).
+
+    ``memory``: the execution cgroup's ``cgroup.procs`` descriptors every child joins, and
+    whether children refuse themselves a second process instead (no cgroup; see
+    :class:`_ChildSetup`).
 
     First, as the namespace's init and where ``full`` (the worker has its own mount namespace
     and read-only view), it mounts the namespace's ``/proc``; then, given a ``calibration``
@@ -99,7 +110,8 @@ def serve(
         if not in_namespace:  # orphans come to us: reaping.kill_descendants reaches them
             prctl(PR_SET_CHILD_SUBREAPER, 1)
         mounted = in_namespace and full and namespaces.mount_own_proc()
-        setup = _ChildSetup(scratch, uid, os.open(os.devnull, os.O_RDONLY), not in_namespace)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        setup = _ChildSetup(scratch, uid, devnull, not in_namespace, *memory)
         pinned, note = _pin_hot_pages(calibration, setup) if calibration else (0, "off")
         lock_note = _lock_down(uid) if full else "the worker has no read-only view"
         if full and not lock_note:  # children run as we do: drop_privileges has nothing to do
@@ -234,6 +246,10 @@ def _child(fds: list[int], setup: _ChildSetup) -> None:
     """
     job_r, val_w, out_w = fds
     try:
+        # First, so that all it allocates is charged to the group. The kernel checks the
+        # credentials of the descriptor's opener (the front), not ours.
+        for fd in setup.cgroup_fds:
+            os.write(fd, b"0")
         chunks = []
         while chunk := os.read(job_r, 1 << 16):
             chunks.append(chunk)
@@ -247,6 +263,8 @@ def _child(fds: list[int], setup: _ChildSetup) -> None:
         os.chdir(setup.scratch)
         for which, value in job["limits"]:
             setrlimit(which, (value, value))
+        if setup.fallback is not None:
+            setup.fallback.install()  # seccomp.install_fallback's filter, assembled once
         limits.drop_privileges(setup.uid, setup.death_signal)
     except BaseException:
         os._exit(98)

@@ -25,6 +25,7 @@ import time
 from collections import deque
 from pathlib import Path
 
+from sandbox.trusted.cgroups import ExecutionGroup
 from sandbox.wire.frames import MESSAGE_CAP, READ_BYTES, Frames, decode_message, encode
 
 ROOT = str(Path(__file__).resolve().parents[2])  # the directory that holds sandbox/
@@ -79,9 +80,14 @@ class WorkerHandle:
         cpu: int | None = None,
         pin: bool = True,
         loop_library: str | None = None,
+        cgroup: ExecutionGroup | None = None,
+        memory_fallback: bool = False,
     ) -> None:
         self.index, self.root, self.cpu, self.pin = index, root, cpu, pin
         self.loop_library = loop_library  # the zygote's C loop (native_build.py), or None
+        # Its execution cgroup (cgroups.py), which every child joins; without one, whether
+        # children refuse themselves a second process and memfds (the stated fallback).
+        self.cgroup, self.memory_fallback = cgroup, memory_fallback
         self.memory_mb, self.mode = memory_mb, mode
         self.in_flight: deque[tuple[int, object]] = deque()  # (job id, task)
         self.backstop_s = 0.0
@@ -100,6 +106,9 @@ class WorkerHandle:
         generation = next(_ids)
         self.scratch = os.path.join(self.root, f"scratch-{self.index}-{generation}")
         os.mkdir(self.scratch, 0o755)
+        # The worker's copies of the execution cgroup's descriptors (cgroups.py); ours are
+        # closed once it has them.
+        procs, oom = self.cgroup.worker_fds() if self.cgroup is not None else ([], -1)
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.setblocking(False)
         self.outbox = bytearray()
@@ -114,6 +123,9 @@ class WorkerHandle:
             "cpu": self.cpu,  # pin to this CPU (the zygote and every child inherit it)
             "pin": self.pin,  # pin the zygote's hot pages (sandbox/isolated/pinning.py)
             "loop_library": self.loop_library,  # the zygote's C loop, or None: Python
+            "cgroup_fds": procs,  # cgroup.procs of the execution group, per hierarchy
+            "oom_fd": oom,  # its OOM-kill counter, read by the server after each execution
+            "memory_fallback": self.memory_fallback,
         }
         try:
             self.proc = subprocess.Popen(
@@ -126,10 +138,12 @@ class WorkerHandle:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 start_new_session=True,
-                pass_fds=(theirs.fileno(),),
+                pass_fds=(theirs.fileno(), *procs, *([oom] if oom >= 0 else [])),
             )
         finally:
             theirs.close()
+            for fd in [*procs, oom] if oom >= 0 else procs:
+                os.close(fd)
         self._ready = False
 
     def fileno(self) -> int:

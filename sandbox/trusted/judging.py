@@ -187,6 +187,8 @@ class Judgement:
 
 def _ending_verdict(status: str, signum: int) -> Verdict:
     """Why a child stopped before reporting every test."""
+    if status == "memory":  # its execution cgroup's OOM killer struck (sandbox/trusted/cgroups.py)
+        return Verdict.MEMORY_LIMIT
     if status == "timeout":
         return Verdict.TIMEOUT
     if status == "output_limit" or signum == signal.SIGXFSZ:

@@ -26,7 +26,8 @@ from collections import Counter, deque
 
 from common.config import SandboxConfig
 from common.types import ExecutionJob, ExecutionResult, Verdict
-from sandbox.trusted import native_build, testplan
+from sandbox.isolated import seccomp
+from sandbox.trusted import cgroups, native_build, testplan
 from sandbox.trusted.handles import WorkerHandle, worker_cpus
 from sandbox.trusted.judging import Judgement
 from sandbox.trusted.result_cache import ResultCache, job_key
@@ -55,8 +56,13 @@ class _Task:
 class SandboxPool:
     """Runs ``ExecutionJob`` s in parallel on ``config.num_workers`` isolated workers."""
 
-    def __init__(self, config: SandboxConfig, *, isolation_mode: str = "auto") -> None:
+    def __init__(
+        self, config: SandboxConfig, *, isolation_mode: str = "auto", cgroup: bool = True
+    ) -> None:
+        """``cgroup=False``: no execution cgroup even where one could be had, the fallback
+        (``sandbox/trusted/cgroups.py``, docs/sandbox.md); for its tests."""
         self.config = config
+        self._cgroups: cgroups.PoolGroups | None = None
         remove_abandoned_dirs(tempfile.gettempdir())
         self._dir = tempfile.mkdtemp(prefix=f"sandbox-{os.getpid()}-{_pid_namespace()}-")
         os.chmod(self._dir, 0o711)  # children (another uid) must reach their scratch dir by path
@@ -72,6 +78,7 @@ class SandboxPool:
         if config.zygote_loop == "auto":  # built once per node and source version, then cached
             loop_library, self._loop_note = native_build.build()
         try:
+            self.memory_layer = self._open_cgroups(cgroup)
             cpus = worker_cpus(config.cpu_affinity, config.num_workers)
             for index, cpu in enumerate(cpus):
                 self._workers.append(
@@ -83,6 +90,8 @@ class SandboxPool:
                         cpu,
                         config.pin_hot_pages,
                         loop_library,
+                        self._cgroups.worker(index) if self._cgroups is not None else None,
+                        memory_fallback=self._cgroups is None and _fallback_possible(),
                     )
                 )
             for worker in self._workers:
@@ -115,13 +124,45 @@ class SandboxPool:
         (what ``launch.train`` logs once the pool is up, from the pool's Ray actor)."""
         return "; ".join(
             [
-                f"{len(self._workers)} workers, isolation {self.isolation}",
+                f"{len(self._workers)} workers, isolation {self.isolation}+{self.memory_layer}",
                 "own /proc" if self.own_proc else "programs see the host's /proc (command lines)",
                 "not pinned to CPUs" if None in self.cpus else f"pinned to CPUs {self.cpus}",
                 self.pinning,
                 self.zygote_loop,
             ]
         )
+
+    def _open_cgroups(self, wanted: bool) -> str:
+        """The workers' execution cgroups where they can be had; returns the memory layer's
+        name in the isolation line: ``cgroup(memory,pids)``, or the fallback
+        ``no-cgroup(fork refused, memfd refused)``, whose bound is RLIMIT_AS of one process."""
+        why = "the pool was started with cgroup=False"
+        if wanted:
+            config = self.config
+            self._cgroups, why = cgroups.open_pool_groups(config.memory_mb, config.num_workers)
+        if self._cgroups is not None:
+            return self._cgroups.describe()
+        if not _fallback_possible():
+            log.warning(
+                "sandbox: no cgroup for executions (%s) and no seccomp table for this "
+                "machine: an execution's memory is not bounded",
+                why,
+            )
+            return f"no-cgroup(unbounded: no seccomp table for {os.uname().machine})"
+        log.info("sandbox: no cgroup for executions (%s); fork and memfd refused instead", why)
+        return "no-cgroup(fork refused, memfd refused)"
+
+    def memory_peaks(self) -> list[int | None]:
+        """The most memory each worker's execution group held at once since the previous
+        call (bytes; None without a cgroup or where the kernel keeps no peak)."""
+        if self._cgroups is None:
+            return [None] * len(self._workers)
+        peaks = []
+        for worker in self._workers:
+            group = self._cgroups.worker(worker.index)
+            peaks.append(group.peak_bytes())
+            group.reset_peak()
+        return peaks
 
     @property
     def own_proc(self) -> bool:
@@ -345,6 +386,7 @@ class SandboxPool:
         out["sandbox/pool_restarts"] = float(self._pool_restarts)
         out["sandbox/isolation_level"] = LEVEL_NUMBER[self.isolation]
         out["sandbox/pinned_frac"] = sum(map(bool, self.pinned_pages)) / len(self._workers)
+        out["sandbox/memory_cgroup"] = float(self._cgroups is not None)
         self._executions.clear()
         self._durations.clear()
         self._cache_hits = self._restarts = self._pool_restarts = 0
@@ -357,6 +399,8 @@ class SandboxPool:
         self._closed = True
         for worker in self._workers:
             worker.kill()
+        if self._cgroups is not None:
+            self._cgroups.close()
         shutil.rmtree(self._dir, ignore_errors=True)
 
     def __del__(self) -> None:
@@ -385,6 +429,12 @@ def remove_abandoned_dirs(parent: str) -> list[str]:
         shutil.rmtree(entry.path, ignore_errors=True)
         removed.append(entry.path)
     return removed
+
+
+def _fallback_possible() -> bool:
+    """Whether children can refuse themselves a second process where no cgroup bounds them:
+    the seccomp filter has a table for this machine."""
+    return os.uname().machine in seccomp.TABLES
 
 
 def _restarted_by_ray() -> bool:

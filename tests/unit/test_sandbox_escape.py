@@ -9,18 +9,22 @@ The attack programs are in tests/unit/sandbox_escape.py; each passes only if ref
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
+import shlex
 import shutil
 import subprocess
 import sys
 import sysconfig
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from sandbox.trusted import cgroups
 from tests.unit.sandbox_helpers import REPO_ROOT
 
 USER = "grpo-sandbox-test"
@@ -63,11 +67,13 @@ def _interpreter(user: str) -> str | None:
 
 
 @pytest.fixture(scope="module")
-def ordinary() -> Runner:
-    """This user when it is not root; else a dedicated ordinary user, created once."""
+def ordinary() -> Iterator[Runner]:
+    """This user when it is not root; else a dedicated ordinary user, created once, whose
+    commands run in a cgroup made theirs (:func:`_delegated_cgroup`)."""
     site = Path(sysconfig.get_paths()["purelib"])
     if os.geteuid() != 0:
-        return Runner([], sys.executable, Path.home(), site)
+        yield Runner([], sys.executable, Path.home(), site)
+        return
     if not (shutil.which("useradd") and shutil.which("runuser")):
         pytest.skip("needs useradd and runuser to create an ordinary user")
     try:
@@ -88,7 +94,47 @@ def ordinary() -> Runner:
     pth = user_site / "grpo_code.pth"
     pth.write_text(f"{REPO_ROOT}\n{site}\n")
     os.chown(pth, entry.pw_uid, entry.pw_gid)
-    return Runner(_as(USER), str(venv / "bin" / "python"), home, user_site)
+    groups = _delegated_cgroup(entry.pw_uid, entry.pw_gid)
+    # each command first moves its shell into the user's groups, then becomes the user there
+    joins = "".join(f"echo $$ > {shlex.quote(g)}/cgroup.procs && " for g in groups)
+    prefix = ["sh", "-c", f'{joins}exec "$@"', "sh", *_as(USER)] if groups else _as(USER)
+    try:
+        yield Runner(prefix, str(venv / "bin" / "python"), home, user_site)
+    finally:
+        for group in groups:
+            _remove_tree(group)
+
+
+def _delegated_cgroup(uid: int, gid: int) -> list[str]:
+    """A memory and a pids cgroup (v1) under root's own, owned by ``uid``: what systemd's
+    ``Delegate=yes`` gives a user's service, which these machines (no systemd) cannot. The
+    user's pools then find a cgroup they may write by themselves
+    (``sandbox/trusted/cgroups.py``); [] where root may not make one (a read-only cgroupfs):
+    the user's pools then take the fallback, as root's do."""
+    with open("/proc/self/cgroup") as f, open("/proc/self/mountinfo") as g:
+        found = cgroups.find_hierarchies(f.read(), g.read())
+    places = [h.own for h in found if h.version == 1]
+    made: list[str] = []
+    try:
+        for place in places:
+            group = os.path.join(place, f"grpo-sandbox-test-{os.getpid()}")
+            os.mkdir(group)
+            made.append(group)
+            for path in [group, *(os.path.join(group, n) for n in ("cgroup.procs", "tasks"))]:
+                os.chown(path, uid, gid)
+    except OSError:
+        for group in made:
+            _remove_tree(group)
+        return []
+    return made
+
+
+def _remove_tree(group: str) -> None:
+    """Remove a cgroup and the groups below it (those of the user's pools that were killed
+    before they closed), deepest first; a group still in use stays."""
+    for directory, _, _ in sorted(os.walk(group), key=lambda w: -w[0].count(os.sep)):
+        with contextlib.suppress(OSError):
+            os.rmdir(directory)
 
 
 def _canary(runner: Runner, directory: Path) -> Path:

@@ -19,7 +19,7 @@ def test_isolation_is_probed_and_reported(pool):
     assert pool.isolation == LEVEL_FULL
     assert pool.stats()["sandbox/isolation_level"] == 2.0
     line = pool.describe()  # what launch.train logs
-    assert line.startswith(f"2 workers, isolation {LEVEL_FULL}; ")
+    assert line.startswith(f"2 workers, isolation {LEVEL_FULL}+{pool.memory_layer}; ")
     assert pool.pinning in line and line.endswith(pool.zygote_loop)
 
 
