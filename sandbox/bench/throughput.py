@@ -285,6 +285,12 @@ def _parser() -> argparse.ArgumentParser:
         "--no-pin", action="store_true", help="sandbox.pin_hot_pages = false (for comparison)"
     )
     parser.add_argument(
+        "--no-cgroup",
+        action="store_true",
+        help="the memory layer's fallback (fork and memfd refused) even where a cgroup could "
+        "be had, for its cost (docs/sandbox.md)",
+    )
+    parser.add_argument(
         "--cpu-affinity",
         choices=("auto", "none"),
         default="auto",
@@ -324,8 +330,11 @@ def _bench(args: argparse.Namespace, problems: list[CheckProblem]) -> None:
     )
     print(f"{len(jobs)} MBPP reference solutions, {args.workers} workers, {os.cpu_count()} CPUs")
     print(_baseline_startup())
-    with SandboxPool(config) as pool:
-        print(f"pool isolation: {pool.isolation}; result cache off; workers' CPUs: {pool.cpus}")
+    with SandboxPool(config, cgroup=not args.no_cgroup) as pool:
+        print(
+            f"pool isolation: {pool.isolation}+{pool.memory_layer}; result cache off; "
+            f"workers' CPUs: {pool.cpus}"
+        )
         print(f"pool {pool.pinning}; {pool.zygote_loop}")
         print("all samples:")
         results, _ = _compare(pool, jobs, args.workers)
