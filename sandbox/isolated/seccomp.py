@@ -74,7 +74,7 @@ TABLES: dict[str, tuple[int, dict[str, int]]] = {
             "sched_setscheduler": 144, "sched_setattr": 314, "pidfd_open": 434,
             "pidfd_send_signal": 424, "migrate_pages": 256, "move_pages": 279,
             "ioprio_set": 251, "memfd_create": 319, "memfd_secret": 447, "fork": 57,
-            "vfork": 58,
+            "vfork": 58, "shmget": 29, "msgget": 68, "semget": 64, "mq_open": 240,
         },
     ),
     "aarch64": (
@@ -99,7 +99,8 @@ TABLES: dict[str, tuple[int, dict[str, int]]] = {
             "setpriority": 140, "sched_setaffinity": 122, "sched_setparam": 118,
             "sched_setscheduler": 119, "sched_setattr": 274, "pidfd_open": 434,
             "pidfd_send_signal": 424, "migrate_pages": 238, "move_pages": 239,
-            "ioprio_set": 30, "memfd_create": 279, "memfd_secret": 447,
+            "ioprio_set": 30, "memfd_create": 279, "memfd_secret": 447, "shmget": 194,
+            "msgget": 186, "semget": 190, "mq_open": 180,
         },
     ),
 }
@@ -134,8 +135,11 @@ PID_DENIED = ("pidfd_send_signal", "ioprio_set")
 SOCKET_FAMILIES = (1, 2, 10)  # AF_UNIX, AF_INET, AF_INET6
 # Where no cgroup bounds an execution's memory (docs/sandbox.md), the child adds these:
 # no second process (fork, vfork, clone without CLONE_THREAD: threads share one address
-# space, which RLIMIT_AS bounds) and no memory outside it (memfd_create, memfd_secret).
-FALLBACK_DENIED = ("fork", "vfork", "memfd_create", "memfd_secret")
+# space, which RLIMIT_AS bounds) and no memory outside it (memfd_create, memfd_secret, and
+# the IPC objects, for where the IPC namespace's limits could not be set to 0).
+FALLBACK_DENIED = (
+    "fork vfork memfd_create memfd_secret shmget msgget semget mq_open".split()  # noqa: SIM905
+)
 
 # Classic BPF as seccomp reads it: struct sock_filter {u16 code; u8 jt; u8 jf; u32 k}.
 _LOAD_WORD, _JEQ, _JGE, _JSET, _RETURN = 0x20, 0x15, 0x35, 0x45, 0x06

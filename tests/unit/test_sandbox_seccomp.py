@@ -124,11 +124,11 @@ def test_the_filter_refuses_calls_naming_pid_1_and_other_socket_families():
 
 
 def test_the_fallback_filter_keeps_one_process_with_threads_and_no_memfd():
-    """Where no cgroup bounds memory the child adds a filter: no fork and no memfd (each
-    would hold memory outside RLIMIT_AS), threads still start."""
+    """Where no cgroup bounds memory the child adds a filter: no fork, no memfd and no SysV
+    segment (each would hold memory outside RLIMIT_AS), threads still start."""
     script = textwrap.dedent(
         """
-        import errno, os, threading
+        import ctypes, errno, os, threading
         from sandbox.isolated import seccomp, syscalls
         syscalls.prctl(syscalls.PR_SET_NO_NEW_PRIVS, 1)
         seccomp.install()
@@ -138,6 +138,8 @@ def test_the_fallback_filter_keeps_one_process_with_threads_and_no_memfd():
         thread.start()
         thread.join()
         assert done == [1]
+        libc = ctypes.CDLL(None, use_errno=True)
+        assert libc.shmget(0, 4096, 0o1600) == -1 and ctypes.get_errno() == errno.EPERM
         for call in (os.fork, lambda: os.memfd_create("x")):
             try:
                 call()
