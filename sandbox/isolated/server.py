@@ -47,7 +47,16 @@ from collections import deque
 from sandbox.isolated import child, limits, namespaces, zygote
 from sandbox.isolated.scratch import clean_scratch
 from sandbox.isolated.syscalls import CLONE_NEWPID, PR_SET_NO_NEW_PRIVS, prctl, unshare
-from sandbox.wire.frames import FILE_CAP, MESSAGE_CAP, READ_BYTES, Frames, decode_message, encode
+from sandbox.wire.frames import (
+    FILE_CAP,
+    FLUSH_BYTES,
+    MESSAGE_CAP,
+    READ_BYTES,
+    ChildRecords,
+    Frames,
+    decode_message,
+    encode,
+)
 from sandbox.wire.levels import LEVEL_FULL, LEVEL_NAMESPACES, LEVEL_RLIMITS
 
 # What programs import often enough that importing it in every child would cost more than
@@ -175,9 +184,12 @@ class Worker:
         """Collect records until the child ends, misbehaves, or a deadline passes.
 
         Records are sent on as they arrive only when the pool asked for it (it stops an
-        execution at the first failure); otherwise they travel with ``done``, one message.
-        The job is written at once when the pipe takes it all (a job under 64 KiB), else as
-        the child reads it.
+        execution at the first failure), or once ``FLUSH_BYTES`` of them wait; otherwise they
+        travel with ``done``, one message. They stay bytes here, counted and capped
+        (``frames.ChildRecords``): the front decodes each as it judges it, so what an
+        execution's records hold here is at most ``FLUSH_BYTES`` plus one frame and one read,
+        however many it writes. The job is written at once when the pipe takes it all (a job
+        under 64 KiB), else as the child reads it.
         """
         poller = select.poll()
         watched = [val_r, out_r, self.ctl.fileno()]
@@ -189,7 +201,8 @@ class Worker:
             writer.close()
         else:
             poller.register(writer.fd, select.POLLOUT)
-        frames = Frames()
+        pipe = ChildRecords(len(job["parts"]))
+        held = 0
         overall = start + job["timeout_s"]
         phase = start + job["test_timeout_s"]
         output = 0
@@ -216,17 +229,18 @@ class Worker:
                 data = os.read(val_r, READ_BYTES)
                 if not data:
                     return "eof"
-                try:
-                    new = frames.feed(data)
-                except ValueError:
-                    return "output_limit"
+                new, ending = pipe.feed(data)
                 records.extend(new)
-                if any(r.get("t") in ("end", "load_error") for r in new):
-                    return "end"
-                if new and job.get("stream"):
+                if ending is not None:
+                    return ending
+                if not new:
+                    continue
+                phase = time.monotonic() + job["test_timeout_s"]
+                held += sum(map(len, new))
+                if job.get("stream") or held >= FLUSH_BYTES:
                     self.chan.send({"op": "records", "id": job["id"], "recs": records[:]})
                     records.clear()
-                phase = time.monotonic() + job["test_timeout_s"] if new else phase
+                    held = 0
 
     def _stop_requested(self, job_id: int) -> bool:
         """Read the socket: queue later jobs, note ``exit``, report a ``stop`` for this job.

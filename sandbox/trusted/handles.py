@@ -26,7 +26,14 @@ from collections import deque
 from pathlib import Path
 
 from sandbox.trusted.cgroups import ExecutionGroup
-from sandbox.wire.frames import MESSAGE_CAP, READ_BYTES, Frames, decode_message, encode
+from sandbox.wire.frames import (
+    FLUSH_BYTES,
+    MESSAGE_CAP,
+    READ_BYTES,
+    Frames,
+    decode_message,
+    encode,
+)
 
 ROOT = str(Path(__file__).resolve().parents[2])  # the directory that holds sandbox/
 # -I ignores PYTHONPATH and the working directory, so the package path is given explicitly.
@@ -166,9 +173,15 @@ class WorkerHandle:
             del self.outbox[:sent]
 
     def receive(self) -> list[dict]:
-        """Every complete message available now (never blocks); sets ``eof`` at the end."""
+        """The complete messages available now (never blocks); sets ``eof`` at the end.
+
+        Stops reading once it has messages and ``FLUSH_BYTES`` read: a worker whose child
+        floods records could otherwise keep this loop reading, and their bytes piling up here,
+        faster than they are judged. The rest waits in the socket for the next call.
+        """
         messages: list[dict] = []
-        while not self.eof:
+        read = 0
+        while not self.eof and not (messages and read >= FLUSH_BYTES):
             try:
                 data = self.sock.recv(READ_BYTES)
             except (BlockingIOError, InterruptedError):
@@ -178,6 +191,7 @@ class WorkerHandle:
             if not data:
                 self.eof = True
                 break
+            read += len(data)
             try:
                 messages += self.frames.feed(data)
             except ValueError:

@@ -18,7 +18,8 @@ import signal
 
 from common.types import ExecutionResult, Verdict
 from sandbox.trusted import testplan
-from sandbox.wire.canonical import rebuild
+from sandbox.wire import frames
+from sandbox.wire.canonical import MAX_NODES, rebuild
 
 # Ints shown in full up to here; past it, only their size. str() of an int over 4,300 digits
 # raises (Python's guard against quadratic conversion) and the child sends ints as hex, with
@@ -40,6 +41,15 @@ class _ShortRepr(reprlib.Repr):
 _SHORT = _ShortRepr()
 _SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxdict = 3, 8, 8
 _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlong = 80, 80, 40
+
+# The most JSON arrays the harness puts in a record, besides its one object (``frames.record``
+# refuses a record with more before decoding it): the ``values`` list, and per value, what
+# ``canonicalise`` writes for at most MAX_NODES nodes: two per node (a tagged list and its
+# body, or a complex's pair) and one per dict item, of which there are at most half as many
+# as nodes. 250k per value: a 2 MiB record within them decodes to ~45 MiB at most, where
+# 2 MiB of ``{"a":"Ā"}`` decoded to ~52 MiB, and of ``[[]]`` to ~63.
+RECORD_ARRAYS = 1
+ARRAYS_PER_VALUE = 2 * MAX_NODES + MAX_NODES // 2
 
 _KIND_VERDICT = {
     "assert": Verdict.FAILED,
@@ -64,9 +74,20 @@ class Judgement:
         self.stopped = False
 
     def on_record(self, record: object) -> bool:
-        """Judge one record; returns True when the execution can be stopped early."""
+        """Judge one record; returns True when the execution can be stopped early.
+
+        A child's record arrives as the bytes it wrote and is decoded here, one at a time and
+        only while it can still change the outcome (nothing after the last test's record can),
+        after ``frames.record`` has checked that it can hold no more than the harness sends at
+        this point; a record the worker's server made itself (a program that does not compile)
+        is a dict.
+        """
         if self.stopped or self.load_verdict is not None:
             return self.stopped
+        if self.loaded and len(self.verdicts) >= len(self.plans):
+            return False
+        if isinstance(record, (bytes, bytearray)):
+            record = frames.record(record, self._most_arrays())
         judged = len(self.verdicts)
         try:
             self._judge_record(record)
@@ -76,6 +97,14 @@ class Judgement:
         if self.stop_at_first_failure and any(v is not Verdict.PASSED for v in self.verdicts):
             self.stopped = True
         return self.stopped
+
+    def _most_arrays(self) -> int:
+        """The most JSON arrays the harness's next record holds: a test's values
+        (``ARRAYS_PER_VALUE`` each) once the program loaded, none in any other record."""
+        if not self.loaded:
+            return 0
+        values = len(self.plans[len(self.verdicts)].child.get("exprs", ()))
+        return RECORD_ARRAYS + ARRAYS_PER_VALUE * values
 
     def _judge_record(self, record: object) -> None:
         kind = record.get("t") if type(record) is dict else None
@@ -163,9 +192,18 @@ class Judgement:
         if self.load_verdict is not None:
             return ExecutionResult(self.load_verdict, 0, total, [], duration_ms, self.detail)
         verdicts = list(self.verdicts)
+        # The worker ended it on a record past the harness's last: the program wrote records of
+        # its own, which fails it even when every test had passed (the last one fails then, so
+        # that no partial credit stays whole).
+        flooded = status == frames.TOO_MANY_RECORDS and not self.stopped
+        if flooded:
+            where = f"test {min(len(verdicts), total - 1)}" if self.loaded and total else "program"
+            self._note(f"{where}: more records than the harness sends")
         if self.stopped:
             first_bad = next(i for i, v in enumerate(verdicts) if v is not Verdict.PASSED)
             verdicts = verdicts[: first_bad + 1]
+        elif flooded and total and len(verdicts) == total and verdicts[-1] is Verdict.PASSED:
+            verdicts[-1] = Verdict.FAILED
         elif len(verdicts) < total:
             ended = _ending_verdict(status, signum)
             self._note(
@@ -179,6 +217,8 @@ class Judgement:
         overall = next((v for v in verdicts if v is not Verdict.PASSED), Verdict.PASSED)
         if total == 0 and not self.loaded:
             overall = _ending_verdict(status, signum)
+        if flooded and overall is Verdict.PASSED:  # no test at all
+            overall = Verdict.FAILED
         wrong_answers = sum(self.wrong[: len(verdicts)])  # a test the process ended in is none
         return ExecutionResult(
             overall, passed, total, verdicts, duration_ms, self.detail, wrong_answers
@@ -189,6 +229,8 @@ def _ending_verdict(status: str, signum: int) -> Verdict:
     """Why a child stopped before reporting every test."""
     if status == "memory":  # its execution cgroup's OOM killer struck (sandbox/trusted/cgroups.py)
         return Verdict.MEMORY_LIMIT
+    if status == frames.TOO_MANY_RECORDS:  # records of the program's own
+        return Verdict.FAILED
     if status == "timeout":
         return Verdict.TIMEOUT
     if status == "output_limit" or signum == signal.SIGXFSZ:

@@ -1,13 +1,22 @@
 """Length-prefixed frames: the child's records (JSON), and the pool <-> worker messages.
 
 Both use a ``>I`` length, then the body. The child writes records on its value pipe as JSON;
-that is untrusted input: a frame over ``FRAME_CAP`` or more than ``VALUE_CAP`` bytes in one
-execution ends it as ``output_limit``, and a frame that is not a JSON object becomes
-``garbled`` (which fails its test) rather than an error in the worker. The pool and its
-workers talk over a socketpair (plain ``os.read``/``os.write``: no zmq in the worker, so no I/O
-thread to wake per message and a smaller process to fork) in ``marshal``: both ends are
-trusted, and the records a worker passes on were decoded from JSON into plain values first.
-``marshal`` took JSON's encoding cost out of the servers' and the front's CPU time.
+that is untrusted input, bounded before anything decodes it. In the worker's server, which
+never decodes one (:class:`ChildRecords`): a frame over ``FRAME_CAP`` or more than
+``VALUE_CAP`` bytes in one execution ends it as ``output_limit``, more records than the harness
+sends as ``TOO_MANY_RECORDS`` (a failure), and their bytes are passed on, at the latest once
+``FLUSH_BYTES`` of them wait. In the front, which decodes each only as it judges it: a record
+that could decode to more than the harness sends is refused first (:func:`record`), and one
+that is not a JSON object becomes ``garbled`` (either fails its test). So a flood of records
+(16 MiB of nested ``{}``, decoded whole in the server and again in the front, grew each by
+~400 MiB) holds a few MiB of bytes in either process and one record's values in the front at
+a time (docs/sandbox.md, "Records", states the bounds).
+
+The pool and its workers talk over a socketpair (plain ``os.read``/``os.write``: no zmq in the
+worker, so no I/O thread to wake per message and a smaller process to fork) in ``marshal``:
+both ends are trusted, and the child's records cross it as the bytes it wrote, which
+``marshal`` carries as they are. ``marshal`` took JSON's encoding cost out of the servers' and
+the front's CPU time.
 """
 
 from __future__ import annotations
@@ -21,13 +30,23 @@ FRAME_CAP = 2 * 1024 * 1024  # one record; canonical values are capped below thi
 VALUE_CAP = 16 * 1024 * 1024  # all records of one execution
 FILE_CAP = 16 * 1024 * 1024  # RLIMIT_FSIZE
 MESSAGE_CAP = 256 * 1024 * 1024  # one pool <-> worker message (a job, or a result's records)
+# Records' bytes a server holds before it sends them on in a ``records`` message (an honest
+# execution's records are a few hundred bytes and travel with ``done``, one message): what it
+# holds, and the front receives at once, stays under this plus one frame and one read.
+FLUSH_BYTES = 256 * 1024
+# The status of an execution whose child wrote more records than the harness sends (``loaded``,
+# one per test, ``end``): only the program could, and it fails (never ``infra_error``).
+TOO_MANY_RECORDS = "too_many_records"
+# Records up to this size are decoded without :func:`containers`: 64 KiB of JSON holds at most
+# 32k arrays or objects, ~3 MiB decoded.
+CHECK_BYTES = 64 * 1024
 # Bytes asked of one read. Below glibc's mmap threshold (128 KiB): a 1 MiB read buffer was an
 # mmap, an mremap to the size read and a munmap every time, in the front and in every server.
 READ_BYTES = 64 * 1024
 
 
 # One decoder, and text rather than bytes: ``json.loads`` makes neither again on every call
-# (a worker decodes ~6 records per execution). Bytes that are not UTF-8 raise a ValueError.
+# (the front decodes ~6 records per execution). Bytes that are not UTF-8 raise a ValueError.
 _decode = json.JSONDecoder().decode
 
 
@@ -37,10 +56,11 @@ GARBLED = {"t": "garbled"}  # what a child's frame becomes when it cannot be car
 def encode(message: dict) -> bytes:
     """A pool <-> worker message, framed (``marshal``: trusted on both ends).
 
-    The records a worker passes on came from the child: JSON may decode one nested deeper than
-    ``marshal`` writes (2,000 levels; Python 3.13's decoder goes past that), so such a record
-    travels as ``garbled`` (which fails its test) rather than raising in the worker, which
-    would end it and make the job an ``infra_error``.
+    The child's records cross as the bytes it wrote, which ``marshal`` always writes. A record
+    given decoded (the server's own ``load_error``) nested deeper than ``marshal`` writes
+    (2,000 levels) would travel as ``garbled`` (which fails its test) rather than raise in the
+    worker, which would end it and make the job an ``infra_error``: records were decoded in
+    the server before, and JSON decodes deeper than that on Python 3.13.
     """
     try:
         data = marshal.dumps(message)
@@ -69,20 +89,117 @@ def decode_message(body: bytearray) -> object:
     return marshal.loads(body)
 
 
+# Bytes of a record split at a time by :func:`containers`: what it holds at once is at most
+# this many pieces (~2 MiB), whatever the record.
+_SPLIT_BYTES = 64 * 1024
+
+
+def containers(body: bytes) -> tuple[int, int]:
+    """No fewer JSON arrays, and objects, than ``body`` decodes to (or the decoder builds
+    before the error it finds): its ``[`` and its ``{`` outside strings.
+
+    The decoder's memory is what a record costs the front, and containers are its dearest part
+    (``{}`` is 2 bytes of JSON and ~72 of Python, ``{"a":0}`` 7 and ~190), so the front counts
+    them before it decodes a large record (:func:`record`). Escaped backslashes, then escaped
+    quotes, are dropped, so that every quote left opens or closes a string; the text is then
+    split at quotes, ``_SPLIT_BYTES`` at a time, and the brackets of every other piece are
+    counted. Linear, in C but for a step per 64 KiB (``re.sub`` of the strings held a piece
+    per string, ~50 MiB for 2 MiB of ``{"a":{}}``). Exact where the JSON is valid (a backslash
+    stands only in a string, where it escapes one character); past an error it can only count
+    more.
+    """
+    text = body.replace(b"\\\\", b"").replace(b'\\"', b"")
+    arrays = objects = inside = 0  # inside: the piece at hand is in a string
+    for start in range(0, len(text), _SPLIT_BYTES):
+        pieces = text[start : start + _SPLIT_BYTES].split(b'"')
+        outside = b"".join(pieces[inside::2])
+        arrays += outside.count(b"[")
+        objects += outside.count(b"{")
+        inside = (inside + len(pieces) - 1) % 2
+    return arrays, objects
+
+
+def record(body: bytes, most_arrays: int) -> dict:
+    """A child's record, as the front judges it (the server passes its bytes on undecoded).
+
+    ``garbled`` where it is not a JSON object, or where it is over ``CHECK_BYTES`` and could
+    decode to more than the harness sends (:func:`containers`): an object inside the record
+    (canonical values are arrays), or more than ``most_arrays`` arrays (what the test it is
+    judged for can hold). Such a record is refused before it is decoded. Never raises: the
+    bytes are the program's to choose.
+    """
+    try:
+        if len(body) > CHECK_BYTES and _more_than(body, most_arrays):
+            return dict(GARBLED)
+        value = decode_record(body)
+    except Exception:  # a child's bytes: whatever they make the decoder raise
+        return dict(GARBLED)
+    return value if type(value) is dict else dict(GARBLED)
+
+
+def _more_than(body: bytes, most_arrays: int) -> bool:
+    """Whether ``body`` can decode to more than one object or ``most_arrays`` arrays. Its
+    brackets, strings' included, are counted first: a bound that needs no strings found (~1 ms
+    for 2 MiB, where finding them takes up to ~30) and is exact for most records."""
+    if body.count(b"{") <= 1 and body.count(b"[") <= most_arrays:
+        return False
+    arrays, objects = containers(body)
+    return objects > 1 or arrays > most_arrays
+
+
+# How the worker's server knows the harness's last record without decoding it: ``end`` is the
+# same bytes every time (``child.END``), and a ``load_error`` record begins with its ``t``
+# (``child.frame``); a unit test checks both against the harness.
+END_RECORD = b'{"t":"end"}'
+LOAD_ERROR_START = b'{"t":"load_error"'
+
+
+class ChildRecords:
+    """The worker's server's reading of one execution's value pipe: records as bytes, never
+    decoded here (the front decodes each as it judges it: :func:`record`), and no more of them
+    than the harness sends: ``loaded``, one per test, ``end`` (or a ``load_error`` alone)."""
+
+    def __init__(self, tests: int) -> None:
+        self.frames = Frames(decode=None)
+        self.most = tests + 2
+        self.received = 0
+
+    def feed(self, data: bytes) -> tuple[list[bytes], str | None]:
+        """The records ``data`` completes, and the status the execution ends with: None (it
+        goes on), ``end`` (the harness's last record came), ``output_limit`` (a frame, or the
+        execution's records, over their byte cap) or ``TOO_MANY_RECORDS`` (the program wrote
+        records of its own: those past the harness's count are dropped)."""
+        try:
+            new = self.frames.feed(data)
+        except ValueError:
+            return [], "output_limit"
+        self.received += len(new)
+        if self.received > self.most:
+            del new[len(new) - (self.received - self.most) :]
+            return new, TOO_MANY_RECORDS
+        if any(r == END_RECORD or r.startswith(LOAD_ERROR_START) for r in new):
+            return new, "end"
+        return new, None
+
+
 class Frames:
-    """Reassembles frames from reads of any size; ``total_cap`` None means no total cap."""
+    """Reassembles frames from reads of any size; ``total_cap`` None means no total cap.
+
+    ``decode`` None returns each frame's body as bytes (what the worker's server does with the
+    child's records: see the module docstring).
+    """
 
     def __init__(
         self,
         frame_cap: int = FRAME_CAP,
         total_cap: int | None = VALUE_CAP,
-        decode: Callable[[bytearray], object] = decode_record,
+        decode: Callable[[bytearray], object] | None = decode_record,
     ) -> None:
         self.buffer = bytearray()
         self.total = 0
         self.frame_cap, self.total_cap, self.decode = frame_cap, total_cap, decode
 
-    def feed(self, data: bytes) -> list[dict]:
+    def feed(self, data: bytes) -> list:
         """The frames ``data`` completes; raises ValueError past a cap."""
         self.total += len(data)
         if self.total_cap is not None and self.total > self.total_cap:
@@ -95,6 +212,11 @@ class Frames:
                 raise ValueError("frame too large")
             if len(self.buffer) < 4 + size:
                 break
+            if self.decode is None:
+                with memoryview(self.buffer) as view:
+                    records.append(bytes(view[4 : 4 + size]))
+                del self.buffer[: 4 + size]
+                continue
             try:
                 record = self.decode(self.buffer[4 : 4 + size])
             except Exception:  # a child's bytes: whatever they make the decoder raise

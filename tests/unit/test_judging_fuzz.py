@@ -3,9 +3,10 @@
 The program runs in the child, so every byte on the value pipe (fd 3) is its to choose. Each
 round writes a stream of records, honest-looking ones with random and adversarial values mixed
 with records the harness never sends, and takes it down the path the pool's results take: the
-worker's frame reader (``Frames``, stopping at the first ``end`` or ``load_error`` as the worker
-does), the worker -> pool message (``encode``, ``decode_message``) and the judgement
-(``Judgement.on_record``, ``finish``). Every round must end in a verdict: no exception, never
+worker's reader (``ChildRecords``: frames kept as bytes, counted, stopping at the harness's
+``end`` or ``load_error`` as the worker does), the worker -> pool message (``encode``,
+``decode_message``) and the judgement (``Judgement.on_record``, which decodes each, and
+``finish``). Every round must end in a verdict: no exception, never
 ``infra_error`` (which the reward masks), and a record the harness never sends, arriving before
 the last test, never lets the program pass. Fixed seed: the same streams on every run.
 """
@@ -23,7 +24,7 @@ from common.types import ExecutionResult, Verdict
 from sandbox.isolated.child import frame
 from sandbox.trusted import testplan
 from sandbox.trusted.judging import Judgement
-from sandbox.wire.frames import MESSAGE_CAP, Frames, decode_message, encode
+from sandbox.wire.frames import MESSAGE_CAP, ChildRecords, Frames, decode_message, encode
 
 SEED = 33
 ROUNDS = 1500
@@ -203,18 +204,15 @@ def judge_stream(
 ) -> ExecutionResult:
     """The pool's path for one execution's value pipe, worker and front."""
     data = b"".join(_wire(record, rng) for record in stream)
-    frames, records = Frames(), []
-    try:
-        while data:  # the worker reads the pipe in pieces of any size
-            cut = rng.randrange(1, 70_000)
-            chunk, data = data[:cut], data[cut:]
-            new = frames.feed(chunk)
-            records += new
-            if any(r.get("t") in ("end", "load_error") for r in new):
-                status = "end"
-                break
-    except ValueError:  # a frame or the execution over its cap
-        status = "output_limit"
+    pipe, records = ChildRecords(len(plans)), []
+    while data:  # the worker reads the pipe in pieces of any size
+        cut = rng.randrange(1, 70_000)
+        chunk, data = data[:cut], data[cut:]
+        new, ending = pipe.feed(chunk)
+        records += new
+        if ending is not None:  # the harness's last record, or a cap
+            status = ending
+            break
     message = {"op": "done", "id": 1, "status": status, "signal": signum, "recs": records}
     (received,) = Frames(MESSAGE_CAP, None, decode_message).feed(encode(message))
     judgement = Judgement(plans, stop)
