@@ -79,7 +79,10 @@ def _describe(exc: BaseException) -> dict:
 
 
 Source = str | types.CodeType  # text, or already compiled by the server
-SERVER_COMPILE_MAX = 64 * 1024  # larger programs are compiled in the child, under its limits
+# Larger programs are compiled in the child, under its limits and within its own time: CPython's
+# compile is superlinear in some sources (16/32/64 KiB of `f=lambda:0` lines: ~0.1/0.4/1.0 s
+# here), and a program must not stall the trusted server for long. Completions are far smaller.
+SERVER_COMPILE_MAX = 16 * 1024
 
 
 def _code(source: Source, filename: str, mode: str) -> types.CodeType:

@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import errno
 import os
 import resource
 import signal
 
-from sandbox.isolated import seccomp
 from sandbox.isolated.scratch import SCRATCH_MB
-from sandbox.isolated.syscalls import PR_SET_PDEATHSIG, check, libc, prctl
+from sandbox.isolated.syscalls import PR_SET_PDEATHSIG, libc, prctl
 
 MAX_PROCESSES = 64  # also the execution cgroup's pids.max (sandbox/trusted/cgroups.py)
 MAX_OPEN_FILES = 64
@@ -41,36 +39,6 @@ def address_space_mb(memory_mb: int, cgroup: bool) -> int:
     if cgroup:
         return memory_mb
     return max(memory_mb - SCRATCH_MB, MIN_ADDRESS_SPACE_MB)
-
-
-class FallbackFilter:
-    """The child's seccomp filter where no cgroup bounds it (``seccomp.install_fallback``'s:
-    no second process, no memfd), assembled once in the worker, so that each child only
-    loads it, one ``prctl``: assembling it in every child cost ~0.5 ms, of a ~1.7 ms
-    execution. Loading costs ~70 us of kernel time (the filter is compiled per process).
-    Raises OSError where the machine has no system-call table (``_fallback_possible`` in
-    the pool checks first)."""
-
-    def __init__(self) -> None:
-        machine = os.uname().machine
-        if machine not in seccomp.TABLES:
-            raise OSError(errno.ENOSYS, f"no system-call table for {machine}")
-        arch, numbers = seccomp.TABLES[machine]
-        code = seccomp.assemble(arch, numbers, x32_bit=machine == "x86_64", fallback=True)
-        self._buffer = ctypes.create_string_buffer(code, len(code))
-        address = ctypes.cast(self._buffer, ctypes.c_void_p)
-        self._program = seccomp._SockFprog(len(code) // 8, address)
-        self._args = (
-            seccomp.PR_SET_SECCOMP,
-            ctypes.c_ulong(seccomp.SECCOMP_MODE_FILTER),
-            ctypes.byref(self._program),
-            0,
-            0,
-        )
-
-    def install(self) -> None:
-        """Load the filter on the calling process (no-new-privileges is already set)."""
-        check(libc.prctl(*self._args), "seccomp fallback filter")
 
 
 class OomKills:

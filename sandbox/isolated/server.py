@@ -44,7 +44,7 @@ import time
 import types
 from collections import deque
 
-from sandbox.isolated import child, limits, namespaces, zygote
+from sandbox.isolated import child, limits, namespaces, seccomp, zygote
 from sandbox.isolated.scratch import clean_scratch
 from sandbox.isolated.syscalls import CLONE_NEWPID, PR_SET_NO_NEW_PRIVS, prctl, unshare
 from sandbox.wire.frames import (
@@ -444,7 +444,7 @@ def main(argv: list[str]) -> None:
     # The execution cgroup's descriptors, opened by the front (sandbox/trusted/cgroups.py):
     # the zygote keeps cgroup.procs for its children to join; we read the OOM counter. Without
     # a cgroup, children refuse themselves a second process and RLIMIT_AS is the bound.
-    fallback = limits.FallbackFilter() if args.memory_fallback else None
+    fallback = seccomp.Filter(fallback=True) if args.memory_fallback else None
     args.memory = (tuple(args.cgroup_fds), fallback)
     args.memory_mb = limits.address_space_mb(args.memory_mb, bool(args.cgroup_fds))
     args.oom_kills = limits.OomKills(args.oom_fd)

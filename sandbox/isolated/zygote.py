@@ -74,7 +74,7 @@ class _ChildSetup(NamedTuple):
     cgroup_fds: tuple[int, ...] = ()
     # No cgroup: the child refuses itself a second process and memfds (seccomp.py), so that
     # RLIMIT_AS bounds what it holds (limits.address_space_mb); None with a cgroup.
-    fallback: limits.FallbackFilter | None = None
+    fallback: seccomp.Filter | None = None
 
 
 def serve(
@@ -84,7 +84,7 @@ def serve(
     full: bool,
     calibration: bytes | None,
     loop: types.ModuleType | None = None,
-    memory: tuple[tuple[int, ...], limits.FallbackFilter | None] = ((), None),
+    memory: tuple[tuple[int, ...], seccomp.Filter | None] = ((), None),
 ) -> None:
     """The zygote's loop; never returns (exits when the server's end closes).
 
@@ -264,7 +264,7 @@ def _child(fds: list[int], setup: _ChildSetup) -> None:
         for which, value in job["limits"]:
             setrlimit(which, (value, value))
         if setup.fallback is not None:
-            setup.fallback.install()  # seccomp.install_fallback's filter, assembled once
+            setup.fallback.install()  # the fallback filter, assembled once in the worker
         limits.drop_privileges(setup.uid, setup.death_signal)
     except BaseException:
         os._exit(98)

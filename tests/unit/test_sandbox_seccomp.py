@@ -132,7 +132,7 @@ def test_the_fallback_filter_keeps_one_process_with_threads_and_no_memfd():
         from sandbox.isolated import seccomp, syscalls
         syscalls.prctl(syscalls.PR_SET_NO_NEW_PRIVS, 1)
         seccomp.install()
-        seccomp.install_fallback()
+        seccomp.Filter(fallback=True).install()
         done = []
         thread = threading.Thread(target=lambda: done.append(1))
         thread.start()
