@@ -118,7 +118,12 @@ def setup_worker(index: int, scratch: str) -> tuple[str, int]:
     level = LEVEL_NAMESPACES
     try:
         mount(None, "/", None, MS_REC | MS_PRIVATE, None)
-        view.build(scratch, scratch, view.python_profile())
+        # The new root in a directory of its own: never the scratch directory, which the
+        # server empties after each execution (were the view left half-built, with binds of
+        # the host's /usr or the venv under it, that would empty those).
+        root = scratch + ".view"
+        os.mkdir(root, 0o755)
+        view.build(root, scratch, view.python_profile())
         read_only("/", AT_RECURSIVE)
         # /proc stays writable here: the zygote writes its id maps through it, where it cannot
         # mount one of its own (a runtime masking parts of /proc), and makes it read-only then.

@@ -121,25 +121,30 @@ X32_SYSCALL_BIT = 0x40000000
 # setpriority and ioprio_set also take a user or a process group, which would include the
 # zygote (it shares the children's uid): only PRIO_PROCESS of another PID is allowed.
 PID_TARGETED = (  # noqa: SIM905
-    "kill tkill tgkill rt_sigqueueinfo rt_tgsigqueueinfo prlimit64 sched_setaffinity "
+    "kill tkill tgkill rt_sigqueueinfo rt_tgsigqueueinfo prlimit64 "
     "sched_setparam sched_setscheduler sched_setattr pidfd_open migrate_pages move_pages"
 ).split()
 ZYGOTE_PID = 1
 PRIO_PROCESS = 0
-# pidfd_send_signal takes a descriptor (a pidfd, or a /proc/PID directory), whose process a
-# filter cannot see: refused, with ioprio_set, which no program needs.
-PID_DENIED = ("pidfd_send_signal", "ioprio_set")
+# Refused whatever they name: pidfd_send_signal takes a descriptor (a pidfd, or a /proc/PID
+# directory), whose process a filter cannot see; ioprio_set no program needs;
+# sched_setaffinity on itself would take an execution off its worker's CPU onto the others'
+# (wall-clock deadlines: a program could make its neighbours time out); and the IPC objects
+# (shmget, msgget, semget, mq_open), which the IPC namespace's limits forbid where the worker
+# could set them, and which would otherwise outlive an execution in its worker, charged to
+# the worker's cgroup.
+PID_DENIED = (  # noqa: SIM905
+    "pidfd_send_signal ioprio_set sched_setaffinity shmget msgget semget mq_open"
+).split()
 # Socket families a program may open: local sockets, and IPv4/IPv6 in its network namespace
 # (which has no interface up). AF_VSOCK reached the VM's other side, AF_NETLINK, AF_PACKET and
 # the rest are kernel surface no test needs; socketpair takes the same first argument.
 SOCKET_FAMILIES = (1, 2, 10)  # AF_UNIX, AF_INET, AF_INET6
 # Where no cgroup bounds an execution's memory (docs/sandbox.md), the child adds these:
 # no second process (fork, vfork, clone without CLONE_THREAD: threads share one address
-# space, which RLIMIT_AS bounds) and no memory outside it (memfd_create, memfd_secret, and
-# the IPC objects, for where the IPC namespace's limits could not be set to 0).
-FALLBACK_DENIED = (
-    "fork vfork memfd_create memfd_secret shmget msgget semget mq_open".split()  # noqa: SIM905
-)
+# space, which RLIMIT_AS bounds) and no memory outside it (memfd_create, memfd_secret; the
+# zygote's filter refuses the IPC objects).
+FALLBACK_DENIED = ("fork", "vfork", "memfd_create", "memfd_secret")
 
 # Classic BPF as seccomp reads it: struct sock_filter {u16 code; u8 jt; u8 jf; u32 k}.
 _LOAD_WORD, _JEQ, _JGE, _JSET, _RETURN = 0x20, 0x15, 0x35, 0x45, 0x06
@@ -204,7 +209,7 @@ def _body(arch: int, numbers: dict[str, int], x32_bit: bool) -> list[Instruction
     )
     families: list[Instruction] = [(_LOAD_WORD, 0, 0, _OFFSET_ARG0)]
     families += [(_JEQ, "allow", 0, family) for family in SOCKET_FAMILIES]
-    families.append((_JEQ, "allow", "nofamily", 0xFFFFFFFF))  # never equal: refuse the rest
+    families.append((_JEQ, "nofamily", "nofamily", 0))  # the rest (AF_UNSPEC included)
     for name in ("socket", "socketpair"):
         body += _when(numbers[name], families)
     body += _when(

@@ -29,6 +29,8 @@ from sandbox.isolated.syscalls import (
 )
 
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))  # sandbox/
+# The project's checkout: never bound whole (its tests, its data), nor anything holding it.
+CHECKOUT = os.path.dirname(PACKAGE_DIR)
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
 MNT_DETACH = 2
 OLD_ROOT = "/.old-root"
@@ -85,27 +87,48 @@ def build(new_root: str, scratch: str, profile: Profile) -> None:
     path; ``scratch.mount_scratch`` mounts its tmpfs afterwards.
     """
     mount("tmpfs", new_root, "tmpfs", MS_NOSUID | MS_NODEV, "size=4m,nr_inodes=4096,mode=0755")
+    try:
+        _fill(new_root, scratch, profile)
+        _pivot(new_root)
+    except OSError:
+        os.chdir("/")
+        libc.umount2(new_root.encode(), MNT_DETACH)  # every bind made under it goes too
+        raise
+
+
+def _fill(new_root: str, scratch: str, profile: Profile) -> None:
+    """The binds, files and mount points of the new root (still at ``new_root``).
+
+    A checkout under a bound directory (the official Python image's ``/usr/src/app``) is
+    covered by an empty tmpfs, and the profile's paths inside it (the ``sandbox`` package, a
+    virtualenv) are bound again on top: the project's tests and data are not part of a view.
+    """
     for top in SYSTEM_DIRS:
         if os.path.islink(top):
             os.symlink(os.readlink(top), new_root + top)
         elif os.path.isdir(top):
             _bind(top, new_root)
-    for path in profile.binds:
-        if not any(_under(path, bound) for bound in (*SYSTEM_DIRS, *_earlier(profile, path))):
+    binds = [path for path in profile.binds if path != "/" and not _under(CHECKOUT, path)]
+    for path in binds:
+        if not any(_under(path, bound) for bound in (*SYSTEM_DIRS, *_earlier(binds, path))):
             _bind(path, new_root)
+    if any(_under(CHECKOUT, bound) for bound in (*SYSTEM_DIRS, *binds)):
+        mount("tmpfs", new_root + CHECKOUT, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
+        for path in binds:
+            if _under(path, CHECKOUT):
+                _bind(path, new_root)
     _etc(new_root)
     _dev(new_root)
     _bind("/proc", new_root)
     os.makedirs(new_root + scratch, mode=0o755, exist_ok=True)
-    _pivot(new_root)
 
 
 def _under(path: str, parent: str) -> bool:
     return path == parent or path.startswith(parent.rstrip("/") + "/")
 
 
-def _earlier(profile: Profile, path: str) -> list[str]:
-    return [p for p in profile.binds if p < path]
+def _earlier(binds: list[str], path: str) -> list[str]:
+    return [p for p in binds if p < path]
 
 
 def _bind(path: str, new_root: str) -> None:

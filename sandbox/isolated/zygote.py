@@ -116,6 +116,8 @@ def serve(
         lock_note = _lock_down(uid) if full else "the worker has no read-only view"
         if full and not lock_note:  # children run as we do: drop_privileges has nothing to do
             setup = setup._replace(uid=os.geteuid())
+        if setup.cgroup_fds and not lock_note:
+            lock_note = _probe_cgroup(setup.cgroup_fds)
         in_c = loop is not None and in_namespace
         flags = (b"1" if mounted else b"0") + (b"c" if in_c else b"p")
         flags += b"-" if lock_note else b"L"
@@ -166,6 +168,26 @@ def _lock_down(uid: int) -> str:
         why = f"could not lock the sandbox down: {exc}"
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     return why
+
+
+def _probe_cgroup(fds: tuple[int, ...]) -> str:
+    """Join the execution cgroup once in a child as every child will (locked down, as the
+    sandbox uid); returns why it could not ("" when it could). A child that cannot join exits
+    before its program runs, which would judge every program a ``runtime_error`` with no
+    word to the operator (a v2 kernel that checks the writer's own credentials, a group
+    removed under the pool): so the worker reports the weaker level instead, and the pool
+    refuses to start, saying this."""
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            for fd in fds:
+                os.write(fd, b"0")
+        except OSError as exc:
+            code = exc.errno or 1
+        os._exit(code)
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    return f"could not join the execution cgroup: {os.strerror(code)}" if code else ""
 
 
 def _pin_hot_pages(calibration: bytes, setup: _ChildSetup) -> tuple[int, str]:

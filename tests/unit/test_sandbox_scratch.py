@@ -1,4 +1,5 @@
-"""Emptying the scratch directory (sandbox/isolated/scratch.py) after whatever a program left."""
+"""Emptying the scratch directory (sandbox/isolated/scratch.py) after whatever a program left; the
+zygote's probe of the execution cgroup."""
 
 from __future__ import annotations
 
@@ -40,3 +41,21 @@ def test_a_chain_deeper_than_a_path_and_a_wide_tree_are_removed(tmp_path: Path) 
 
 def test_a_missing_scratch_directory_is_no_error(tmp_path: Path) -> None:
     clean_scratch(str(tmp_path / "gone"))
+
+
+def test_the_cgroup_probe_says_why_a_child_could_not_join(tmp_path: Path) -> None:
+    """zygote._probe_cgroup writes as a child would: a descriptor that takes the write is
+    joined (""), one that refuses it names the error (the worker then reports the weaker
+    level and the pool refuses to start, rather than judging every program a runtime_error)."""
+    from sandbox.isolated import zygote
+
+    read_end, write_end = os.pipe()
+    readonly = os.open(tmp_path / "f", os.O_RDONLY | os.O_CREAT)
+    try:
+        assert zygote._probe_cgroup((write_end,)) == ""
+        assert zygote._probe_cgroup((write_end, readonly)).startswith(
+            "could not join the execution cgroup: Bad file descriptor"
+        )
+    finally:
+        for fd in (read_end, write_end, readonly):
+            os.close(fd)

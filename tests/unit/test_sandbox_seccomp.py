@@ -87,11 +87,12 @@ def _run_filtered(script: str) -> None:
 
 def test_the_filter_refuses_calls_naming_pid_1_and_other_socket_families():
     """PID 1 stands for the zygote (its namespace's init): signals, limits, priority, affinity
-    and pidfds aimed at it are refused, the same calls on the caller itself work; sockets
-    other than local, IPv4 and IPv6 are refused."""
+    and pidfds aimed at it are refused, the same calls on the caller itself work (but its
+    affinity: that stays its worker's CPU); SysV objects are refused; sockets other than
+    local, IPv4 and IPv6 are refused."""
     script = textwrap.dedent(
         """
-        import errno, os, resource, socket
+        import ctypes, errno, os, resource, socket
         from sandbox.isolated import seccomp, syscalls
         syscalls.prctl(syscalls.PR_SET_NO_NEW_PRIVS, 1)
         seccomp.install()
@@ -110,7 +111,9 @@ def test_the_filter_refuses_calls_naming_pid_1_and_other_socket_families():
         os.kill(os.getpid(), 0)
         resource.prlimit(0, resource.RLIMIT_CORE, (0, 0))
         os.setpriority(os.PRIO_PROCESS, 0, 1)
-        os.sched_setaffinity(0, os.sched_getaffinity(0))
+        assert refused(os.sched_setaffinity, 0, os.sched_getaffinity(0))  # off its CPU
+        libc = ctypes.CDLL(None, use_errno=True)
+        assert libc.shmget(0, 4096, 0o1600) == -1 and ctypes.get_errno() == errno.EPERM
         os.close(os.pidfd_open(os.getpid()))
         for family in (socket.AF_UNIX, socket.AF_INET, socket.AF_INET6):
             socket.socket(family, socket.SOCK_STREAM).close()
