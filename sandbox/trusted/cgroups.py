@@ -16,9 +16,10 @@ Where the pool can have one:
   delegated to them (made theirs with ``chown``, as systemd's ``Delegate=yes`` does).
 - **cgroup v2** (unified): below this process's own group, which must let the controllers
   down (``+memory +pids`` in its ``cgroup.subtree_control``); the kernel refuses that to a
-  group with processes in it unless it is the root, so v2 works for a pool at the root of
-  its hierarchy (or of a cgroup namespace's). Not run on these machines (their v2 mount has
-  no controllers).
+  group with processes in it unless it is the hierarchy's real root (a cgroup namespace's
+  root is no exception), so v2 works for a pool at the root or in a delegated group it does
+  not share with its own process; moving the pool into a leaf first is not done yet. Not run
+  on these machines (their v2 mount has no controllers).
 
 Layout: ``<own group>/grpo-sandbox-<pid namespace>-<pid>-<n>/worker-<i>`` in each
 hierarchy, made at pool start, removed when it closes (a replaced worker keeps its group);
