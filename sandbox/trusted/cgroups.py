@@ -216,8 +216,10 @@ class PoolGroups:
         pids_dir = os.path.join(self._dir_of.get("pids", ""), os.path.basename(group.memory_dir))
         if self.version == 1:
             _write(os.path.join(group.memory_dir, "memory.limit_in_bytes"), memory)
-            # memory + swap at the same bound: swap adds nothing (absent without swap accounting)
+            # memory + swap at the same bound: swap adds nothing (absent without swap accounting,
+            # where swappiness 0 keeps the group's pages from being swapped out instead)
             _write_if_present(os.path.join(group.memory_dir, "memory.memsw.limit_in_bytes"), memory)
+            _write_if_present(os.path.join(group.memory_dir, "memory.swappiness"), "0")
         else:
             _write(os.path.join(group.memory_dir, "memory.max"), memory)
             _write_if_present(os.path.join(group.memory_dir, "memory.swap.max"), "0")
