@@ -49,6 +49,7 @@ import os
 import time
 
 from sandbox.isolated.limits import MAX_PROCESSES
+from sandbox.trusted import host
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +178,7 @@ class PoolGroups:
         both)."""
         self.version, self.memory_mb = version, memory_mb
         self.controllers = tuple(c for c in CONTROLLERS if c in places)
-        name = f"{PREFIX}{_pid_namespace()}-{os.getpid()}-{next(_counter)}"
+        name = f"{PREFIX}{host.pid_namespace()}-{os.getpid()}-{next(_counter)}"
         self.dirs = sorted({os.path.join(places[c], name) for c in self.controllers})
         self._dir_of = {c: os.path.join(places[c], name) for c in self.controllers}
         self.groups: dict[int, ExecutionGroup] = {}
@@ -332,7 +333,7 @@ def remove_stale_groups(place: str) -> list[str]:
     holds a process stays (``EBUSY``).
     """
     removed = []
-    namespace = _pid_namespace()
+    namespace = host.pid_namespace()
     try:
         entries = list(os.scandir(place))
     except OSError:
@@ -341,7 +342,7 @@ def remove_stale_groups(place: str) -> list[str]:
         parts = entry.name[len(PREFIX) :].split("-")
         if not entry.name.startswith(PREFIX) or len(parts) != 3 or parts[0] != namespace:
             continue
-        if not all(p.isdigit() for p in parts) or _alive(int(parts[1])):
+        if not all(p.isdigit() for p in parts) or host.alive(int(parts[1])):
             continue
         with contextlib.suppress(OSError):
             workers = [e.path for e in os.scandir(entry.path) if e.is_dir()]
@@ -384,21 +385,4 @@ def _write_if_present(path: str, value: str) -> None:
 def _read(path: str) -> str:
     with open(path) as f:
         return f.read()
-
-
-def _pid_namespace() -> str:
-    """The inode of this process's PID namespace (``0`` where /proc does not say)."""
-    try:
-        return os.readlink("/proc/self/ns/pid").split("[")[1].rstrip("]")
-    except (OSError, IndexError):
-        return "0"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
     return True

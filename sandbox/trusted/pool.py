@@ -27,7 +27,7 @@ from collections import Counter, deque
 from common.config import SandboxConfig
 from common.types import ExecutionJob, ExecutionResult, Verdict
 from sandbox.isolated import seccomp
-from sandbox.trusted import cgroups, native_build, testplan
+from sandbox.trusted import cgroups, host, native_build, testplan
 from sandbox.trusted.handles import WorkerHandle, worker_cpus
 from sandbox.trusted.judging import Judgement
 from sandbox.trusted.result_cache import ResultCache, job_key
@@ -64,7 +64,7 @@ class SandboxPool:
         self.config = config
         self._cgroups: cgroups.PoolGroups | None = None
         remove_abandoned_dirs(tempfile.gettempdir())
-        self._dir = tempfile.mkdtemp(prefix=f"sandbox-{os.getpid()}-{_pid_namespace()}-")
+        self._dir = tempfile.mkdtemp(prefix=f"sandbox-{os.getpid()}-{host.pid_namespace()}-")
         os.chmod(self._dir, 0o711)  # children (another uid) must reach their scratch dir by path
         self._cache = ResultCache() if config.cache else None
         self._executions: Counter[str] = Counter()
@@ -417,14 +417,14 @@ def remove_abandoned_dirs(parent: str) -> list[str]:
     directory of a live process, of another user, or of a process in another PID namespace (a
     container sharing ``/tmp``), whose liveness cannot be seen from here.
     """
-    removed, namespace = [], _pid_namespace()
+    removed, namespace = [], host.pid_namespace()
     for entry in os.scandir(parent):
         parts = entry.name.split("-")
         if len(parts) != 4 or parts[0] != "sandbox" or parts[2] != namespace:
             continue
         if not parts[1].isdigit() or not entry.is_dir(follow_symlinks=False):
             continue
-        if entry.stat(follow_symlinks=False).st_uid != os.getuid() or _alive(int(parts[1])):
+        if entry.stat(follow_symlinks=False).st_uid != os.getuid() or host.alive(int(parts[1])):
             continue
         shutil.rmtree(entry.path, ignore_errors=True)
         removed.append(entry.path)
@@ -448,23 +448,6 @@ def _restarted_by_ray() -> bool:
     with warnings.catch_warnings():  # Ray's own property reads its deprecated ``actor_id``
         warnings.simplefilter("ignore", DeprecationWarning)
         return bool(context.was_current_actor_reconstructed)
-
-
-def _pid_namespace() -> str:
-    """The inode of this process's PID namespace (``0`` where /proc does not say)."""
-    try:
-        return os.readlink("/proc/self/ns/pid").split("[")[1].rstrip("]")
-    except (OSError, IndexError):
-        return "0"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
     return True
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from common.config import load_config
 from launch.loop.metrics import read_metrics
-from sandbox.trusted.pool import _alive
+from sandbox.trusted.host import alive
 
 pytestmark = pytest.mark.integration
 
@@ -78,7 +78,7 @@ def short_run(tmp_path_factory, tiny_model_path):
     new = set(glob.glob(os.path.join(tempfile.gettempdir(), "sandbox-*"))) - before
     # A directory whose pool process still runs is another run's on this machine (a shared /tmp),
     # not one this run left behind: the run's own pools have ended when ``train`` returns.
-    return config, run_dir, {path for path in new if not _alive(_pool_pid(path))}
+    return config, run_dir, {path for path in new if not alive(_pool_pid(path))}
 
 
 def _pool_pid(path: str) -> int:

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sandbox.trusted import cgroups
+from sandbox.trusted import cgroups, host
 
 # /proc/self/cgroup and the cgroup lines of /proc/self/mountinfo of these machines
 V1_CGROUP = """9:name=systemd:/
@@ -128,7 +128,7 @@ def test_no_memory_controller_or_no_place_to_write_is_said(tmp_path: Path):
 
 
 def test_only_the_groups_of_dead_pools_of_this_pid_namespace_are_removed(tmp_path: Path):
-    namespace = cgroups._pid_namespace()
+    namespace = host.pid_namespace()
     dead = f"{cgroups.PREFIX}{namespace}-{_dead_pid()}-0"
     kept = [
         f"{cgroups.PREFIX}{namespace}-{os.getpid()}-0",  # alive

@@ -174,16 +174,7 @@ def test_zygote_limits_priority_and_affinity_cannot_be_changed(loop: str) -> Non
     on PID 1 are refused; the zygote is as it was; correct programs still pass there (on
     7a049f7 a file-size limit of 0 made each later child die in its own setrlimit, and a
     process limit of 0 made each later fork fail: infra_error, for the pool's life)."""
-    with _pool(loop) as pool:
-        zygote = host_probes.zygote_pid(pool)
-        before = host_probes.process_state(zygote)
-        result = run(pool, ZYGOTE_ATTACK, tests=_outcome_tests(ZYGOTE_CALLS))
-        problems = [] if result.passed else [_went_through(result, ZYGOTE_CALLS)]
-        problems += _zygote_damage(pool, zygote, before)
-        failing = _correct_programs_fail(pool)
-        if failing:
-            problems.append(f"correct programs afterwards: {failing}")
-    assert not problems, "\n".join(problems)
+    _assert_zygote_holds(loop, ZYGOTE_ATTACK, ZYGOTE_CALLS)
 
 
 @pytest.mark.parametrize("loop", LOOPS, ids=["c_loop", "python_loop"])
@@ -191,11 +182,17 @@ def test_zygote_cannot_be_signalled(loop: str) -> None:
     """kill(1, SIGUSR1/SIGSTOP/SIGTERM/SIGINT) is refused (on 7a049f7 each returned 0, and
     SIGINT killed the Python loop's zygote); the attack is not masked; the zygote lives on,
     unstopped, and correct programs pass there."""
+    _assert_zygote_holds(loop, SIGNAL_ATTACK, ZYGOTE_SIGNALS)
+
+
+def _assert_zygote_holds(loop: str, attack: str, calls: list) -> None:
+    """Run ``attack`` (one outcome test per entry of ``calls``) on a fresh one-worker pool:
+    every call refused, the zygote as it was, correct programs still passing there."""
     with _pool(loop) as pool:
         zygote = host_probes.zygote_pid(pool)
         before = host_probes.process_state(zygote)
-        result = run(pool, SIGNAL_ATTACK, tests=_outcome_tests(ZYGOTE_SIGNALS))
-        problems = [] if result.passed else [_went_through(result, ZYGOTE_SIGNALS)]
+        result = run(pool, attack, tests=_outcome_tests(calls))
+        problems = [] if result.passed else [_went_through(result, calls)]
         problems += _zygote_damage(pool, zygote, before)
         failing = _correct_programs_fail(pool)
         if failing:

@@ -20,7 +20,7 @@ import sys
 import pytest
 
 from common.types import Verdict
-from sandbox.trusted import cgroups
+from sandbox.trusted import cgroups, host
 from sandbox.trusted.pool import SandboxPool
 from tests.unit.sandbox_helpers import CONFIG, GOOD_F, run
 
@@ -185,7 +185,7 @@ def test_closing_removes_the_groups_and_a_dead_pools_groups_go_with_the_next_sta
         text=True,
     )
     dead_pid = int(gone.stdout)
-    stale = os.path.join(place, f"{cgroups.PREFIX}{cgroups._pid_namespace()}-{dead_pid}-0")
+    stale = os.path.join(place, f"{cgroups.PREFIX}{host.pid_namespace()}-{dead_pid}-0")
     os.makedirs(os.path.join(stale, "worker-0"))
     with SandboxPool(config):
         assert not os.path.exists(stale)
