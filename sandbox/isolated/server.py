@@ -178,6 +178,7 @@ class Worker:
         memory = self.base_size + self.args.memory_mb * 1024 * 1024
         return limits.rlimits(memory, math.ceil(job["timeout_s"]) + 1, FILE_CAP)
 
+    # long: the per-execution poll loop, one function so no call is added per wake-up
     def _watch(
         self, job: dict, val_r: int, out_r: int, writer: _Writer, start: float, records: list
     ) -> str:

@@ -128,26 +128,32 @@ def serve(
             if fds is not None:
                 _child(list(fds), setup)
             return
-        main = -1
-        while True:
-            message, fds, _, _ = socket.recv_fds(ctl, 16, 3)
-            if not message:
-                break
-            if message[:1] == b"R" and len(fds) == 3:
-                main = _start(fds, setup)
-                if main < 0:
-                    ctl.send(b"F")
-            else:
-                for fd in fds:
-                    os.close(fd)
-                grace = message[1:2] == b"1"
-                status, ours = _sweep(main, grace, in_namespace) if main > 0 else (None, True)
-                main = -1
-                ctl.send(b"S" + STATUS.pack(status is not None, status or 0, ours))
+        _python_loop(ctl, setup, in_namespace)
     except BaseException:
         code = 1
     finally:
         os._exit(code)
+
+
+def _python_loop(ctl: socket.socket, setup: _ChildSetup, in_namespace: bool) -> None:
+    """The protocol of the module docstring, in Python (``_zygote.c`` does the same in C):
+    until the server's end closes. Returns in the zygote only; a child runs its job."""
+    main = -1
+    while True:
+        message, fds, _, _ = socket.recv_fds(ctl, 16, 3)
+        if not message:
+            return
+        if message[:1] == b"R" and len(fds) == 3:
+            main = _start(fds, setup)
+            if main < 0:
+                ctl.send(b"F")
+        else:
+            for fd in fds:
+                os.close(fd)
+            grace = message[1:2] == b"1"
+            status, ours = _sweep(main, grace, in_namespace) if main > 0 else (None, True)
+            main = -1
+            ctl.send(b"S" + STATUS.pack(status is not None, status or 0, ours))
 
 
 def _lock_down(uid: int) -> str:

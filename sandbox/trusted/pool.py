@@ -79,23 +79,7 @@ class SandboxPool:
             loop_library, self._loop_note = native_build.build()
         try:
             self.memory_layer = self._open_cgroups(cgroup)
-            cpus = worker_cpus(config.cpu_affinity, config.num_workers)
-            for index, cpu in enumerate(cpus):
-                self._workers.append(
-                    WorkerHandle(
-                        index,
-                        self._dir,
-                        config.memory_mb,
-                        isolation_mode,
-                        cpu,
-                        config.pin_hot_pages,
-                        loop_library,
-                        self._cgroups.worker(index) if self._cgroups is not None else None,
-                        memory_fallback=self._cgroups is None and _fallback_possible(),
-                    )
-                )
-            for worker in self._workers:
-                worker.wait_ready()
+            self._start_workers(isolation_mode, loop_library)
         except BaseException:
             self.close()
             raise
@@ -108,16 +92,40 @@ class SandboxPool:
                 "runtime that masks parts of /proc?): programs can list the host's processes "
                 "and their command lines"
             )
-        accepted = LEVEL_NUMBER[LEVEL_NAMED[config.min_isolation]]
-        if LEVEL_NUMBER[self.isolation] < accepted:
-            why = "; ".join(sorted({w.lock_note for w in self._workers if w.lock_note}))
-            self.close()
-            raise SandboxIsolationError(
-                f"the sandbox reached only isolation {self.isolation} here"
-                f"{f' ({why})' if why else ''}, below sandbox.min_isolation = "
-                f"{config.min_isolation!r}; see docs/sandbox.md for what each level stops, and "
-                "lower sandbox.min_isolation only on a machine that runs nothing else of value"
+        self._refuse_below(config.min_isolation)
+
+    def _start_workers(self, isolation_mode: str, loop_library: str | None) -> None:
+        """Start every worker, in its execution cgroup where there is one, and wait for each."""
+        config = self.config
+        for index, cpu in enumerate(worker_cpus(config.cpu_affinity, config.num_workers)):
+            self._workers.append(
+                WorkerHandle(
+                    index,
+                    self._dir,
+                    config.memory_mb,
+                    isolation_mode,
+                    cpu,
+                    config.pin_hot_pages,
+                    loop_library,
+                    self._cgroups.worker(index) if self._cgroups is not None else None,
+                    memory_fallback=self._cgroups is None and _fallback_possible(),
+                )
             )
+        for worker in self._workers:
+            worker.wait_ready()
+
+    def _refuse_below(self, min_isolation: str) -> None:
+        """Close and raise where the workers reached less isolation than ``min_isolation``."""
+        if LEVEL_NUMBER[self.isolation] >= LEVEL_NUMBER[LEVEL_NAMED[min_isolation]]:
+            return
+        why = "; ".join(sorted({w.lock_note for w in self._workers if w.lock_note}))
+        self.close()
+        raise SandboxIsolationError(
+            f"the sandbox reached only isolation {self.isolation} here"
+            f"{f' ({why})' if why else ''}, below sandbox.min_isolation = "
+            f"{min_isolation!r}; see docs/sandbox.md for what each level stops, and "
+            "lower sandbox.min_isolation only on a machine that runs nothing else of value"
+        )
 
     def describe(self) -> str:
         """One line on how the pool runs: isolation, CPUs, pinned pages, the zygote's loop
