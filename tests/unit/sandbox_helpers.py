@@ -31,3 +31,11 @@ def run(
     """One program (dedented) against ``tests`` through ``pool``."""
     job = ExecutionJob(textwrap.dedent(code), tuple(tests), setup)
     return pool.run([job], stop_at_first_failure=stop)[0]
+
+
+def attack_pool(loop: str = "auto", **update: object) -> SandboxPool:
+    """A fresh one-worker pool for an attack (tests/unit/sandbox_pool/test_attacks*.py): every
+    program lands on the worker the attack reached. Timeouts are generous: on two busy cores a
+    correct program must not time out."""
+    settings = {"num_workers": 1, "zygote_loop": loop, "timeout_s": 10.0, "test_timeout_s": 5.0}
+    return SandboxPool(CONFIG.model_copy(update={**settings, **update}))
