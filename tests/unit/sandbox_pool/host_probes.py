@@ -20,6 +20,19 @@ IPC_CREAT, IPC_EXCL, IPC_RMID = 0o1000, 0o2000, 0
 _IOPRIO_GET = {"x86_64": 252, "aarch64": 31}  # ioprio_get's system-call number
 IOPRIO_WHO_PROCESS = 1
 
+# The same SysV shared-memory signatures, as program text, for the attack programs that make
+# segments (test_attacks.py, test_attacks_on_limits.py).
+SHM_CTYPES = """
+import ctypes
+
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmget.argtypes = [ctypes.c_int, ctypes.c_size_t, ctypes.c_int]
+libc.shmat.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+libc.shmat.restype = ctypes.c_void_p
+libc.shmdt.argtypes = [ctypes.c_void_p]
+libc.shmctl.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+"""
+
 libc = ctypes.CDLL(None, use_errno=True)
 libc.shmget.argtypes = [ctypes.c_int, ctypes.c_size_t, ctypes.c_int]
 libc.shmat.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]

@@ -324,15 +324,11 @@ def test_host_files_and_devices_are_not_visible(pool: SandboxPool) -> None:
 
 # 4. Kernel objects. The program makes a 32 MiB SysV segment, a SysV queue holding a message
 # and a POSIX queue, and opens sockets of families programs never need.
-IPC_HEADER = """
-import ctypes, os, socket, struct
+IPC_HEADER = (
+    host_probes.SHM_CTYPES
+    + """
+import os, socket, struct
 
-libc = ctypes.CDLL(None, use_errno=True)
-libc.shmget.argtypes = [ctypes.c_int, ctypes.c_size_t, ctypes.c_int]
-libc.shmat.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
-libc.shmat.restype = ctypes.c_void_p
-libc.shmdt.argtypes = [ctypes.c_void_p]
-libc.shmctl.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
 libc.msgget.argtypes = [ctypes.c_int, ctypes.c_int]
 libc.msgsnd.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 libc.mq_open.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
@@ -354,6 +350,7 @@ def _send(msqid):
     message = ctypes.create_string_buffer(struct.pack("l", 1) + b"from a program")
     _id(libc.msgsnd(msqid, message, 14, 0o4000))  # IPC_NOWAIT
 """
+)
 FAMILIES = {  # name: (family, type, protocol), as numbers for the program's text
     "AF_VSOCK": (40, int(socket.SOCK_STREAM), 0),
     "AF_NETLINK": (16, int(socket.SOCK_RAW), 0),

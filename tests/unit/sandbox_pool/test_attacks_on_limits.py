@@ -91,17 +91,13 @@ def held(total_mib, file_mib):
         pass
     return held
 """
-EVERY_PATH_MEMORY = """
-import ctypes, os
+EVERY_PATH_MEMORY = (
+    host_probes.SHM_CTYPES
+    + """
+import os
 
 MIB = 1 << 20
 CHUNK = b"\\x01" * MIB
-libc = ctypes.CDLL(None, use_errno=True)
-libc.shmget.argtypes = [ctypes.c_int, ctypes.c_size_t, ctypes.c_int]
-libc.shmat.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
-libc.shmat.restype = ctypes.c_void_p
-libc.shmdt.argtypes = [ctypes.c_void_p]
-libc.shmctl.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
 
 def _files(directory, cap_mib, file_mib=15):
     '''MiB written into files in directory (file_mib each: under RLIMIT_FSIZE).'''
@@ -149,6 +145,7 @@ def held():
         libc.shmctl(shmid, 0, None)  # IPC_RMID: nothing left for the host to clean
     return held
 """
+)
 
 
 def _memory_contained(result: ExecutionResult) -> str:
