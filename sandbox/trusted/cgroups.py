@@ -385,4 +385,3 @@ def _write_if_present(path: str, value: str) -> None:
 def _read(path: str) -> str:
     with open(path) as f:
         return f.read()
-    return True

@@ -456,7 +456,6 @@ def _restarted_by_ray() -> bool:
     with warnings.catch_warnings():  # Ray's own property reads its deprecated ``actor_id``
         warnings.simplefilter("ignore", DeprecationWarning)
         return bool(context.was_current_actor_reconstructed)
-    return True
 
 
 def _finish(task: _Task, message: dict) -> ExecutionResult:
