@@ -285,6 +285,6 @@ class Filter:
         check(libc.prctl(*self._args), "seccomp filter")
 
 
-def install(fallback: bool = False) -> None:
-    """Assemble and install a :class:`Filter` on the calling process (the zygote's, once)."""
-    Filter(fallback).install()
+def install() -> None:
+    """Assemble and install the zygote's :class:`Filter` on the calling process, once."""
+    Filter().install()
