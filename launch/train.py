@@ -58,7 +58,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         description="Train a code LLM with GRPO from execution rewards.",
         epilog="Any --section.key VALUE pair overrides the config file, e.g. --run.steps 50",
     )
-    parser.add_argument("--config", help="TOML config file (defaults when omitted)")
+    parser.add_argument("--config", help="TOML config file, e.g. configs/demo.toml")
     parser.add_argument(
         "--resume",
         metavar="RUN_DIR",
@@ -365,6 +365,11 @@ def load_run_config(args: argparse.Namespace, overrides: list[str]) -> Config:
         except ValueError:  # pydantic's, for a name it refuses ("/" itself)
             raise ConfigError(f"--resume: {args.resume} is not a run directory") from None
         return config
+    if not args.config:  # the defaults alone train nothing a person would want: say so
+        raise ConfigError(
+            "--config: name a config file, e.g. --config configs/demo.toml (the demo that "
+            "`make demo` runs); configs/ holds the shipped ones"
+        )
     return load_config(args.config, overrides)
 
 

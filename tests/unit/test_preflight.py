@@ -325,7 +325,7 @@ def test_a_refusal_exits_with_status_2_in_one_line(monkeypatch, capsys):
         raise PlacementError("the run needs 2 GPUs (learner 1 x 1, rollout 1 x 1) and ...")
 
     monkeypatch.setattr(train, "train", refused)
-    assert train.main(["--run.steps", "1"]) == 2
+    assert train.main(["--config", "configs/demo.toml", "--run.steps", "1"]) == 2
     assert capsys.readouterr().err == (
         "error: the run needs 2 GPUs (learner 1 x 1, rollout 1 x 1) and ...\n"
     )

@@ -38,6 +38,15 @@ def test_a_shipped_gpu_config_without_its_model_says_how_to_get_it(
     assert not (tmp_path / "qwen2.5-coder-1.5b-mbpp").exists()
 
 
+def test_no_config_is_refused_in_one_line(tmp_path, capsys):
+    """The defaults alone train at reward 0 (no stop string, 512 new tokens for a random
+    model): a run without --config is refused, not started."""
+    status, lines = _train(capsys, "--run.output_dir", str(tmp_path), "--run.steps", "2")
+    assert status == 2 and len(lines) == 1
+    assert lines[0].startswith("error: --config: name a config file, e.g. --config configs/demo")
+    assert not any(tmp_path.iterdir())
+
+
 @pytest.mark.parametrize(
     ("path", "said"),
     [
