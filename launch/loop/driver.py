@@ -41,6 +41,7 @@ from launch.loop.colocation import Colocation
 from launch.loop.control import CONTROL_FILE, ControlFile, install_stop_handler
 from launch.loop.episodes import episode_metrics
 from launch.loop.evaluation import evaluate
+from launch.loop.flat_steps import FlatSteps
 from launch.loop.groups import GroupCollector
 from launch.loop.masked_steps import MaskedStepLimit, MaskedStepsError
 from launch.loop.metrics import MetricsLog
@@ -139,6 +140,7 @@ class Driver:
         )
         telemetry = Telemetry(self.run_dir, start_metrics(self.config.run.name))
         masked = MaskedStepLimit(self.config.run.max_masked_steps)
+        flat = FlatSteps()
         restore = install_stop_handler(self._request_stop)
         try:
             with contextlib.closing(self.records(self.start_step + 1, total)) as records:
@@ -151,6 +153,7 @@ class Driver:
                     log.write(record)
                     telemetry.record(record)
                     untrainable = masked.observe(record)
+                    flat.observe(record)
                     every = self.config.run.checkpoint_every
                     stopping = self._stop_signal is not None
                     if (every and step % every == 0) or stopping or untrainable or step == total:
@@ -271,6 +274,8 @@ class Driver:
         timer.marks.update(sync_marks)
 
         record = self._record(step, completions, rewards, train_metrics, batch.sandbox_stats, timer)
+        judged = [r for g in groups for r in g.results if r.verdict is not Verdict.INFRA_ERROR]
+        record["reward/pass_rate"] = sum(r.passed for r in judged) / len(judged) if judged else None
         if self.rollouts is not None:
             self.rollouts.write(step, step_rows(step, groups, advantages, self.problems))
         record.update(staleness_metrics(groups, dropped, learner_version))
