@@ -1,10 +1,17 @@
 """Evaluate a model on a problem set: sample n completions per problem, execute, report pass@k.
 
+    python -m launch.evaluate --model runs/NAME/checkpoint [--n N] [--k K,...] [--out DIR]
     python -m launch.evaluate --model PATH --problems FILE_OR_NAME [--split SPLIT] [--n N]
         [--k K,...] [--temperature T] [--max-new-tokens N] [--limit N] [--out DIR] [--overwrite]
 
-Without --split every row of the problems file is evaluated; the other defaults are listed
-with each option below.
+A training run's checkpoint (``runs/NAME/checkpoint``, ``runs/NAME/checkpoints/step-N``, or the
+run directory ``runs/NAME`` for its latest checkpoint) is evaluated as the run generated: unless
+the flag is given, the problems, split, format and prompt template (``[data]``), max_new_tokens,
+stop strings and temperature (``[rollout]``), the context and dtype (``[model]``), the sandbox's
+time limits and the seed (``run.seed``) come from the run's ``config.toml`` (:data:`RUN_SETTINGS`).
+One line on stderr says which did, and ``summary.json`` names the config (``run_config``). Any
+other model takes the defaults listed with each option below and needs ``--problems``; without
+``--split`` every row of the problems file is evaluated.
 
 Generation reuses :class:`actor.rollout_worker.RolloutWorker` in-process (no Ray) and scoring
 the :class:`sandbox.trusted.pool.SandboxPool`, so an evaluation sees exactly the prompts,
@@ -20,6 +27,8 @@ the scores to stdout.
 from __future__ import annotations
 
 import argparse
+import copy
+import functools
 import json
 import math
 import os
@@ -36,7 +45,15 @@ from common.arguments import (
     positive_float,
     positive_int,
 )
-from common.config import ConfigError, ModelConfig, RolloutConfig, SandboxConfig, ScorerOptions
+from common.config import (
+    Config,
+    ConfigError,
+    ModelConfig,
+    RolloutConfig,
+    SandboxConfig,
+    ScorerOptions,
+    load_config,
+)
 from common.config.sandbox import ISOLATION_LEVELS, MIN_ISOLATION_HELP
 from common.datasets import DatasetError
 from common.help_format import DefaultsHelpFormatter
@@ -44,16 +61,96 @@ from common.prompts import PromptError
 from common.types import Problem, Verdict
 from launch.data.model_source import locate_model
 from launch.data.problems import encode_prompts, load_rendered
+from launch.loop.checkpoint import CHECKPOINTS, LATEST
 from launch.loop.evaluation import EvalError, sample_and_score, summarize
 from launch.loop.passk import parse_ks
 from sandbox.trusted.pool import SandboxIsolationError, SandboxPool
 
 #: What an evaluation writes into --out: an earlier one's are replaced only with --overwrite.
 RESULTS = ("samples.jsonl", "summary.json")
+#: The resolved config a training run writes into its directory (``launch.train``).
+RUN_CONFIG = "config.toml"
+#: What an evaluation of a training run's checkpoint takes from the run's config.toml when the
+#: flag is not given: the flag's dest -> (the config's field, the default without a run).
+RUN_SETTINGS = {
+    "problems": ("data.source", None),
+    "split": ("data.split", None),
+    "format": ("data.format", "auto"),
+    "template": ("data.prompt_template", "auto"),
+    "max_new_tokens": ("rollout.max_new_tokens", 512),
+    "stop": ("rollout.stop", []),
+    "temperature": ("rollout.temperature", 0.8),
+    "max_model_len": ("model.max_model_len", 0),
+    "dtype": ("model.dtype", "bfloat16"),
+    "seed": ("run.seed", 0),
+    "timeout_s": ("sandbox.timeout_s", 10.0),
+}
 
 
 def _stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
+
+
+def find_run(model: str) -> tuple[Path | None, str]:
+    """The training run directory ``model`` belongs to (None: none), and the model to load.
+
+    A run directory (it holds ``config.toml`` and is no model) stands for its latest checkpoint,
+    ``<run>/checkpoint``; ``<run>/checkpoint`` and ``<run>/checkpoints/step-N`` are the run's.
+    Paths are taken as written: ``<run>/checkpoint`` is a symlink into ``checkpoints/``.
+    """
+    path = Path(model).expanduser()
+    if not path.is_dir():
+        return None, model  # a hub name, or a path that locate_model refuses
+    if (path / RUN_CONFIG).is_file() and not (path / "config.json").is_file():
+        if not (path / LATEST).is_dir():
+            raise ConfigError(
+                f"--model: {model} is a training run without a checkpoint ({path / LATEST} is "
+                "missing): give a model directory"
+            )
+        return path, str(Path(model) / LATEST)
+    parents = [path.parent, *([path.parent.parent] if path.parent.name == CHECKPOINTS else [])]
+    return next((run for run in parents if (run / RUN_CONFIG).is_file()), None), model
+
+
+def load_run_config(path: Path) -> Config:
+    """A training run's config.toml; a ConfigError of one line naming the file if it does not
+    load (not TOML, an unknown or moved key, an invalid value)."""
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        text = " ".join(line.strip() for line in str(exc).splitlines())
+        if str(path) not in text:
+            text = f"{path}: {text}"
+        raise ConfigError(f"{text} (the config of the training run that --model is in)") from None
+
+
+def apply_run_settings(args: argparse.Namespace) -> None:
+    """Fill each setting of :data:`RUN_SETTINGS` that no flag gave (None) from ``--model``'s
+    training run, else with its default. Sets ``args.run_config`` (the config any setting came
+    from, else None), ``args.from_run`` (which, with their values) and ``args.test_timeout_s``
+    (the run's ``sandbox.test_timeout_s`` with its ``timeout_s``, else ``--timeout-s``)."""
+    run, args.model = find_run(args.model)
+    config = None if run is None else load_run_config(run / RUN_CONFIG)
+    args.from_run = {}
+    for dest, (field, default) in RUN_SETTINGS.items():
+        if getattr(args, dest) is not None:
+            continue
+        if config is not None:
+            default = args.from_run[dest] = functools.reduce(getattr, field.split("."), config)
+        setattr(args, dest, copy.copy(default))
+    args.test_timeout_s = args.timeout_s
+    if config is not None and "timeout_s" in args.from_run:
+        args.test_timeout_s = args.from_run["test_timeout_s"] = config.sandbox.test_timeout_s
+    args.run_config = str(run / RUN_CONFIG) if args.from_run else None
+
+
+def _say_run_settings(args: argparse.Namespace) -> None:
+    if args.run_config:
+        taken = ", ".join(
+            f"{name} {value!r}" if isinstance(value, list) else f"{name} {value}"
+            for name, value in args.from_run.items()
+        )
+        _stderr(f"settings from {args.run_config}: {taken} (flags override them)")
 
 
 def default_max_model_len(model_path: str) -> int:
@@ -145,6 +242,7 @@ def run_evaluation(args: argparse.Namespace, worker=None) -> dict:
     started = time.perf_counter()
     # before the generation: the results are written at the end, and must have a place
     check_output_dir(args.out, "--out", args.overwrite, results=RESULTS)
+    _say_run_settings(args)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     args.model = locate_model(args.model, "--model")
     if args.rerank:  # before the generation, not after it
@@ -155,13 +253,13 @@ def run_evaluation(args: argparse.Namespace, worker=None) -> dict:
     )
     if not problems:
         raise EvalError(f"{args.problems}: no problems in split {args.split!r}")
-    max_len = args.max_model_len or default_max_model_len(args.model)
+    max_len = args.max_model_len = args.max_model_len or default_max_model_len(args.model)
     _check_lengths(problems, worker_tokenizer, args.max_new_tokens, max_len)
     _stderr(f"evaluating {args.model} on {len(problems)} problems x {args.n} samples")
     sandbox_config = SandboxConfig(
         num_workers=args.workers,
         timeout_s=args.timeout_s,
-        test_timeout_s=args.timeout_s,
+        test_timeout_s=args.test_timeout_s,
         min_isolation=args.min_isolation,
     )
     if worker is None:
@@ -201,13 +299,20 @@ def _summary(args: argparse.Namespace, records: list[dict], num_problems: int, s
         "model": args.model,
         "problems": args.problems,
         "split": args.split,
+        "format": args.format,
         "template": args.template,
         "num_problems": num_problems,
         "n": args.n,
         "k": args.k,
         "temperature": args.temperature,
         "max_new_tokens": args.max_new_tokens,
+        "stop": args.stop,
+        "max_model_len": args.max_model_len,
+        "dtype": args.dtype,
+        "timeout_s": args.timeout_s,
+        "test_timeout_s": args.test_timeout_s,
         "seed": args.seed,
+        "run_config": args.run_config,
         **{f"pass@{k}": _finite(metrics[f"eval/pass@{k}"]) for k in args.k},
         "verdicts": dict(Counter(r["verdict"] for r in records)),
         "infra_error_frac": metrics["eval/infra_error_frac"],
@@ -235,22 +340,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         formatter_class=DefaultsHelpFormatter, prog="python -m launch.evaluate", description=__doc__
     )
     add = parser.add_argument
-    add("--model", required=True, help="HF model directory (or hub name when online)")
-    add("--problems", required=True, help="problems file (MBPP, HumanEval, generic) or HF name")
-    add("--split", default=None, help="e.g. test, train, validation, prompt; default: all rows")
-    add("--format", default="auto", choices=["auto", "mbpp", "humaneval", "generic"])
-    add("--template", default="auto", choices=["auto", "chat", "plain"], help="prompt template")
-    add("--n", type=positive_int, default=10, help="samples per problem")
     add(
-        "--k",
-        type=parse_ks,
-        default=None,
-        help="comma-separated k values, e.g. 1,10; default: those of 1,10 that --n allows, "
-        "and --n itself with --rerank (pass@n is the most a reranker can reach)",
+        "--model",
+        required=True,
+        help="HF model directory (or hub name when online); a training run's checkpoint, or "
+        "its directory for the latest one, also gives the settings marked 'the run's'",
     )
-    add("--temperature", type=float, default=0.8, help="0 for greedy decoding")
-    add("--max-new-tokens", type=positive_int, default=512)
-    add("--stop", action="append", help="stop string (repeatable)")
+    _add_generation_flags(add)
     add(
         "--limit",
         type=non_negative_int,
@@ -263,17 +359,16 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         action="store_true",
         help="write over an --out directory that already holds files (an earlier evaluation)",
     )
-    add("--seed", type=int, default=0)
-    add("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
-    add(
-        "--max-model-len",
-        type=non_negative_int,
-        default=0,
-        help="context length; 0: the model's, <= 4096",
-    )
     add("--kv-cache-gib", type=positive_float, default=2.0)
     _add_scoring_flags(add)
     args = parser.parse_args(argv)
+    try:
+        apply_run_settings(args)
+    except ConfigError as exc:
+        parser.exit(2, f"error: {exc}\n")
+    if args.problems is None:
+        parser.error("--problems is required unless --model is a training run's checkpoint")
+    args.stop = [stop for stop in args.stop if stop]  # --stop '': none
     if not args.temperature >= 0:  # `not >=`: NaN too
         parser.error(f"argument --temperature: must be 0 or more, got {args.temperature}")
     if args.k is None:
@@ -283,10 +378,63 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+def _run_help(dest: str, text: str = "", default: str = "") -> str:
+    """Help of a flag whose default a training run gives (:data:`RUN_SETTINGS`)."""
+    field, value = RUN_SETTINGS[dest]
+    return f"{text}{'; ' if text else ''}default: the run's {field}, else {default or value}"
+
+
+def _add_generation_flags(add) -> None:
+    """What is evaluated, and how it is sampled: the flags a training run's config can give."""
+    add(
+        "--problems",
+        help=_run_help(
+            "problems", "problems file (MBPP, HumanEval, generic) or HF name", "required"
+        ),
+    )
+    add("--split", help=_run_help("split", "e.g. test, train, validation, prompt", "all rows"))
+    add("--format", choices=["auto", "mbpp", "humaneval", "generic"], help=_run_help("format"))
+    add(
+        "--template",
+        choices=["auto", "chat", "plain"],
+        help=_run_help("template", "prompt template"),
+    )
+    add("--n", type=positive_int, default=10, help="samples per problem")
+    add(
+        "--k",
+        type=parse_ks,
+        default=None,
+        help="comma-separated k values, e.g. 1,10; default: those of 1,10 that --n allows, "
+        "and --n itself with --rerank (pass@n is the most a reranker can reach)",
+    )
+    add("--temperature", type=float, help=_run_help("temperature", "0 for greedy decoding"))
+    add("--max-new-tokens", type=positive_int, help=_run_help("max_new_tokens"))
+    add(
+        "--stop",
+        action="append",
+        help=_run_help("stop", "stop string (repeatable; replaces the run's; '': none)", "none"),
+    )
+    add("--seed", type=int, help=_run_help("seed"))
+    add("--dtype", choices=["bfloat16", "float16", "float32"], help=_run_help("dtype"))
+    add(
+        "--max-model-len",
+        type=non_negative_int,
+        help=_run_help("max_model_len", "context length; 0: the model's, <= 4096"),
+    )
+
+
 def _add_scoring_flags(add) -> None:
     """The flags of the sandbox that runs the samples and of the verifier that reranks them."""
     add("--workers", type=positive_int, default=2, help="sandbox workers")
-    add("--timeout-s", type=positive_float, default=10.0, help="wall-clock limit per completion")
+    add(
+        "--timeout-s",
+        type=positive_float,
+        help=_run_help(
+            "timeout_s",
+            "wall-clock limit per completion and per test (the run's: "
+            "sandbox.test_timeout_s per test)",
+        ),
+    )
     add(
         "--min-isolation",
         choices=ISOLATION_LEVELS,
