@@ -31,6 +31,7 @@ from common.durable import (
 from common.help_format import DefaultsHelpFormatter
 from common.prompts import PromptError
 from common.types import Problem
+from launch import console
 from launch.data.model_source import first_line, locate_model, model_tokenizer
 from launch.data.problems import RunProblems, encode_prompts, load_eval_problems, load_problems
 from launch.data.tiny_model import build_tiny_model
@@ -44,6 +45,7 @@ from launch.loop.checkpoint import (
     resume_checkpoint,
 )
 from launch.loop.masked_steps import MaskedStepsError
+from launch.loop.metrics import summary
 from launch.loop.plot import plot_rewards
 
 logger = logging.getLogger("launch.train")
@@ -66,6 +68,12 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     )
     parser.add_argument(
         "--overwrite", action="store_true", help="start again in a run directory that exists"
+    )
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help=f"show every line of output (Ray's, vLLM's, ...), not only the run's own; all "
+        f"of them are in the run directory's {console.LOG_FILE} either way",
     )
     return parser.parse_known_args(argv)
 
@@ -314,6 +322,7 @@ def _run(
         state, checkpoint = _resumed(config)
     else:
         run_dir = prepare_run_dir(config, overwrite)
+    console.log_to(run_dir / console.LOG_FILE, append=resume)
     connect(config.ray, config.requested_cpus)
     logger.info(
         "starting %d rollout worker(s), the learner and a sandbox pool of %d worker(s)",
@@ -342,8 +351,19 @@ def _run(
         fleet.shutdown()
     if config.run.plot:
         plot_rewards(run_dir / "metrics.jsonl", run_dir / "reward_curve.png")
-    logger.info("run finished: %s", run_dir)
+    logger.info("run finished: %s", finished(run_dir, config.run.plot))
     return run_dir
+
+
+def finished(run_dir: Path, plotted: bool) -> str:
+    """What the run did and where its results are, for its last line: ``300 steps, reward 0.93
+    and pass rate 0.88 over the last 10 steps; curve runs/demo/reward_curve.png, checkpoint
+    runs/demo/checkpoint``."""
+    results = [f"curve {run_dir / 'reward_curve.png'}"] if plotted else []
+    if (run_dir / LATEST).exists():
+        results.append(f"checkpoint {run_dir / LATEST}")
+    done = summary(run_dir / "metrics.jsonl")
+    return f"{done}; {', '.join(results)}" if results else done
 
 
 def load_run_config(args: argparse.Namespace, overrides: list[str]) -> Config:
@@ -376,6 +396,8 @@ def load_run_config(args: argparse.Namespace, overrides: list[str]) -> Config:
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     args, overrides = parse_args(sys.argv[1:] if argv is None else argv)
+    if argv is None:  # a person reads it: the run's own lines (--verbose: all), all in its log
+        console.start(show_all=args.verbose)
     try:
         config = load_run_config(args, overrides)
         train(config, resume=bool(args.resume), overwrite=args.overwrite)
