@@ -28,6 +28,8 @@ from pathlib import Path
 
 #: The project's packages: their loggers' lines are the console's.
 PACKAGES = ("launch", "actor", "learner", "sandbox", "common", "algorithm")
+#: How the project's logging lines look (``main()`` of launch/train.py, :func:`worker_logging`).
+FORMAT = "%(asctime)s %(name)s: %(message)s"
 #: The run's full output, in its run directory.
 LOG_FILE = "train.log"
 #: A line longer than this (no newline yet) is passed on in pieces, shown or not as its first.
@@ -358,6 +360,20 @@ class _LevelledFormatter(logging.Formatter):
         if is_project(record.name):
             return self._base.format(record)
         return super().format(record)
+
+
+def worker_logging() -> None:
+    """For Ray's ``worker_process_setup_hook`` of the run's actors: the project's loggers write
+    their INFO and above as the driver's do (``FORMAT``), so the console knows them for the run's
+    own when Ray forwards them; without it they reach stderr bare, through Python's last-resort
+    handler, like any other library's line. Other libraries' loggers are left as they are."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter(FORMAT))
+    for package in PACKAGES:
+        package_logger = logging.getLogger(package)
+        package_logger.addHandler(handler)
+        package_logger.setLevel(logging.INFO)
+        package_logger.propagate = False
 
 
 _active: ConsoleFilter | None = None

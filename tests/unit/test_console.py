@@ -234,3 +234,24 @@ def test_a_filter_that_fails_hands_every_line_to_the_terminal(tmp_path, how):
         "error: x..",
         *TRACEBACK,
     ]
+
+
+def test_an_actors_project_lines_are_known_for_the_runs_own_once_forwarded():
+    # what Ray's worker_process_setup_hook would run in each actor (launch.console.worker_logging)
+    program = (
+        "import logging; from launch.console import worker_logging; worker_logging(); "
+        "logging.getLogger('actor.rollout_worker').info('engine ready'); "
+        "logging.getLogger('vllm.engine').warning('a warning of vLLM')"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program],
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    ours, theirs = done.stderr.splitlines()
+    assert ours.endswith(" actor.rollout_worker: engine ready") and theirs == "a warning of vLLM"
+    classifier = Classifier()
+    assert classifier.shown(f"{RAY}{ours}") and not classifier.shown(f"{RAY}{theirs}")
