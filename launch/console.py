@@ -172,6 +172,7 @@ class ConsoleFilter:
         self._held = bytearray()
         self._dropped = 0
         self._broken = False  # from then on every line goes to the terminal
+        self._log_failed = False  # and those held for the log too
         self._closing = threading.Event()
         self._restored = False
         self._thread = threading.Thread(target=self._main, name="console-filter", daemon=True)
@@ -181,10 +182,19 @@ class ConsoleFilter:
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
                 stream.flush()
-        for fd in (1, 2):
-            stream = _Stream(fd)
+        made: list[_Stream] = []
+        try:
+            for fd in (1, 2):
+                made.append(_Stream(fd))
+        except OSError:  # no fd 1 or 2, no descriptor left: the console stays as it was
+            for stream in made:
+                for end in (stream.terminal, stream.read, stream.write):
+                    os.close(end)
+            self._closing.set()  # and close() has nothing to do
+            return self
+        for stream in made:
             self._streams[stream.read] = stream
-            os.dup2(stream.write, fd)  # fd 1 (or 2) now holds the pipe's write end
+            os.dup2(stream.write, stream.fd)  # fd 1 (or 2) now holds the pipe's write end
             os.close(stream.write)
         self._thread.start()
         if not self._show_all:
@@ -196,8 +206,8 @@ class ConsoleFilter:
         ``append``, else started again)."""
         try:
             file = path.open("ab" if append else "wb")
-        except OSError as exc:
-            self._broken = True
+        except OSError as exc:  # every line to the terminal then, those held so far first
+            self._log_failed = self._broken = True
             print(f"warning: cannot write {path} ({exc.strerror}): every line shown", flush=True)
             return
         with self._lock:
@@ -245,13 +255,9 @@ class ConsoleFilter:
         try:
             self._pump()
         except BaseException:  # the filter is broken, not the run: the terminal gets it all
-            self._broken = True
             self._restore()
             with contextlib.suppress(BaseException):
-                for stream in self._streams.values():
-                    held = bytes(stream.pending)
-                    stream.pending.clear()
-                    self._pass(stream, held)
+                self._break()
                 self._pass_rest()
 
     def _pump(self) -> None:
@@ -292,23 +298,38 @@ class ConsoleFilter:
 
     def _on_data(self, stream: _Stream, data: bytes) -> None:
         if self._broken or self._show_all:
+            self._break()  # the lines begun before, if it just broke
             self._pass(stream, data)
             return
         try:
             shown, every = stream.split(data)
         except BaseException:  # whatever the classifier raises, the data in hand is shown
-            self._broken = True
-            held = bytes(stream.pending)
-            stream.pending.clear()
-            self._pass(stream, held + data)
+            self._break()
+            self._pass(stream, data)
             return
         _write_all(stream.terminal, shown)
         try:
             self._write_log(every)
         except Exception as exc:  # a full disk: nothing may be lost, so all is shown from now
-            self._broken = True
             note = f"warning: train.log failed ({exc}): every line shown from here on\n"
             self._pass(stream, note.encode() + every)
+            self._break()
+
+    def _break(self) -> None:
+        """Every line to the terminal as it is from now on, starting with those held for a log
+        that could not be written and the lines begun."""
+        self._broken = True
+        with self._lock:
+            held = b""
+            if self._log_failed:
+                held, self._held = bytes(self._held), bytearray()
+        if held:
+            _write_all(next(iter(self._streams.values())).terminal, held)
+        for stream in self._streams.values():
+            if stream.pending:
+                begun = bytes(stream.pending)
+                stream.pending.clear()
+                self._pass(stream, begun)
 
     def _pass(self, stream: _Stream, data: bytes) -> None:
         """``data`` as it is to the terminal (and to the log, where it still can be)."""
@@ -322,6 +343,8 @@ class ConsoleFilter:
             if self._log is not None:
                 self._log.write(data)
                 self._log.flush()
+            elif self._broken:  # no log to hold them for (it failed), or may never be
+                return
             elif len(self._held) + len(data) <= MAX_HELD:
                 self._held += data
             else:

@@ -151,7 +151,8 @@ logging.getLogger("ray.worker").error("an error of Ray's")
 os.write(1, b"binary \xff\xfe junk\n")
 os.write(2, b"error: " + b"x" * (3 << 20) + b"\n")  # a pipe holds 64 KiB; pieces of 1 MiB
 os.write(1, b"y" * (3 << 20) + b"\n")
-console.log_to(Path(sys.argv[1]), append=sys.argv[2] == "append")
+log = Path(sys.argv[1])
+console.log_to(log.parent if sys.argv[2] == "unwritable" else log, sys.argv[2] == "append")
 print("\rLoading weights: 100%|##########| 26/26")
 print("[####................] step    1/5 | reward 0.008 | pass 0.01 | eta    --")
 sys.stdout.write("a last line without its newline")
@@ -184,7 +185,7 @@ def _program(tmp_path: Path, how: str) -> tuple[list[str], list[str], list[str]]
 
 TRACEBACK = [
     "Traceback (most recent call last):",
-    '  File "<string>", line 24, in <module>',
+    '  File "<string>", line 25, in <module>',
     "ValueError: the end",
 ]
 
@@ -216,24 +217,35 @@ def test_a_resumed_run_appends_to_its_log(tmp_path):
     assert log[0] == "an earlier run's line" and "T launch.demo: the run's own line" in log
 
 
+#: Every line of the program but ``full log:``, on stdout and on stderr.
+EVERY_OUT = [
+    "binary \ufffd\ufffd junk",
+    "y..",
+    "\rLoading weights: 100%|##########| 26/26",
+    "[####................] step    1/5 | reward 0.008 | pass 0.01 | eta    --",
+    "a last line without its newline",
+]
+EVERY_ERR = [
+    "T launch.demo: the run's own line",
+    "T WARNING torchao: a warning of torchao's",
+    "T ERROR ray.worker: an error of Ray's",
+    "error: x..",
+    *TRACEBACK,
+]
+
+
 @pytest.mark.parametrize("how", ["broken", "dead"])
 def test_a_filter_that_fails_hands_every_line_to_the_terminal(tmp_path, how):
     out, err, _ = _program(tmp_path, how)
-    assert [line for line in out if line] == [
-        "binary \ufffd\ufffd junk",
-        "y..",
-        f"full log: {tmp_path / 'train.log'}",
-        "\rLoading weights: 100%|##########| 26/26",
-        "[####................] step    1/5 | reward 0.008 | pass 0.01 | eta    --",
-        "a last line without its newline",
-    ]
-    assert [line for line in err if line] == [
-        "T launch.demo: the run's own line",
-        "T WARNING torchao: a warning of torchao's",
-        "T ERROR ray.worker: an error of Ray's",
-        "error: x..",
-        *TRACEBACK,
-    ]
+    full_log = f"full log: {tmp_path / 'train.log'}"
+    assert [line for line in out if line] == [*EVERY_OUT[:2], full_log, *EVERY_OUT[2:]]
+    assert [line for line in err if line] == EVERY_ERR
+
+
+def test_a_log_that_cannot_be_written_hands_every_line_to_the_terminal(tmp_path):
+    out, err, _ = _program(tmp_path, "unwritable")
+    assert f"warning: cannot write {tmp_path} (Is a directory): every line shown" in out
+    assert {*EVERY_OUT, *EVERY_ERR} <= {*out, *err}
 
 
 def test_an_actors_project_lines_are_known_for_the_runs_own_once_forwarded():
