@@ -64,7 +64,11 @@ def connect(config: RayConfig, requested_cpus: float = 0) -> None:
         num_cpus=num_cpus,
         include_dashboard=False,
         logging_level=logging.WARNING,
-        runtime_env={"env_vars": {"PYTHONPATH": str(PROJECT_ROOT), **ACTOR_ENV}},
+        runtime_env={
+            "env_vars": {"PYTHONPATH": str(PROJECT_ROOT), **ACTOR_ENV},
+            # the actors' own log lines formatted as the driver's, so its console shows them
+            "worker_process_setup_hook": "launch.console.worker_logging",
+        },
     )
     logger.info("started a local Ray cluster")
 
