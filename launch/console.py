@@ -387,15 +387,17 @@ class _LevelledFormatter(logging.Formatter):
 
 def worker_logging() -> None:
     """For Ray's ``worker_process_setup_hook`` of the run's actors: the project's loggers write
-    their INFO and above as the driver's do (``FORMAT``), so the console knows them for the run's
-    own when Ray forwards them; without it they reach stderr bare, through Python's last-resort
-    handler, like any other library's line. Other libraries' loggers are left as they are."""
+    their warnings and errors as the driver's do (``FORMAT``), so the console knows them for the
+    run's own when Ray forwards them; without it they reach stderr bare, through Python's
+    last-resort handler, like any other library's line. Their INFO lines stay unwritten, as
+    before: the driver says what a start-up did (the sandbox's isolation, the fleet's size).
+    Other libraries' loggers are left as they are."""
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter(FORMAT))
     for package in PACKAGES:
         package_logger = logging.getLogger(package)
         package_logger.addHandler(handler)
-        package_logger.setLevel(logging.INFO)
+        package_logger.setLevel(logging.WARNING)
         package_logger.propagate = False
 
 
