@@ -86,9 +86,11 @@ class Classifier:
     ANSI codes left out (the line itself is shown as it is). A traceback is shown from its
     ``Traceback (most recent call last):`` through its exception line; a line that starts with
     white space (or is empty) goes where the line before it from the same source went (a
-    multi-line error's rest, a warning's source line). Stateful: one per stream."""
+    multi-line error's rest, a warning's source line). ``extra`` matches more lines to show (a
+    tool's own printed lines). Stateful: one per stream."""
 
-    def __init__(self) -> None:
+    def __init__(self, extra: re.Pattern | None = None) -> None:
+        self._extra = extra
         self._last: dict[str, bool] = {}  # source -> whether its last line was shown
         self._traceback: set[str] = set()  # sources inside a traceback
 
@@ -110,7 +112,7 @@ class Classifier:
         elif indented:
             shown = self._last.get(source, False)
         else:
-            shown = bool(_SHOWN.match(text))
+            shown = bool(_SHOWN.match(text) or (self._extra and self._extra.match(text)))
         self._last[source] = shown
         return shown
 
@@ -118,13 +120,13 @@ class Classifier:
 class _Stream:
     """One of the process's output streams: the pipe it writes to now, the terminal it wrote to."""
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, extra: re.Pattern | None = None) -> None:
         self.fd = fd
         self.terminal = os.dup(fd)
         self.read, self.write = os.pipe()
         self.pending = bytearray()  # a line not ended yet
         self.piece: bool | None = None  # a long line passed on in pieces: whether it is shown
-        self.classifier = Classifier()
+        self.classifier = Classifier(extra)
 
     def split(self, data: bytes) -> tuple[bytes, bytes]:
         """What of ``data`` the terminal shows, and what the log gets (every whole line). Should
@@ -164,8 +166,9 @@ class ConsoleFilter:
     (module docstring). ``start()`` redirects, ``log_to()`` names the log, ``close()`` drains the
     pipes, puts fds 1 and 2 back and waits for the thread (never forever)."""
 
-    def __init__(self, show_all: bool = False) -> None:
+    def __init__(self, show_all: bool = False, extra: re.Pattern | None = None) -> None:
         self._show_all = show_all
+        self._extra = extra
         self._streams: dict[int, _Stream] = {}
         self._lock = threading.Lock()  # the log and what is held for it
         self._log = None
@@ -185,7 +188,7 @@ class ConsoleFilter:
         made: list[_Stream] = []
         try:
             for fd in (1, 2):
-                made.append(_Stream(fd))
+                made.append(_Stream(fd, self._extra))
         except OSError:  # no fd 1 or 2, no descriptor left: the console stays as it was
             for stream in made:
                 for end in (stream.terminal, stream.read, stream.write):
@@ -404,11 +407,12 @@ def worker_logging() -> None:
 _active: ConsoleFilter | None = None
 
 
-def start(show_all: bool = False) -> ConsoleFilter:
+def start(show_all: bool = False, extra: re.Pattern | None = None) -> ConsoleFilter:
     """Filter this process's console until it exits (after Ray's own exit handler, registered
-    later, so Ray's last lines are filtered too); ``show_all`` only logs every line."""
+    later, so Ray's last lines are filtered too); ``show_all`` only logs every line; ``extra``
+    shows the lines it matches too (a tool's own printed lines)."""
     global _active
-    _active = ConsoleFilter(show_all).start()
+    _active = ConsoleFilter(show_all, extra).start()
     atexit.register(_active.close)
     return _active
 

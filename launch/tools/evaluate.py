@@ -27,11 +27,13 @@ the scores to stdout.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import functools
 import json
 import math
 import os
+import re
 import sys
 import time
 from collections import Counter
@@ -59,6 +61,7 @@ from common.datasets import DatasetError
 from common.help_format import DefaultsHelpFormatter
 from common.prompts import PromptError
 from common.types import Problem, Verdict
+from launch import console
 from launch.data.model_source import locate_model
 from launch.data.problems import encode_prompts, load_rendered
 from launch.loop.checkpoint import CHECKPOINTS, LATEST
@@ -242,6 +245,9 @@ def run_evaluation(args: argparse.Namespace, worker=None) -> dict:
     started = time.perf_counter()
     # before the generation: the results are written at the end, and must have a place
     check_output_dir(args.out, "--out", args.overwrite, results=RESULTS)
+    with contextlib.suppress(OSError):  # the log is a help; the results' place was checked
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        console.log_to(Path(args.out) / LOG_FILE)
     _say_run_settings(args)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     args.model = locate_model(args.model, "--model")
@@ -454,8 +460,18 @@ def _add_scoring_flags(add) -> None:
     )
 
 
+#: The evaluation's own printed lines, which its console shows beside the project's logging.
+CONSOLE_LINES = re.compile(
+    r"(settings from |evaluating |\d+/\d+ problems, |\d+ problems x \d+ samples: |wrote )"
+)
+#: Every line of an evaluation's output (vLLM's and the sandbox's included), in ``--out``.
+LOG_FILE = "evaluate.log"
+
+
 def main(argv: list[str] | None = None, worker=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if argv is None:  # a person reads it: the evaluation's lines; every line in --out
+        console.start(extra=CONSOLE_LINES)
     try:
         summary = run_evaluation(args, worker)
     except (

@@ -269,3 +269,25 @@ def test_an_actors_project_lines_are_known_for_the_runs_own_once_forwarded():
     assert theirs == "a warning of vLLM"
     classifier = Classifier()
     assert classifier.shown(f"{RAY}{ours}") and not classifier.shown(f"{RAY}{theirs}")
+
+
+def test_a_tools_own_lines_are_shown_beside_the_projects():
+    """launch.evaluate's console: its printed lines (``extra``) and errors, not vLLM's."""
+    from launch.tools.evaluate import CONSOLE_LINES
+
+    classifier = Classifier(extra=CONSOLE_LINES)
+    shown = [
+        "settings from runs/demo/config.toml: problems synthetic (flags override them)",
+        "evaluating runs/demo/checkpoint on 10 problems x 10 samples",
+        "10/10 problems, 99/100 samples passed",
+        "10 problems x 10 samples: pass@1 0.9900  pass@10 1.0000",
+        "wrote runs/eval/samples.jsonl and runs/eval/summary.json",
+        "error: --out: runs/eval already holds an evaluation (summary.json): give --overwrite",
+    ]
+    hidden = [
+        "CPU backend doesn't allow to use `torch.set_num_threads` after the thread binding",
+        "Passing raw prompts to InputProcessor is deprecated and will be removed in the future.",
+    ]
+    assert all(classifier.shown(line) for line in shown)
+    assert not any(classifier.shown(line) for line in hidden)
+    assert not Classifier().shown(shown[1])  # launch.train's console does not show them

@@ -73,7 +73,15 @@ def one_error_line(capsys) -> str:
 
 
 def test_a_runs_checkpoint_is_evaluated_with_the_runs_settings(tmp_path):
-    run = make_run(tmp_path, "--sandbox.test_timeout_s", "3", "--run.seed", "7")
+    run = make_run(
+        tmp_path,
+        "--sandbox.test_timeout_s",
+        "3",
+        "--run.seed",
+        "7",
+        "--rollout.max_new_tokens",
+        "4",
+    )
     args = evaluate.parse_args(["--model", str(run / "checkpoint")])
 
     assert args.model == str(run / "checkpoint")  # as written: the symlink is not resolved
@@ -193,7 +201,7 @@ def test_a_run_config_that_does_not_load_is_one_line_naming_it(tmp_path, capsys,
 
 
 def test_the_command_says_where_its_settings_came_from(tmp_path, capsys, monkeypatch):
-    run = make_run(tmp_path, "--data.prompt_template", "plain")
+    run = make_run(tmp_path, "--data.prompt_template", "plain", "--rollout.max_new_tokens", "4")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # what run_evaluation sets, undone after the test
     monkeypatch.setattr(evaluate, "load_tokenizer", _start)  # past the checks: stop there
     argv = ["--model", str(run / "checkpoint"), "--temperature", "0.5"]
