@@ -114,7 +114,7 @@ def load_optimizer(
     shards = {"optimizer": get_optimizer_state_dict(model, optimizer)}
     # torch's distributed checkpoint reads its ``.metadata`` file with plain pickle (no
     # weights_only option exists for it): a run directory resumed with several ranks must be
-    # trusted like code (README, "Checkpoints and resume").
+    # trusted like code (docs/cluster.md, "A run directory is code").
     dcp.load(shards, checkpoint_id=str(out / SHARDED_OPTIMIZER_DIR))
     set_optimizer_state_dict(model, optimizer, shards["optimizer"])
 

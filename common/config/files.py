@@ -83,7 +83,7 @@ def _format_error(err: ValidationError) -> str:
         where = ".".join(str(p) for p in item["loc"]) or "config"
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
-            message = "unknown key (check the spelling against the config reference in README.md)"
+            message = "unknown key (check the spelling against docs/configuration.md)"
         lines.append(f"  {where}: {message}")
     return "invalid configuration:\n" + "\n".join(lines)
 

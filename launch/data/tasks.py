@@ -7,10 +7,13 @@ on 2 CPU cores while every reward still comes from executing code in the sandbox
     def answer():
         return          <- the model writes the expression
 
-The tests grade closeness, so the reward is dense (partial credit = fraction of tests passed):
-the program must run and return an ``int`` (1/4), land within 5 (2/4), within 2 (3/4), or be
-exact (4/4). A random model mostly writes code that does not parse (reward 0); it first learns
-to emit a number and stop, then to copy the number from the comment.
+The four tests grade closeness (the program must run and return an ``int``, land within 5,
+within 2, or be exact), so a partial-credit reward is dense. The demo (``configs/demo.toml``)
+pays only the exact number instead, with a one-token answer: graded credit pays a constant
+answer well whatever the comment asks (a middle digit earns most of it), and a policy settles
+there (``python -m launch.bench.constant`` prints what each constant earns under a config's
+reward). A random model mostly writes a token that is no number; it learns to copy the digit
+from the comment.
 """
 
 from __future__ import annotations

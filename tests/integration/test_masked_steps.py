@@ -53,3 +53,39 @@ def test_a_run_without_rewards_stops_with_one_line_and_a_checkpoint(tmp_path, ti
         assert m["sandbox/verdict/infra_error"] == 0  # the sandbox judged them all
     state = load_driver_state(run_dir)  # what --resume would continue from
     assert state.step == 2 and state.weight_version == 0
+
+
+def test_a_run_whose_groups_all_score_the_same_says_so_once(tmp_path, tiny_model_path):
+    """Every reward weighted 0: every group is flat, every advantage 0, nothing is learned.
+    The run goes on (it may be what the user wants), but says so once, with what it means."""
+    from launch.loop.flat_steps import FLAT_STEPS
+
+    run_dir = tmp_path / "runs" / "flat"
+    log = tmp_path / "flat.log"
+    args = [
+        "--config", str(REPO / "configs" / "demo.toml"),
+        "--run.output_dir", str(run_dir.parent),
+        "--run.name", "flat",
+        "--run.steps", str(FLAT_STEPS + 2),
+        "--run.plot", "false",
+        "--model.path", tiny_model_path,
+        "--rollout.batch_size", "16",
+        "--rollout.num_cpus", "0.5",
+        "--rollout.kv_cache_gib", "0.1",
+        "--reward.terms.execution.weight", "0",
+    ]  # fmt: skip
+    run_module("launch.train", args, tmp_path, log)
+
+    said = [line for line in log.read_text().splitlines() if "the policy is not learning" in line]
+    assert len(said) == 1, said
+    assert (
+        said[0]
+        .split("launch.loop.flat_steps: ", 1)[1]
+        .startswith(
+            f"steps 1-{FLAT_STEPS}: in every group all completions scored the same (reward 0.000)"
+        )
+    )
+    assert "no completion earned any reward" in said[0]
+    metrics = read_jsonl(run_dir / "metrics.jsonl")
+    assert len(metrics) == FLAT_STEPS + 2  # said, not stopped
+    assert all(m["train/zero_std_frac"] == 1.0 for m in metrics)

@@ -1,4 +1,4 @@
-"""The layout's rules, checked on the source (docs: README "How it fits together").
+"""The layout's rules, checked on the source (docs: README "Layout").
 
 - The roles (``actor/``, ``learner/``, ``sandbox/``) never import each other or ``launch/``.
 - ``common/`` is the floor: it imports no other package of the project, and neither vLLM nor Ray.
