@@ -16,22 +16,29 @@ from tests.integration.helpers import REPO, read_jsonl, run_module
 pytestmark = pytest.mark.integration
 
 
-def test_a_run_without_rewards_stops_with_one_line_and_a_checkpoint(tmp_path, tiny_model_path):
-    run_dir = tmp_path / "runs" / "masked"
-    log = tmp_path / "masked.log"
-    args = [
+def _demo_args(run_dir, model_path: str, steps: int, *extra: str) -> list[str]:
+    """``launch.train``'s arguments for a small demo run in ``run_dir``."""
+    return [
         "--config", str(REPO / "configs" / "demo.toml"),
         "--run.output_dir", str(run_dir.parent),
-        "--run.name", "masked",
-        "--run.steps", "5",
-        "--run.max_masked_steps", "2",
+        "--run.name", run_dir.name,
+        "--run.steps", str(steps),
         "--run.plot", "false",
-        "--model.path", tiny_model_path,
+        "--model.path", model_path,
         "--rollout.batch_size", "16",
         "--rollout.num_cpus", "0.5",
         "--rollout.kv_cache_gib", "0.1",
-        "--reward.terms.broken.function", "tests.integration.helpers:masking_reward",
+        *extra,
     ]  # fmt: skip
+
+
+def test_a_run_without_rewards_stops_with_one_line_and_a_checkpoint(tmp_path, tiny_model_path):
+    run_dir = tmp_path / "runs" / "masked"
+    log = tmp_path / "masked.log"
+    args = _demo_args(
+        run_dir, tiny_model_path, 5, "--run.max_masked_steps", "2",
+        "--reward.terms.broken.function", "tests.integration.helpers:masking_reward",
+    )  # fmt: skip
     run_module("launch.train", args, tmp_path, log, status=1)
 
     output = log.read_text()
@@ -62,18 +69,9 @@ def test_a_run_whose_groups_all_score_the_same_says_so_once(tmp_path, tiny_model
 
     run_dir = tmp_path / "runs" / "flat"
     log = tmp_path / "flat.log"
-    args = [
-        "--config", str(REPO / "configs" / "demo.toml"),
-        "--run.output_dir", str(run_dir.parent),
-        "--run.name", "flat",
-        "--run.steps", str(FLAT_STEPS + 2),
-        "--run.plot", "false",
-        "--model.path", tiny_model_path,
-        "--rollout.batch_size", "16",
-        "--rollout.num_cpus", "0.5",
-        "--rollout.kv_cache_gib", "0.1",
-        "--reward.terms.execution.weight", "0",
-    ]  # fmt: skip
+    args = _demo_args(
+        run_dir, tiny_model_path, FLAT_STEPS + 2, "--reward.terms.execution.weight", "0"
+    )
     run_module("launch.train", args, tmp_path, log)
 
     said = [line for line in log.read_text().splitlines() if "the policy is not learning" in line]
