@@ -22,7 +22,10 @@ STRAIGHT_STEPS = 8
 
 
 def short_config(out: Path, name: str, model_path: str, steps: int, *extra: str) -> Config:
-    """The demo config, shrunk: few steps, a small batch, fractional CPUs so actors fit 2 cores."""
+    """The demo config, shrunk: few steps, a small batch, fractional CPUs so actors fit 2 cores;
+    and partial credit, so the random model's first steps already have groups whose rewards
+    differ, and train (the demo's exact-answer reward ties nearly every group of those steps at
+    0, so the policy, and its KL to the reference, would hardly move)."""
     overrides = [
         "--run.output_dir", str(out),
         "--run.name", name,
@@ -32,6 +35,7 @@ def short_config(out: Path, name: str, model_path: str, steps: int, *extra: str)
         "--rollout.batch_size", "32",
         "--rollout.num_cpus", "0.5",
         "--rollout.kv_cache_gib", "0.1",
+        "--reward.terms.execution.options.mode", "partial",
         *extra,
     ]  # fmt: skip
     return load_config(REPO / "configs" / "demo.toml", overrides)

@@ -202,7 +202,9 @@ def test_launch_train_exits_2_when_the_target_cannot_hold_one_sequence(tmp_path,
     model = tmp_path / "model"
     model.mkdir()
     shutil.copy(CONFIGS / "qwen2.5-coder-1.5b.json", model / "config.json")
-    argv = ["--model.path", str(model), "--learner.dtype", "bfloat16",
+    defaults = tmp_path / "defaults.toml"  # every key at its default
+    defaults.write_text("")
+    argv = ["--config", str(defaults), "--model.path", str(model), "--learner.dtype", "bfloat16",
             "--learner.memory_gib", "40", "--model.max_model_len", "32768",
             "--run.output_dir", str(tmp_path / "runs")]  # fmt: skip
     assert main(argv) == 2

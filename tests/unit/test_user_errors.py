@@ -231,7 +231,7 @@ def test_prompts_the_engines_refuse_are_refused_before_they_start(
     the cluster and the engines started (MBPP's are 270-374 tiny-tokenizer tokens)."""
     source = _mbpp_rows(tmp_path, 10)
     args = _demo_with(tmp_path, tiny_model_path, "--data.source", source, "--data.split", "all")
-    status, lines = _train(capsys, *args)
+    status, lines = _train(capsys, *args, "--rollout.max_new_tokens", "4")
     assert status == 2 and len(lines) == 1
     assert lines[0].startswith(
         f"error: data.source: 10 of 10 prompts of {source} are model.max_model_len (128) "
