@@ -394,7 +394,8 @@ def load_run_config(args: argparse.Namespace, overrides: list[str]) -> Config:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    # the console filter knows the project's lines by this format
+    logging.basicConfig(level=logging.INFO, format=console.FORMAT)
     args, overrides = parse_args(sys.argv[1:] if argv is None else argv)
     if argv is None:  # a person reads it: the run's own lines (--verbose: all), all in its log
         console.start(show_all=args.verbose)
