@@ -17,6 +17,8 @@ Formats (detected from the first row unless given; see docs/datasets.md):
   completion-style, ``program_prefix`` is the prompt; one split, ``test``.
 - generic JSONL: ``{"id", "prompt", "tests": [...], "setup_code"?, "reference_solution"?,
   "program_prefix"?, "split"?}``.
+- a directory: Kattis / ICPC problem packages, whole programs judged on stdin/stdout files
+  (:mod:`common.packages`); no splits.
 
 A malformed row is a user error: :class:`DatasetError` names the file and line
 (``mbpp.jsonl:17: missing field(s) test_list``), and the command-line tools print it without a
@@ -28,10 +30,14 @@ from __future__ import annotations
 import ast
 import gzip
 import json
+import logging
 from collections.abc import Callable
 from pathlib import Path
 
+from common.packages import PackageError, load_packages
 from common.types import Problem
+
+logger = logging.getLogger(__name__)
 
 MBPP_SPLITS: dict[str, range] = {
     "prompt": range(1, 11),
@@ -341,7 +347,8 @@ def _int_id(row: dict) -> int:
 def load_dataset(
     source: str | Path, split: str | None = None, fmt: str = "auto", limit: int = 0
 ) -> list[Problem]:
-    """Problems from a local file, or from a Hugging Face dataset name (``name[:config]``).
+    """Problems from a local file, a directory of problem packages, or a Hugging Face dataset
+    name (``name[:config]``).
 
     ``split`` None (or ``"all"``) takes every row; ``limit`` > 0 keeps the first ``limit``
     problems of the split, in file order.
@@ -349,11 +356,32 @@ def load_dataset(
     path = Path(source)
     if path.is_file():
         problems = parse_rows(read_rows(path), str(path), split, fmt)
+    elif path.is_dir():
+        problems = _load_package_tree(path, split)
     elif _looks_like_path(str(source)):
         raise DatasetError(f"problems file {source} does not exist")
     else:
         problems = load_hub_dataset(str(source), split, fmt)
     return problems[:limit] if limit else problems
+
+
+def _load_package_tree(path: Path, split: str | None) -> list[Problem]:
+    """Every Kattis / ICPC problem package under ``path`` (``common/packages.py``); those not
+    judged yet (interactive, custom validators) are left out and counted in one log line."""
+    if split not in (None, "", "all", "test"):
+        raise DatasetError(
+            f"{path}: problem packages have no splits: set split to 'all' (or 'test') to "
+            f"take every package, not {split!r}"
+        )
+    try:
+        problems, skipped = load_packages(path)
+    except PackageError as exc:
+        raise DatasetError(str(exc)) from None
+    if skipped:
+        first = "; ".join(f"{s.problem_id}: {s.reason}" for s in skipped[:3])
+        more = ", ..." if len(skipped) > 3 else ""
+        logger.info("%s: skipped %d problem package(s) (%s%s)", path, len(skipped), first, more)
+    return problems
 
 
 def _looks_like_path(source: str) -> bool:

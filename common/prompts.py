@@ -212,8 +212,8 @@ def build_program(problem: Problem, completion_text: str) -> str:
     if continues_prefix(problem):
         fence = _BARE_FENCE.search(completion_text)
         code = completion_text[: fence.start()] if fence else completion_text
-        return problem.program_prefix + code
+        return problem.program_prefix + code + problem.program_suffix
     code = extract_code(completion_text, entry_point_from_tests(problem.tests))
-    if not problem.program_prefix:
-        return code
-    return problem.program_prefix.rstrip("\n") + "\n" + code
+    if problem.program_prefix:
+        code = problem.program_prefix.rstrip("\n") + "\n" + code
+    return code + problem.program_suffix

@@ -9,12 +9,56 @@ tests can build it by hand. The same word means the same thing everywhere:
   the ``weight_version`` of the policy that produced it;
 - a *group* is the G completions of one problem; advantages are normalised within it;
 - a *verdict* is the sandbox's judgement of one execution.
+
+A problem's tests come in *kinds* (``Problem.kind``): ``function`` tests are Python statements
+that call the program's functions (MBPP, HumanEval); ``stdio`` tests are input / answer file
+pairs for a whole program that reads stdin and writes stdout (contest problems, Kattis
+packages), compared as a contest judge compares them (``sandbox/trusted/stdio.py``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from pathlib import Path
+
+KINDS = ("function", "stdio")
+
+
+@dataclass(frozen=True)
+class StdioTest:
+    """One test of a whole program: what it reads on stdin and the answer its stdout must match.
+
+    ``input`` and ``answer`` are the bytes themselves, or the path of a file on the host that
+    judges (read in chunks by the pool's front: a 50 MB answer is never held whole).
+    ``flags`` are the Kattis default output validator's (``float_tolerance 1e-6``,
+    ``case_sensitive``, ``space_change_sensitive``: ``sandbox/trusted/answers.py``); ``group``
+    is where the test sits in its package (``sample``, ``secret``, ``secret/subtask1``): samples
+    run first, and ``launch.evaluate`` reports pass@k per group.
+    """
+
+    name: str
+    input: bytes | Path
+    answer: bytes | Path
+    group: str = "secret"
+    flags: str = ""
+
+
+@dataclass(frozen=True)
+class StdioSpec:
+    """The tests of a program that reads stdin: one process per test, each under the problem's
+    own limits (0: the sandbox's ``test_timeout_s``, ``memory_mb`` and ``stdio_output_mb``);
+    the time limit is multiplied by ``sandbox.time_multiplier`` for slow hosts."""
+
+    tests: tuple[StdioTest, ...]
+    time_limit_s: float = 0.0
+    memory_mb: int = 0
+    output_mb: int = 0
+
+    def in_run_order(self) -> tuple[StdioTest, ...]:
+        """The tests in the order they run, and ``ExecutionResult.test_verdicts`` follows:
+        samples first (the cheapest evidence, and what the statement shows), else as given."""
+        return tuple(sorted(self.tests, key=lambda test: test.group != "sample"))
 
 
 @dataclass(frozen=True)
@@ -22,7 +66,8 @@ class Problem:
     """One task: what the model sees and how its code is judged.
 
     ``tests`` are Python statements (usually ``assert EXPR == EXPECTED``), run after
-    ``setup_code`` and the candidate program. ``prompt`` is the text given to the model,
+    ``setup_code`` and the candidate program; a whole program reading stdin has ``stdio``
+    instead (and no ``tests``). ``prompt`` is the text given to the model,
     already rendered by a prompt template. ``program_prefix`` is prepended to the extracted
     completion to form the program: the function header for completion-style tasks (the
     HumanEval convention), empty when the model writes the whole program.
@@ -37,6 +82,23 @@ class Problem:
     #: the problem this task was derived from (a repair task's original; ``source_task_id`` in
     #: a problems file), so splits by problem keep the two together; empty for an original
     source_task_id: str = ""
+    stdio: StdioSpec | None = None
+    #: code after the completion: a fill-in-the-middle task (the stdin/stdout demo's
+    #: ``print(n + ▮)``); empty for every dataset's problems
+    program_suffix: str = ""
+
+    @property
+    def kind(self) -> str:
+        """How the tests judge a program: ``function`` or ``stdio`` (:data:`KINDS`)."""
+        return "stdio" if self.stdio is not None else "function"
+
+    @property
+    def num_tests(self) -> int:
+        return len(self.stdio.tests) if self.stdio is not None else len(self.tests)
+
+    def job(self, code: str) -> ExecutionJob:
+        """``code`` (the whole program) to run against this problem's tests."""
+        return ExecutionJob(code, self.tests, self.setup_code, self.stdio)
 
 
 @dataclass(frozen=True)
@@ -89,11 +151,17 @@ class Verdict(str, Enum):  # noqa: UP042 (StrEnum would change str() of verdicts
 
 @dataclass(frozen=True)
 class ExecutionJob:
-    """Code to run against tests. ``code`` is the whole candidate program."""
+    """Code to run against tests. ``code`` is the whole candidate program; ``stdio``, when set,
+    holds its tests instead of ``tests`` (see :class:`Problem`)."""
 
     code: str
     tests: tuple[str, ...]
     setup_code: str = ""
+    stdio: StdioSpec | None = None
+
+    @property
+    def num_tests(self) -> int:
+        return len(self.stdio.tests) if self.stdio is not None else len(self.tests)
 
 
 @dataclass

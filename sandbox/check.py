@@ -1,7 +1,9 @@
-"""Check completions (or the reference solutions) against MBPP / HumanEval problems.
+"""Check completions (or the reference solutions) against MBPP / HumanEval problems, or the
+stdin/stdout problems of a directory of Kattis problem packages.
 
     python -m sandbox.check --problems PROBLEMS.jsonl --samples SAMPLES.jsonl --out RESULTS.jsonl
     python -m sandbox.check --problems PROBLEMS.jsonl --canonical --out RESULTS.jsonl
+    python -m sandbox.check --problems PACKAGES_DIR --samples SAMPLES.jsonl --out RESULTS.jsonl
 
 One output row per sample, in input order: the sample's fields plus ``passed``, ``verdict``,
 ``tests_passed`` and ``tests_total``. User mistakes end with a one-line error and exit code 2.
@@ -83,7 +85,9 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m sandbox.check", description=__doc__.split("\n")[0]
     )
     parser.add_argument(
-        "--problems", required=True, help="MBPP or HumanEval rows (JSONL or JSON array)"
+        "--problems",
+        required=True,
+        help="MBPP or HumanEval rows (JSONL or JSON array), or a directory of problem packages",
     )
     parser.add_argument(
         "--samples", help="JSONL rows with task_id and completion (needed unless --canonical)"
@@ -93,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         "--timeout-s",
         type=positive_float,
         default=10.0,
-        help="wall-clock limit per sample, and per test (default: %(default)s)",
+        help="wall-clock limit per sample, and per test (a package's own time limit wins for "
+        "its tests; default: %(default)s)",
     )
     parser.add_argument(
         "--workers", type=positive_int, default=2, help="pool workers (default: %(default)s)"

@@ -1,4 +1,5 @@
-"""Problem files for the sandbox tools: MBPP and HumanEval rows, JSONL or a JSON array.
+"""Problem files for the sandbox tools: MBPP and HumanEval rows, JSONL or a JSON array, or a
+directory of Kattis problem packages (stdin/stdout).
 
 Parsing lives in :mod:`common.datasets` (the training data loaders use the same code); this
 module adapts a parsed :class:`Problem` to what the checker needs. Mistakes in the files are
@@ -10,8 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from common.datasets import DatasetError, detect_format, humaneval_tests, parse_rows, read_rows
-from common.types import ExecutionJob, Problem
+from common.datasets import (
+    DatasetError,
+    detect_format,
+    humaneval_tests,
+    load_dataset,
+    parse_rows,
+    read_rows,
+)
+from common.types import ExecutionJob, Problem, StdioSpec
 
 ProblemFileError = DatasetError  # one exception type for every malformed problems file
 
@@ -30,15 +38,16 @@ class CheckProblem:
     """A problem as the checker needs it: how to build a job from a completion."""
 
     task_id: str
-    kind: str  # "mbpp" or "humaneval"
+    kind: str  # "mbpp", "humaneval" or "stdio" (a whole program: its tests are in ``stdio``)
     reference: str
     tests: tuple[str, ...]
     setup_code: str
     prompt: str = ""
+    stdio: StdioSpec | None = None
 
     def job(self, completion: str) -> ExecutionJob:
         code = self.prompt + completion if self.kind == "humaneval" else completion
-        return ExecutionJob(code=code, tests=self.tests, setup_code=self.setup_code)
+        return ExecutionJob(code, self.tests, self.setup_code, self.stdio)
 
     def reference_job(self) -> ExecutionJob:
         return self.job(self.reference)
@@ -48,11 +57,12 @@ class CheckProblem:
         kind = "humaneval" if problem.program_prefix else "mbpp"
         return cls(
             problem.problem_id,
-            kind,
+            "stdio" if problem.stdio is not None else kind,
             problem.reference_solution,
             problem.tests,
             problem.setup_code,
             problem.program_prefix,
+            problem.stdio,
         )
 
 
@@ -64,6 +74,10 @@ def parse_problem(row: dict, where: str) -> CheckProblem:
 
 
 def load_problems(path: str | Path) -> dict[str, CheckProblem]:
-    """Every row of a problems file, by task id; the task description is not needed here."""
-    problems = parse_rows(read_rows(path), str(path), None, "auto", need_prompt=False)
+    """Every row of a problems file (or every package of a directory), by task id; the task
+    description is not needed here."""
+    if Path(path).is_dir():
+        problems = load_dataset(path)
+    else:
+        problems = parse_rows(read_rows(path), str(path), None, "auto", need_prompt=False)
     return {p.problem_id: CheckProblem.from_problem(p) for p in problems}

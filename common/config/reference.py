@@ -120,7 +120,7 @@ NOTES = {
     "`pin_hot_pages`)",
     "sandbox.timeout_s": "(all its tests)",
     "sandbox.memory_mb": "address-space limit of an execution",
-    "sandbox.max_output_bytes": "stdout/stderr cap of an execution",
+    "sandbox.max_output_bytes": "stdout/stderr cap of an execution of a function problem",
     "sandbox.cache": "cache results by hash(code, tests)",
     "sandbox.num_cpus": "CPUs reserved for the sandbox actor",
     "sandbox.pin_hot_pages": "Measured 7.8-8.0x to 9.1-10.1x over one interpreter per "

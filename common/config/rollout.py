@@ -22,12 +22,15 @@ class DataConfig(Section):
     source: str = Field(
         "synthetic",
         description="'synthetic' (the demo task), 'synthetic_hidden' (the multi-turn demo's), "
-        "a problems file (MBPP .jsonl/.json, HumanEval .jsonl[.gz], "
-        "generic .jsonl) or a Hugging Face dataset name[:config]",
+        "'synthetic_stdio' (the stdin/stdout demo's), a problems file (MBPP .jsonl/.json, "
+        "HumanEval .jsonl[.gz], generic .jsonl), a directory of Kattis problem packages "
+        "(stdin/stdout; split 'all') or a Hugging Face dataset name[:config]",
     )
     format: Literal["auto", "mbpp", "humaneval", "generic"] = "auto"
     split: str = Field(
-        "train", description="MBPP: train, test, validation, prompt; 'all': every row"
+        "train",
+        description="MBPP: train, test, validation, prompt; 'all': every row (problem "
+        "packages have no splits: 'all')",
     )
     max_problems: int = Field(0, ge=0, description="0: all")
     prompt_template: Literal["auto", "chat", "plain"] = Field(

@@ -18,6 +18,18 @@ class SandboxConfig(Section):
     test_timeout_s: float = Field(5.0, gt=0, description="wall-clock limit for one test")
     memory_mb: int = Field(512, ge=32)
     max_output_bytes: int = Field(64 * 1024, ge=1024)
+    time_multiplier: float = Field(
+        1.0,
+        gt=0,
+        description="multiplies a stdin/stdout problem's own time limit per test (its "
+        "package's; else test_timeout_s): a slow host's allowance",
+    )
+    stdio_output_mb: int = Field(
+        8,
+        ge=1,
+        description="a stdin/stdout program's output limit per test, stdout and stderr each "
+        "(MiB; a problem package's limits.output overrides it), as Kattis' default",
+    )
     cache: bool = True
     min_isolation: Literal[ISOLATION_LEVELS] = Field(
         "full",

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from common.config import Config, ConfigError, load_config
 from common.help_format import DefaultsHelpFormatter
 from common.prompts import build_program
-from common.types import ExecutionJob, Problem
+from common.types import Problem
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ def score_constants(config: Config, problems: list[Problem], answers: list[str],
     scores = []
     for answer in answers:
         programs = [build_program(p, answer) for p in problems]
-        jobs = [ExecutionJob(code, p.tests, p.setup_code) for code, p in zip(programs, problems)]
+        jobs = [p.job(code) for code, p in zip(programs, problems)]
         results = pool.run(jobs)
         batch = [
             RewardInput(problem, answer, program, result, num_tokens=1)

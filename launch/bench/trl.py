@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from common.config import Config
 from common.prompts import build_program
-from common.types import ExecutionJob, Problem
+from common.types import Problem
 from sandbox.reward import execution_reward
 from sandbox.trusted.pool import SandboxPool
 
@@ -187,9 +187,7 @@ def _execution_reward(problems: list[Problem], pool: SandboxPool, mode: str, tim
         jobs = []
         for text, index in zip(completions, problem_index, strict=True):
             problem = problems[index]
-            jobs.append(
-                ExecutionJob(build_program(problem, text), problem.tests, problem.setup_code)
-            )
+            jobs.append(problem.job(build_program(problem, text)))
         results = pool.run(jobs, stop_at_first_failure=mode == "binary")
         rewards = [execution_reward(r, mode) for r in results]
         timing["samples"] += len(completions)

@@ -51,7 +51,7 @@ Execute = Callable[[list[ExecutionJob], bool], list[ExecutionResult]]
 
 def reference_program(problem: Problem) -> str:
     """The reference as a whole program: after the header of a completion-style problem."""
-    return problem.program_prefix + problem.reference_solution
+    return problem.program_prefix + problem.reference_solution + problem.program_suffix
 
 
 def is_wrong_answer(result: ExecutionResult) -> bool:
@@ -88,7 +88,7 @@ def _same_program(a: str, b: str) -> bool:
 
 
 def _job(problem: Problem, code: str) -> ExecutionJob:
-    return ExecutionJob(code, problem.tests, problem.setup_code)
+    return problem.job(code)
 
 
 class BugJudge:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 
-from common.types import Problem
+from common.types import Problem, StdioSpec, StdioTest
 
 _TEMPLATE = "# Return the number {target}.\ndef answer():\n    return "
 
@@ -78,8 +78,53 @@ def hidden_problems() -> list[Problem]:
     return [hidden_problem(target) for target in range(10)]
 
 
+_STDIO_HEADER = "# Print n + {target}.\n"
+_STDIO_PREFIX = "n = int(input())\nprint(n + "
+STDIO_INPUTS = (0, 10, 35)  # the first is the sample
+
+
+def stdio_problem(target: int) -> Problem:
+    """One instance of the stdin/stdout demo task (``data.source = "synthetic_stdio"``).
+
+    The same one-token answer as the synthetic task, in a whole program that reads stdin and
+    writes stdout, judged as a contest judge does (``sandbox/trusted/stdio.py``): one process
+    per input, its output compared with the answer file's tokens::
+
+        # Print n + 7.
+        n = int(input())
+        print(n + 7)        <- the model writes the 7; the ")" follows it (program_suffix)
+    """
+    tests = tuple(
+        StdioTest(
+            "sample/1" if k == 0 else f"secret/{k}",
+            f"{n}\n".encode(),
+            f"{n + target}\n".encode(),
+            "sample" if k == 0 else "secret",
+        )
+        for k, n in enumerate(STDIO_INPUTS)
+    )
+    return Problem(
+        problem_id=f"synthetic_stdio/{target}",
+        prompt=_STDIO_HEADER.format(target=target) + _STDIO_PREFIX,
+        tests=(),
+        program_prefix=_STDIO_PREFIX,
+        program_suffix=")\n",
+        reference_solution=f"{target}",
+        stdio=StdioSpec(tests),
+    )
+
+
+def stdio_problems() -> list[Problem]:
+    """The ten problems of the stdin/stdout demo task, one per target digit."""
+    return [stdio_problem(target) for target in range(10)]
+
+
 #: The built-in tasks by ``data.source`` name.
-SYNTHETIC_SOURCES = {"synthetic": synthetic_problems, "synthetic_hidden": hidden_problems}
+SYNTHETIC_SOURCES = {
+    "synthetic": synthetic_problems,
+    "synthetic_hidden": hidden_problems,
+    "synthetic_stdio": stdio_problems,
+}
 
 
 _SNIPPETS = [

@@ -155,8 +155,8 @@ class SandboxClient:
         return self.handle.run.remote(jobs, stop_at_first_failure=stop_at_first_failure)
 
     def execute(self, jobs: list[ExecutionJob]) -> list[ExecutionResult]:
-        """Pass/fail only (stops at the first failing test): what evaluation needs."""
-        return ray.get(self.run(jobs, stop_at_first_failure=True))
+        """Every test of every job: what evaluation needs (pass@k per test group)."""
+        return ray.get(self.run(jobs, stop_at_first_failure=False))
 
     def stats(self) -> dict[str, float]:
         return ray.get(self.handle.stats.remote())

@@ -267,8 +267,7 @@ class EpisodeRunner:
             turns = [by_id[r.request_id] for r in requests]
             programs = [build_program(episodes[k].problem, t.text) for k, t in zip(waiting, turns)]
             jobs = [
-                ExecutionJob(code, episodes[k].problem.tests, episodes[k].problem.setup_code)
-                for k, code in zip(waiting, programs, strict=True)
+                episodes[k].problem.job(code) for k, code in zip(waiting, programs, strict=True)
             ]
             results = self.execute(jobs)
             for k, (text, tokens), new, code, result in zip(

@@ -56,10 +56,7 @@ def sample_and_score(
         completions = [by_key[(r.request_id, s)] for r in requests for s in range(n)]
         owners = [p for p in batch for _ in range(n)]
         programs = [build_program(p, c.text) for p, c in zip(owners, completions, strict=True)]
-        jobs = [
-            ExecutionJob(code, p.tests, p.setup_code)
-            for p, code in zip(owners, programs, strict=True)
-        ]
+        jobs = [p.job(code) for p, code in zip(owners, programs, strict=True)]
         results = execute(jobs)
         for index, (problem, completion, program, result) in enumerate(
             zip(owners, completions, programs, results, strict=True)
@@ -77,10 +74,25 @@ def _seeds(seed: int, problem_id: str, n: int) -> tuple[int, ...]:
     return tuple(rng.getrandbits(31) for _ in range(n))
 
 
+def group_passes(problem: Problem, result: ExecutionResult) -> dict[str, bool]:
+    """For a stdin/stdout problem, whether the program passed every test of each of its test
+    groups (``sample``, ``secret``, ``secret/subtask1``...); a test not run counts as failed.
+    ``test_verdicts`` follows ``StdioSpec.in_run_order``. Empty for a function problem."""
+    if problem.stdio is None:
+        return {}
+    passes: dict[str, bool] = {}
+    for index, test in enumerate(problem.stdio.in_run_order()):
+        ran = index < len(result.test_verdicts)
+        passed = ran and result.test_verdicts[index] is Verdict.PASSED
+        passes[test.group] = passes.get(test.group, True) and passed
+    return passes
+
+
 def _record(
     problem: Problem, sample_index: int, completion: Completion, program: str, result
 ) -> dict:
     return {
+        "groups": group_passes(problem, result),
         "task_id": problem.problem_id,
         "sample_index": sample_index,
         "completion": completion.text,
@@ -97,24 +109,42 @@ def _record(
 
 def summarize(records: Sequence[dict], ks: Sequence[int]) -> dict[str, float]:
     """``eval/pass@k`` for every k, from per-sample records; infra errors are not samples.
+    Stdin/stdout problems also give ``eval/pass@k/<group>`` for each test group (a sample
+    passes a group when it passes every test of it: ``group_passes``).
 
     A sample the sandbox could not judge (``infra_error``) says nothing about the model, so it
     is dropped from its problem's n rather than counted as a failure.
     """
-    counts: dict[str, list[int]] = {}
+    counts: dict[str, dict[str, list[int]]] = {}  # by test group ("": every test), by task
     for record in records:
-        n_c = counts.setdefault(record["task_id"], [0, 0])
-        if record["verdict"] != Verdict.INFRA_ERROR.value:
+        if record["verdict"] == Verdict.INFRA_ERROR.value:
+            continue
+        for group, passed in [("", record["passed"]), *record.get("groups", {}).items()]:
+            n_c = counts.setdefault(group, {}).setdefault(record["task_id"], [0, 0])
             n_c[0] += 1
-            n_c[1] += bool(record["passed"])
-    metrics = {
-        f"eval/pass@{k}": value
-        for k, value in mean_pass_at_k([tuple(v) for v in counts.values()], ks).items()
-    }
+            n_c[1] += bool(passed)
+    metrics = {}
+    for group, by_task in sorted(counts.items()):
+        suffix = f"/{group}" if group else ""
+        for k, value in mean_pass_at_k([tuple(v) for v in by_task.values()], ks).items():
+            metrics[f"eval/pass@{k}{suffix}"] = value
+    if "" not in counts:  # every sample an infra error: no estimate (NaN)
+        metrics.update({f"eval/pass@{k}": v for k, v in mean_pass_at_k([], ks).items()})
     infra = sum(r["verdict"] == Verdict.INFRA_ERROR.value for r in records)
-    metrics["eval/num_problems"] = float(len(counts))
+    metrics["eval/num_problems"] = float(len({r["task_id"] for r in records}))
     metrics["eval/infra_error_frac"] = infra / max(len(records), 1)
     return metrics
+
+
+def group_summary(metrics: dict[str, float]) -> dict[str, dict[str, float | None]]:
+    """``summarize``'s per-group estimates as ``{group: {"pass@k": value}}`` (None: no
+    estimate), for a summary file; empty without stdin/stdout problems."""
+    groups: dict[str, dict[str, float | None]] = {}
+    for key, value in metrics.items():
+        name, _, group = key.removeprefix("eval/").partition("/")
+        if name.startswith("pass@") and group:
+            groups.setdefault(group, {})[name] = None if value != value else value
+    return groups
 
 
 def evaluate(

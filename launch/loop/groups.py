@@ -232,9 +232,7 @@ class GroupCollector:
                 problem = problems[k]
                 completions[k] = group
                 programs[k] = [build_program(problem, c.text) for c in group]
-                jobs += [
-                    ExecutionJob(code, problem.tests, problem.setup_code) for code in programs[k]
-                ]
+                jobs += [problem.job(code) for code in programs[k]]
                 arrived.append(k)
             arrivals.append((arrived, self._judge(jobs)))
         missing = [r.request_id for r, done in zip(requests, completions, strict=True) if not done]

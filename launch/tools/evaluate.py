@@ -65,7 +65,7 @@ from launch import console
 from launch.data.model_source import locate_model
 from launch.data.problems import encode_prompts, load_rendered
 from launch.loop.checkpoint import CHECKPOINTS, LATEST
-from launch.loop.evaluation import EvalError, sample_and_score, summarize
+from launch.loop.evaluation import EvalError, group_summary, sample_and_score, summarize
 from launch.loop.passk import parse_ks
 from sandbox.trusted.pool import SandboxIsolationError, SandboxPool
 
@@ -277,7 +277,7 @@ def run_evaluation(args: argparse.Namespace, worker=None) -> dict:
             problems,
             worker_tokenizer,
             worker.generate,
-            lambda jobs: pool.run(jobs, stop_at_first_failure=True),
+            lambda jobs: pool.run(jobs),  # every test: pass@k per test group
             n=args.n,
             seed=args.seed,
             progress=_stderr,
@@ -320,6 +320,7 @@ def _summary(args: argparse.Namespace, records: list[dict], num_problems: int, s
         "seed": args.seed,
         "run_config": args.run_config,
         **{f"pass@{k}": _finite(metrics[f"eval/pass@{k}"]) for k in args.k},
+        "groups": group_summary(metrics),
         "verdicts": dict(Counter(r["verdict"] for r in records)),
         "infra_error_frac": metrics["eval/infra_error_frac"],
         "seconds": round(seconds, 2),
@@ -488,6 +489,8 @@ def main(argv: list[str] | None = None, worker=None) -> int:
     if args.rerank:
         scores += f"  reranked pass@1 {_fmt(summary['reranked_pass@1'])}"
     print(f"{summary['num_problems']} problems x {args.n} samples: {scores}")
+    for group, by_k in summary["groups"].items():  # stdin/stdout problems' test groups
+        print(f"  tests {group}: " + "  ".join(f"{name} {_fmt(v)}" for name, v in by_k.items()))
     print(f"wrote {Path(args.out) / 'samples.jsonl'} and {Path(args.out) / 'summary.json'}")
     return 0
 

@@ -122,4 +122,4 @@ def _labels(
 
 
 def _job(problem: Problem, completion: str) -> ExecutionJob:
-    return ExecutionJob(build_program(problem, completion), problem.tests, problem.setup_code)
+    return problem.job(build_program(problem, completion))

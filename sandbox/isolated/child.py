@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import builtins
 import functools
+import io
 import json.encoder
 import os
 import struct
+import sys
 import types
 import warnings
 from typing import Any
@@ -234,3 +236,47 @@ def run(code: Source, setup_code: Source, parts: list[dict]) -> None:
     except BaseException:
         pass
     _exit(0)
+
+
+def _text_stream(fd: int, mode: str) -> io.TextIOWrapper:
+    """A standard stream as ``python3`` makes it for a pipe on Linux: UTF-8, escaping what is
+    not (the UTF-8 mode's ``surrogateescape``), no newline translation, block-buffered."""
+    raw = io.FileIO(fd, mode, closefd=False)
+    buffered = io.BufferedReader(raw) if mode == "r" else io.BufferedWriter(raw)
+    return io.TextIOWrapper(buffered, "utf-8", "surrogateescape", "\n")
+
+
+def _exit_status(code: object) -> int:
+    """What ``sys.exit(code)`` makes the process's exit status, as the interpreter does it."""
+    if code is None:
+        return 0
+    if type(code) is int:
+        return code & 0xFF
+    return 1  # the interpreter prints any other object to stderr and exits with 1
+
+
+def run_program(code: Source) -> None:
+    """Run a whole program on its stdin (fd 0: the test's input) and stdout (fd 1); never returns.
+
+    No records: as for any process a contest judge runs, what counts is the output, compared
+    on the trusted side, and how the process ended, which the zygote sees (an uncaught
+    exception is exit status 1, as with ``python3 prog.py``). Fresh stream objects, not the
+    worker's, so no byte the worker ever buffered can reach the output.
+    """
+    status = 1
+    try:
+        sys.stdin = sys.__stdin__ = _text_stream(0, "r")
+        sys.stdout = sys.__stdout__ = stdout = _text_stream(1, "w")
+        namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
+        try:
+            exec(_code(code, "<candidate>", "exec"), namespace)
+            status = 0
+        except SystemExit as exc:
+            status = _exit_status(exc.code)
+        except BaseException:
+            status = 1
+        for stream in {id(sys.stdout): sys.stdout, id(stdout): stdout}.values():
+            stream.flush()  # output the program left in a buffer is its output
+    except BaseException:
+        status = status or 1  # a flush that failed (stdout closed, or broken): output lost
+    _exit(status)

@@ -34,7 +34,6 @@ import gc
 import importlib
 import importlib.machinery
 import json
-import marshal
 import math
 import os
 import select
@@ -45,17 +44,15 @@ import types
 from collections import deque
 
 from sandbox.isolated import child, limits, namespaces, seccomp, zygote
+from sandbox.isolated.pipes import Channel, Writer
 from sandbox.isolated.scratch import clean_scratch
 from sandbox.isolated.syscalls import CLONE_NEWPID, PR_SET_NO_NEW_PRIVS, prctl, unshare
 from sandbox.wire.frames import (
     FILE_CAP,
     FLUSH_BYTES,
-    MESSAGE_CAP,
     READ_BYTES,
     ChildRecords,
     Frames,
-    decode_message,
-    encode,
 )
 from sandbox.wire.levels import LEVEL_FULL, LEVEL_NAMESPACES, LEVEL_RLIMITS
 
@@ -98,27 +95,6 @@ def calibration_job() -> dict:
     return {**child.precompiled(WARM_UP_CODE, "", [*WARM_UP_PARTS, STOP_PART]), "limits": []}
 
 
-class Channel:
-    """The worker's end of the socketpair: blocking writes, frames read as they come."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self.frames = Frames(MESSAGE_CAP, None, decode_message)
-
-    def send(self, message: dict) -> None:
-        data = memoryview(encode(message))
-        while data:
-            data = data[os.write(self.fd, data) :]
-
-    def receive(self) -> list[dict] | None:
-        """The messages one read brings (maybe none); None when the pool has gone."""
-        try:
-            data = os.read(self.fd, READ_BYTES)
-        except OSError:
-            data = b""
-        return self.frames.feed(data) if data else None
-
-
 class Worker:
     """The server: executes jobs one at a time through the zygote (see the module docstring)."""
 
@@ -139,48 +115,62 @@ class Worker:
             self._done(job, "end", 0, [payload["load_error"]], start)
             return
         payload["limits"] = self._limits(job)
+        stdin = job.get("stdin")  # a whole program's: its input follows the job in the pipe
+        if stdin is not None:
+            payload["stdio"] = True
         job_r, job_w = os.pipe()
         val_r, val_w = os.pipe()
         out_r, out_w = os.pipe()
-        records: list[dict] = []
+        records: list = []
         try:
             socket.send_fds(self.ctl, [b"R"], [job_r, val_w, out_w])
         finally:
             for fd in (job_r, val_w, out_w):
                 os.close(fd)
         os.set_blocking(job_w, False)
-        writer = _Writer(job_w, marshal.dumps(payload))  # see zygote.py for why marshal
+        # marshal: see zygote.py for why
+        writer = Writer(job_w, [zygote.frame_job(payload), stdin or b""])
+        watch = self._watch if stdin is None else self._watch_program
         try:
-            status = self._watch(job, val_r, out_r, writer, start, records)
+            status = watch(job, val_r, out_r, writer, start, records)
         finally:
             for fd in (val_r, out_r):
                 os.close(fd)
             writer.close()
-        status, signum = self._finish(status)
+        status, signum, exit_status = self._finish(status)
         self.args.clean_scratch()
-        self._done(job, status, signum, records, start)
+        if stdin is None:
+            self._done(job, status, signum, records, start)
+        else:  # what a whole program wrote and was not sent yet, and its exit status
+            done = {"out": b"".join(records), "exit": exit_status}
+            self._done(job, status, signum, [], start, done)
 
-    def _done(self, job: dict, status: str, signum: int, records: list, start: float) -> None:
+    def _done(
+        self, job: dict, status: str, signum: int, records: list, start: float, more=None
+    ) -> None:
         done = {"op": "done", "id": job["id"], "status": status, "signal": signum}
         done["recs"] = records
         done["duration_ms"] = (time.monotonic() - start) * 1000
+        done.update(more or {})
         self.chan.send(done)
 
     def _limits(self, job: dict) -> list[tuple[int, int]]:
         """The child's rlimits, computed here so the child runs as little Python as it can.
 
         RLIMIT_AS is the zygote's address space (what a child starts with) plus
-        ``memory_mb``; its size is re-read every 64 executions, not every time.
+        ``memory_mb``, or the job's own where it is lower (a problem's memory limit); its size
+        is re-read every 64 executions, not every time.
         """
         if self.executions % 64 == 0:
             self.base_size = limits.virtual_size(self.args.zygote_proc)
         self.executions += 1
-        memory = self.base_size + self.args.memory_mb * 1024 * 1024
+        memory_mb = min(job.get("memory_mb") or self.args.memory_mb, self.args.memory_mb)
+        memory = self.base_size + memory_mb * 1024 * 1024
         return limits.rlimits(memory, math.ceil(job["timeout_s"]) + 1, FILE_CAP)
 
     # long: the per-execution poll loop, one function so no call is added per wake-up
     def _watch(
-        self, job: dict, val_r: int, out_r: int, writer: _Writer, start: float, records: list
+        self, job: dict, val_r: int, out_r: int, writer: Writer, start: float, records: list
     ) -> str:
         """Collect records until the child ends, misbehaves, or a deadline passes.
 
@@ -243,6 +233,54 @@ class Worker:
                     records.clear()
                     held = 0
 
+    def _watch_program(
+        self, job: dict, out_r: int, err_r: int, writer: Writer, start: float, held: list
+    ) -> str:
+        """A whole program's execution: its stdout (``out_r``) goes to the pool in messages of
+        ``FLUSH_BYTES`` (the rest with ``done``), its stderr (``err_r``) is counted and
+        discarded, each capped at ``max_output_bytes``; its stdin is written as it reads.
+        Ends at the end of its stdout (``eof``), or its deadline."""
+        poller = select.poll()
+        for fd in (out_r, err_r, self.ctl.fileno()):
+            poller.register(fd, POLL_IN)
+        if writer.write():
+            writer.close()
+        else:
+            poller.register(writer.fd, select.POLLOUT)
+        deadline = start + job["timeout_s"]
+        cap = job["max_output_bytes"]
+        sizes = {out_r: 0, err_r: 0}
+        pending = 0
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return "timeout"
+            events = dict(poller.poll(max(1, int(remaining * 1000) + 1)))
+            if self.ctl.fileno() in events:
+                return "infra"
+            if writer.fd in events and writer.write():
+                poller.unregister(writer.fd)
+                writer.close()
+            for fd in (err_r, out_r):
+                if fd not in events:
+                    continue
+                data = os.read(fd, READ_BYTES)
+                if not data:
+                    if fd == out_r:
+                        return "eof"
+                    poller.unregister(fd)
+                    continue
+                sizes[fd] += len(data)
+                if sizes[fd] > cap:
+                    return "output_limit"
+                if fd == out_r:
+                    held.append(data)
+                    pending += len(data)
+                    if pending >= FLUSH_BYTES:
+                        self.chan.send({"op": "out", "id": job["id"], "data": b"".join(held)})
+                        held.clear()
+                        pending = 0
+
     def _stop_requested(self, job_id: int) -> bool:
         """Read the socket: queue later jobs, note ``exit``, report a ``stop`` for this job.
 
@@ -263,11 +301,13 @@ class Worker:
                 stop = True
         return stop
 
-    def _finish(self, status: str) -> tuple[str, int]:
-        """Have the zygote kill what is left; returns the status and the ending signal.
+    def _finish(self, status: str) -> tuple[str, int, int]:
+        """Have the zygote kill what is left; returns the status, the ending signal and the
+        exit status (-1 where the child did not exit on its own).
 
         A child that closed its value pipe gets a moment to die on its own, so a real signal
-        (SIGSEGV, SIGXFSZ, SIGXCPU) is seen; a SIGKILL the zygote sent reports 0.
+        (SIGSEGV, SIGXFSZ, SIGXCPU), or its exit status, is seen; a SIGKILL the zygote sent
+        reports 0.
         """
         self.ctl.send(b"K" + (b"1" if status == "eof" else b"0"))
         while True:
@@ -281,10 +321,12 @@ class Worker:
         if self.args.oom_kills.rose() and status != "infra":  # after the sweep: all of it
             status = "memory"  # judged memory_limit, like a MemoryError
         has_status, wait_status, ours = zygote.STATUS.unpack(reply[1:])
+        if has_status and os.WIFEXITED(wait_status):
+            return status, 0, os.WEXITSTATUS(wait_status)
         if not has_status or not os.WIFSIGNALED(wait_status):
-            return status, 0
+            return status, 0, -1
         signum = os.WTERMSIG(wait_status)
-        return status, 0 if ours and signum == 9 else signum
+        return status, 0 if ours and signum == 9 else signum, -1
 
     def serve(self) -> None:
         """Run queued jobs back to back; block on the socket only when none is queued."""
@@ -302,28 +344,6 @@ class Worker:
                 self._stop_requested(-1)
             elif os.getppid() != self.args.front_pid:
                 return  # the pool is gone
-
-
-class _Writer:
-    """Feeds the job to the child through a non-blocking pipe (jobs can exceed its buffer)."""
-
-    def __init__(self, fd: int, data: bytes) -> None:
-        self.fd, self.data = fd, memoryview(data)
-
-    def write(self) -> bool:
-        """Write what fits; True once everything is written (or the child is gone)."""
-        try:
-            self.data = self.data[os.write(self.fd, self.data) :]
-        except BlockingIOError:
-            return False
-        except OSError:  # the child died before reading its job; its pipes say the rest
-            return True
-        return not self.data
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
 
 
 def _warm_up() -> None:
@@ -358,7 +378,7 @@ def _start_zygote(args: types.SimpleNamespace, uid: int, level: str) -> socket.s
     or why not.
     """
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    calibration = marshal.dumps(calibration_job()) if args.pin else None
+    calibration = zygote.frame_job(calibration_job()) if args.pin else None
     pid = os.fork()
     if pid == 0:
         os.close(args.fd)

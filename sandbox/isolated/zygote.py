@@ -18,8 +18,11 @@ Protocol on a SOCK_SEQPACKET socketpair with the server:
   little-endian), and then, as UTF-8 text, why none were pinned (see ``pinning.py``),
   a NUL, and why it could not lock itself down ("" for each that went well).
 - ``R`` + three descriptors (job pipe read end, value pipe and output pipe write ends):
-  fork a child, which reads its job (code, setup code, test parts, rlimits) from the job
-  pipe and then runs it. Replies ``F`` only if the fork failed.
+  fork a child, which reads its job (code, setup code, test parts, rlimits; framed by
+  :func:`frame_job`) from the job pipe and then runs it. Replies ``F`` only if the fork
+  failed. A whole program's job (``stdio``) goes on in the same pipe with the test's input,
+  which becomes the program's stdin; its stdout is the value pipe and its stderr the output
+  pipe (no records: a contest judge reads the program's output and exit status).
 - ``K`` + grace byte: kill the execution's processes; reply ``S`` + (has status, wait status
   of the child, whether we killed it). With grace, a child that already closed its value
   pipe gets up to 100 ms to die on its own first, so the signal that really ended it is seen.
@@ -60,6 +63,22 @@ from sandbox.isolated.syscalls import (
 
 STATUS = struct.Struct("<iii")
 PINNED = struct.Struct("<I")
+JOB_HEADER = struct.Struct("<Q")  # the job's length: a whole program's stdin follows it
+
+
+def frame_job(payload: dict) -> bytes:
+    """A job as the child reads it: its length, then ``marshal``'s bytes."""
+    data = marshal.dumps(payload)
+    return JOB_HEADER.pack(len(data)) + data
+
+
+def _read_exactly(fd: int, size: int) -> bytes:
+    """``size`` bytes of the job pipe (fewer only if the server closed it early)."""
+    chunks = []
+    while size > 0 and (chunk := os.read(fd, min(size, 1 << 16))):
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
 
 
 class _ChildSetup(NamedTuple):
@@ -214,7 +233,7 @@ def _pin_hot_pages(calibration: bytes, setup: _ChildSetup) -> tuple[int, str]:
     val_r, val_w = os.pipe()
     out_r, out_w = os.pipe()
     try:
-        os.write(job_w, calibration)  # a few hundred bytes: fits in the pipe
+        os.write(job_w, calibration)  # a few hundred bytes, framed: fits in the pipe
         os.close(job_w)
         job_w = -1
         fds = [job_r, val_w, out_w]
@@ -278,16 +297,18 @@ def _child(fds: list[int], setup: _ChildSetup) -> None:
         # credentials of the descriptor's opener (the front), not ours.
         for fd in setup.cgroup_fds:
             os.write(fd, b"0")
-        chunks = []
-        while chunk := os.read(job_r, 1 << 16):
-            chunks.append(chunk)
-        job = marshal.loads(b"".join(chunks))
+        (size,) = JOB_HEADER.unpack(_read_exactly(job_r, JOB_HEADER.size))
+        job = marshal.loads(_read_exactly(job_r, size))
         os.setsid()
-        os.dup2(setup.devnull, 0)
-        os.dup2(out_w, 1)
+        stdio = job.get("stdio", False)
+        # Received descriptors are >= 3 (0, 1 and 2 are open here), so no dup2 below
+        # overwrites one still to be read.
+        os.dup2(job_r if stdio else setup.devnull, 0)
+        os.dup2(val_w if stdio else out_w, 1)
         os.dup2(out_w, 2)
-        os.dup2(val_w, 3)
-        os.closerange(4, 1 << 16)
+        if not stdio:
+            os.dup2(val_w, 3)
+        os.closerange(3 if stdio else 4, 1 << 16)
         os.chdir(setup.scratch)
         for which, value in job["limits"]:
             setrlimit(which, (value, value))
@@ -296,4 +317,6 @@ def _child(fds: list[int], setup: _ChildSetup) -> None:
         limits.drop_privileges(setup.uid, setup.death_signal)
     except BaseException:
         os._exit(98)
+    if stdio:
+        child.run_program(job["code"])
     child.run(job["code"], job["setup_code"], job["parts"])

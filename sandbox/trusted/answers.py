@@ -43,11 +43,14 @@ got), tokens cut to about 30 bytes.
 
 from __future__ import annotations
 
-import math
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
+
+from common.answer_flags import AnswerFlags, parse_number
+
+__all__ = ["AnswerComparison", "AnswerFlags", "compare_bytes", "compare_streams", "parse_number"]
 
 CHUNK_SIZE = 64 * 1024
 #: The longest output token read as a number (the exact expansion of a double is ~1,100 bytes).
@@ -57,85 +60,11 @@ _WHITESPACE = b" \t\n\r\x0b\x0c"
 _SPACE_RUN = re.compile(rb"[ \t\n\r\x0b\x0c]*")
 _TOKEN_RUN = re.compile(rb"[^ \t\n\r\x0b\x0c]*")
 _TOKEN_FIND = re.compile(rb"[^ \t\n\r\x0b\x0c]+")
-# The numbers sscanf("%lf") reads in full (inf and nan are refused after it, so left out).
-_DECIMAL = re.compile(rb"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
-_HEX = re.compile(rb"[+-]?0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)(?:[pP][+-]?[0-9]+)?")
 # Whitespace -> " ", any other byte -> "x": a token ends where "x " occurs.
 _CLASSES = bytes(0x20 if b in _WHITESPACE else 0x78 for b in range(256))
 BATCH_SIZE = 8192  # bytes split into tokens at once: a list of at most 4,096, ~170 kB
 _PROBE = 32  # the first bytes compared before looking for a longer shared run
 _SHOW = 30  # bytes of a token shown in a message (as problemtools: 30, +5 before cutting)
-_TOLERANCES = ("float_tolerance", "float_absolute_tolerance", "float_relative_tolerance")
-
-
-def parse_number(token: bytes) -> float | None:
-    """The token's value when the validator reads it as a number, else None."""
-    try:
-        if _DECIMAL.fullmatch(token):
-            value = float(token)
-        elif _HEX.fullmatch(token):
-            value = float.fromhex(token.decode("ascii"))
-        else:
-            return None
-    except (OverflowError, ValueError):  # fromhex refuses what overflows; strtod gives inf
-        return None
-    return value if math.isfinite(value) else None
-
-
-@dataclass(frozen=True)
-class AnswerFlags:
-    """The default output validator's flags. A tolerance of None is unset."""
-
-    case_sensitive: bool = False
-    space_change_sensitive: bool = False
-    float_absolute_tolerance: float | None = None
-    float_relative_tolerance: float | None = None
-
-    def __post_init__(self) -> None:
-        for tolerance in (self.float_absolute_tolerance, self.float_relative_tolerance):
-            if tolerance is not None and not (math.isfinite(tolerance) and tolerance >= 0):
-                raise ValueError(f"a float tolerance must be finite and >= 0, not {tolerance}")
-
-    @property
-    def uses_floats(self) -> bool:
-        return (self.float_absolute_tolerance, self.float_relative_tolerance) != (None, None)
-
-    @classmethod
-    def parse(cls, flags: str | Sequence[str] | None) -> AnswerFlags:
-        """Flags as problemtools passes them to the validator: ``"float_tolerance 1e-6
-        case_sensitive"`` (``validator_flags``, ``output_validator_flags``), or those words as a
-        list. An unknown flag, a missing value or a value that is not a number >= 0 raises
-        ValueError naming it."""
-        if flags is None:
-            words: list[str] = []
-        elif isinstance(flags, str):
-            words = flags.split()
-        else:
-            words = [word for item in flags for word in item.split()]
-        found: dict[str, object] = {}
-        at = 0
-        while at < len(words):
-            word = words[at]
-            if word in ("case_sensitive", "space_change_sensitive"):
-                found[word] = True
-            elif word in _TOLERANCES:
-                if at + 1 == len(words):
-                    raise ValueError(f"output validator flag {word!r} needs a value")
-                at += 1
-                value = parse_number(words[at].encode())
-                if value is None or value < 0:
-                    raise ValueError(f"{word} {words[at]!r}: not a number >= 0")
-                if word != "float_relative_tolerance":
-                    found["float_absolute_tolerance"] = value
-                if word != "float_absolute_tolerance":
-                    found["float_relative_tolerance"] = value
-            else:
-                raise ValueError(
-                    f"unknown output validator flag {word!r} (the default validator takes "
-                    f"case_sensitive, space_change_sensitive and {', '.join(_TOLERANCES)})"
-                )
-            at += 1
-        return cls(**found)
 
 
 @dataclass(frozen=True)

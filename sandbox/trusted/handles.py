@@ -237,29 +237,18 @@ class WorkerHandle:
     def has_room(self) -> bool:
         return len(self.in_flight) < DEPTH
 
-    def dispatch(self, task, limits: dict) -> None:
-        """Queue a job on the worker; the deadline runs from when it becomes the running one."""
+    def dispatch(self, task, request: dict) -> None:
+        """Queue a task's execution on the worker: ``request`` is the ``run`` message's
+        fields, and ``backstop_s``, the worker's own deadline, which runs from when the
+        execution becomes the running one."""
         if not self._ready:
             self.wait_ready()
         job_id = next(_ids)
+        self.backstop_s = request.pop("backstop_s")
         if not self.in_flight:
-            self.deadline = time.monotonic() + limits["backstop_s"]
-        self.backstop_s = limits["backstop_s"]
+            self.deadline = time.monotonic() + self.backstop_s
         self.in_flight.append((job_id, task))
-        job = task.job
-        self.send(
-            {
-                "op": "run",
-                "id": job_id,
-                "code": job.code,
-                "setup_code": job.setup_code,
-                "parts": [plan.child for plan in task.plans],
-                "stream": task.stop_at_first_failure,
-                "timeout_s": limits["timeout_s"],
-                "test_timeout_s": limits["test_timeout_s"],
-                "max_output_bytes": limits["max_output_bytes"],
-            }
-        )
+        self.send({"op": "run", "id": job_id, **request})
 
     def finished(self):
         """The running job is done: the next one in flight starts now, with a new deadline."""

@@ -27,30 +27,20 @@ from collections import Counter, deque
 from common.config import SandboxConfig
 from common.types import ExecutionJob, ExecutionResult, Verdict
 from sandbox.isolated import seccomp
-from sandbox.trusted import cgroups, host, native_build, testplan
+from sandbox.trusted import cgroups, host, native_build
 from sandbox.trusted.handles import WorkerHandle, worker_cpus
-from sandbox.trusted.judging import Judgement
 from sandbox.trusted.result_cache import ResultCache, job_key
+from sandbox.trusted.stdio import StdioRun
+from sandbox.trusted.tasks import FunctionTask
 from sandbox.wire.levels import LEVEL_NAMED, LEVEL_NUMBER, LEVEL_RLIMITS
 
 log = logging.getLogger(__name__)
 
 MAX_SOURCE_BYTES = 1024 * 1024
-BACKSTOP_S = 10.0  # extra time a worker gets beyond the job's own deadline before it is killed
 
 
 class SandboxIsolationError(RuntimeError):
     """The kernel allows no namespace isolation and the configuration does not accept that."""
-
-
-@dataclasses.dataclass
-class _Task:
-    index: int
-    job: ExecutionJob
-    stop_at_first_failure: bool
-    plans: list[testplan.TestPlan] | None = None  # made just before the first dispatch
-    attempts: int = 0
-    judgement: Judgement | None = None
 
 
 class SandboxPool:
@@ -225,13 +215,15 @@ class SandboxPool:
         if self._closed:
             raise RuntimeError("SandboxPool is closed")
         results: list[ExecutionResult | None] = [None] * len(jobs)
-        queue: deque[_Task] = deque()
+        queue: deque = deque()  # tasks (sandbox/trusted/tasks.py): one execution each
         for index, job in enumerate(jobs):
             early = self._early_result(job, stop_at_first_failure)
             if early is not None:
                 results[index] = early
-                continue
-            queue.append(_Task(index, job, stop_at_first_failure))
+            elif job.stdio is not None:  # one execution per test
+                queue.extend(StdioRun(index, job, stop_at_first_failure).first_tasks())
+            else:
+                queue.append(FunctionTask(index, job, stop_at_first_failure))
         try:
             self._drive(queue, results)
         except BaseException:  # KeyboardInterrupt (Ctrl-C in a local run) too
@@ -254,21 +246,17 @@ class SandboxPool:
                 return cached
         if len(job.code.encode("utf-8", "surrogatepass")) > MAX_SOURCE_BYTES:
             detail = f"program larger than {MAX_SOURCE_BYTES} bytes"
-            return ExecutionResult(Verdict.SYNTAX_ERROR, 0, len(job.tests), [], 0.0, detail)
+            return ExecutionResult(Verdict.SYNTAX_ERROR, 0, job.num_tests, [], 0.0, detail)
         return None
 
-    def _drive(self, queue: deque[_Task], results: list) -> None:
+    def _drive(self, queue: deque, results: list) -> None:
         """Keep every worker's queue full and collect results until all tasks are done."""
         poller_timeout_ms = 50
         while queue or any(w.in_flight for w in self._workers):
             for worker in self._workers:
                 while worker.has_room() and queue:
                     task = queue.popleft()
-                    task.attempts += 1
-                    if task.plans is None:  # planned here, while the workers already run
-                        task.plans = _plan(task.job)
-                    task.judgement = Judgement(task.plans, task.stop_at_first_failure)
-                    worker.dispatch(task, self._limits())
+                    worker.dispatch(task, task.begin(self.config))
             poller = select.poll()
             for worker in self._workers:
                 if worker.in_flight:
@@ -287,23 +275,17 @@ class SandboxPool:
                 ):
                     self._replace(worker, queue, results)
 
-    def _limits(self) -> dict:
-        config = self.config
-        return {
-            "timeout_s": config.timeout_s,
-            "test_timeout_s": min(config.test_timeout_s, config.timeout_s),
-            "max_output_bytes": config.max_output_bytes,
-            "backstop_s": config.timeout_s + BACKSTOP_S,
-        }
-
     def _on_messages(self, worker: WorkerHandle, results: list, queue: deque) -> None:
         """Judge the records that came in; a ``done`` finishes the worker's running job."""
         for message in worker.receive():
             task = worker.task
             if task is None or message.get("id") != worker.job_id:
                 continue  # a late message for a job that was stopped or replaced
+            if message.get("op") == "out":  # a whole program's stdout
+                task.on_output(message.get("data") or b"")
+                continue
             for record in message.get("recs") or []:
-                if task.judgement.on_record(record):  # never raises: a bad record fails a test
+                if task.on_record(record):  # never raises: a bad record fails a test
                     if message.get("op") == "records":
                         worker.stop()
                     break
@@ -313,9 +295,16 @@ class SandboxPool:
             if message.get("status") == "infra":
                 self._retry_or_fail(task, queue, results, "worker could not start a child")
                 continue
-            result = _finish(task, message)
+            self._settle(task.finish(message), task.index, queue, results)
+
+    def _settle(self, outcome: tuple, index: int, queue: deque, results: list) -> None:
+        """A task's outcome: its job's result once it has one, and the tasks to run next
+        (first: they belong to a job already started)."""
+        result, more = outcome
+        queue.extendleft(reversed(more))
+        if result is not None:
             self._record(result)
-            results[task.index] = result
+            results[index] = result
 
     def _replace(self, worker: WorkerHandle, queue: deque, results: list) -> None:
         """A dead or hung worker: restart it, retry its running job, requeue the rest.
@@ -352,7 +341,7 @@ class SandboxPool:
             log.error("sandbox: could not restart worker %d: %s", worker.index, exc)
 
     def _retry_or_fail(
-        self, task: _Task, queue: deque, results: list, why: str, ours: bool = True
+        self, task, queue: deque, results: list, why: str, ours: bool = True
     ) -> None:
         """Retry ``task`` once; after a second failure, judge it.
 
@@ -371,9 +360,7 @@ class SandboxPool:
             verdict = Verdict.RUNTIME_ERROR
             why = f"{why} twice running this program"
             log.warning("sandbox: a program's execution ended its worker twice (%s)", why)
-        result = ExecutionResult(verdict, 0, len(task.plans), [], 0.0, why)
-        self._record(result)
-        results[task.index] = result
+        self._settle(task.give_up(verdict, why), task.index, queue, results)
 
     def _record(self, result: ExecutionResult) -> None:
         self._executions[result.verdict.value] += 1
@@ -456,29 +443,6 @@ def _restarted_by_ray() -> bool:
     with warnings.catch_warnings():  # Ray's own property reads its deprecated ``actor_id``
         warnings.simplefilter("ignore", DeprecationWarning)
         return bool(context.was_current_actor_reconstructed)
-
-
-def _finish(task: _Task, message: dict) -> ExecutionResult:
-    """The task's result from its judgement and the worker's ``done``.
-
-    Judging is written not to raise on anything a program does; should it still, that one
-    result is ``failed`` rather than an exception out of ``run``, which would lose the results
-    of the whole call (and restart the workers that held its other jobs).
-    """
-    duration_ms = float(message.get("duration_ms") or 0.0)
-    try:
-        return task.judgement.finish(
-            message.get("status", ""), int(message.get("signal") or 0), duration_ms
-        )
-    except Exception as exc:
-        log.exception("sandbox: judging a result failed")
-        detail = f"{type(exc).__name__} while judging"
-        return ExecutionResult(Verdict.FAILED, 0, len(task.plans), [], duration_ms, detail)
-
-
-def _plan(job: ExecutionJob) -> list[testplan.TestPlan]:
-    shadowed = testplan.shadowed_names(job.code, job.tests)
-    return [testplan.plan_test(test, job.setup_code, shadowed) for test in job.tests]
 
 
 def _percentile(values: list[float], q: float) -> float:

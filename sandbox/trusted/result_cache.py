@@ -1,22 +1,41 @@
 """Result cache: GRPO samples the same completion more than once, and retries are common.
 
-Keyed by a hash of everything that decides the result (program, tests, setup code and the
-stop flag); bounded, least recently used entries are dropped first.
+Keyed by a hash of everything that decides the result (program, tests, setup code, a whole
+program's tests and limits, and the stop flag); bounded, least recently used entries are
+dropped first.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 from collections import OrderedDict
+from pathlib import Path
 
-from common.types import ExecutionJob, ExecutionResult
+from common.types import ExecutionJob, ExecutionResult, StdioSpec
 
 
 def job_key(job: ExecutionJob, stop_at_first_failure: bool) -> str:
-    payload = json.dumps([job.code, list(job.tests), job.setup_code, stop_at_first_failure])
+    stdio = stdio_digest(job.stdio) if job.stdio is not None else ""
+    payload = json.dumps([job.code, list(job.tests), job.setup_code, stop_at_first_failure, stdio])
     return hashlib.sha256(payload.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+@functools.lru_cache(maxsize=4096)
+def stdio_digest(spec: StdioSpec) -> str:
+    """A digest of a whole program's tests and limits (computed once per problem: a group's
+    completions share its spec). A file counts by its path, size and modification time."""
+    digest = hashlib.sha256(repr((spec.time_limit_s, spec.memory_mb, spec.output_mb)).encode())
+    for test in spec.tests:
+        digest.update(repr((test.name, test.group, test.flags)).encode("utf-8", "surrogatepass"))
+        for data in (test.input, test.answer):
+            if isinstance(data, Path):
+                stat = data.stat()
+                data = repr((str(data), stat.st_size, stat.st_mtime_ns)).encode()
+            digest.update(len(data).to_bytes(8, "little") + data)
+    return digest.hexdigest()
 
 
 class ResultCache:

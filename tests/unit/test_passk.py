@@ -7,8 +7,15 @@ import math
 
 import pytest
 
-from common.types import Completion, ExecutionResult, Problem, Verdict
-from launch.loop.evaluation import EvalError, evaluate, sample_and_score, summarize
+from common.types import Completion, ExecutionResult, Problem, StdioSpec, StdioTest, Verdict
+from launch.loop.evaluation import (
+    EvalError,
+    evaluate,
+    group_passes,
+    group_summary,
+    sample_and_score,
+    summarize,
+)
 from launch.loop.passk import mean_pass_at_k, parse_ks, pass_at_k
 
 
@@ -118,3 +125,49 @@ def test_evaluate_matches_pass_at_k_of_the_sampled_verdicts():
 def test_evaluate_refuses_k_above_n():
     with pytest.raises(EvalError, match="pass@5 needs at least 5 samples"):
         evaluate(PROBLEMS, FakeTokenizer(), fake_generate, fake_execute, n=2, ks=[1, 5])
+
+
+def test_stdio_problems_get_pass_at_k_per_test_group():
+    """A sample passes a group when it passes every test of it; ``test_verdicts`` follow the
+    run order (samples first), and a test not run counts as failed."""
+    tests = (
+        StdioTest("secret/a/1", b"", b"", "secret/a"),
+        StdioTest("sample/1", b"", b"", "sample"),
+        StdioTest("secret/a/2", b"", b"", "secret/a"),
+        StdioTest("secret/b/1", b"", b"", "secret/b"),
+    )
+    problem = Problem("s", "Print.", (), stdio=StdioSpec(tests))
+    P, F = Verdict.PASSED, Verdict.FAILED
+    runs = [  # in run order: sample/1, secret/a/1, secret/a/2, secret/b/1
+        [P, P, P, P],
+        [P, P, F, P],
+        [F],  # stopped at the sample
+        [P, P, P, P],
+    ]
+    results = [ExecutionResult(F if F in v else P, v.count(P), 4, v) for v in runs]
+    assert group_passes(problem, results[1]) == {
+        "sample": True,
+        "secret/a": False,
+        "secret/b": True,
+    }
+    assert group_passes(problem, results[2]) == dict.fromkeys(
+        ["sample", "secret/a", "secret/b"], False
+    )
+    assert group_passes(PROBLEMS[0], results[0]) == {}
+    rows = [
+        {
+            "task_id": "s",
+            "verdict": r.verdict.value,
+            "passed": r.passed,
+            "groups": group_passes(problem, r),
+        }
+        for r in results
+    ]
+    metrics = summarize(rows, [1, 2])
+    assert metrics["eval/pass@1"] == pytest.approx(2 / 4)
+    assert metrics["eval/pass@1/sample"] == pytest.approx(3 / 4)
+    assert metrics["eval/pass@1/secret/a"] == pytest.approx(2 / 4)
+    assert metrics["eval/pass@1/secret/b"] == pytest.approx(3 / 4)
+    assert metrics["eval/pass@2/secret/a"] == pytest.approx(1 - 1 / 6)
+    assert group_summary(metrics)["secret/b"] == {"pass@1": 0.75, "pass@2": 1.0}
+    assert "eval/pass@1/sample" not in summarize(records("a", ["passed"]), [1])

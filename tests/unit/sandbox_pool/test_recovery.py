@@ -15,7 +15,7 @@ import pytest
 
 from common.config import SandboxConfig
 from common.types import ExecutionJob, Verdict
-from sandbox.trusted import pool as pool_module
+from sandbox.trusted import tasks
 from sandbox.trusted.handles import WorkerHandle
 from sandbox.trusted.pool import MAX_SOURCE_BYTES, SandboxPool, remove_abandoned_dirs
 from tests.unit.sandbox_helpers import F_TESTS, GOOD_F
@@ -75,14 +75,14 @@ def test_a_call_that_raised_leaves_no_job_in_flight_for_the_next(monkeypatch):
     The next call must neither collect their results into its own list nor count them in its
     metrics."""
     unplannable = "def f(x):\n    return 'cannot plan'\n"
-    plan = pool_module._plan
+    plan = tasks._plan
 
     def plan_or_fail(job: ExecutionJob):
         if job.code == unplannable:
             raise RuntimeError("planning failed")
         return plan(job)
 
-    monkeypatch.setattr(pool_module, "_plan", plan_or_fail)
+    monkeypatch.setattr(tasks, "_plan", plan_or_fail)
     oversized = "#" * MAX_SOURCE_BYTES + "\n" + GOOD_F  # judged without a worker: index 0
     with SandboxPool(SandboxConfig(num_workers=1, cache=False)) as solo:
         # index 1 is sent to the worker, whose queue has room for index 2, which fails to plan
