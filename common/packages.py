@@ -6,10 +6,13 @@ statement (``problem_statement/`` or ``statement/``: Markdown, HTML or LaTeX) an
 ``stdio`` holds every test (samples first, numbers in natural order), the problem's limits and
 the default output validator's flags: ``validator_flags`` of ``problem.yaml`` (Kick Start's
 conversion writes ``output_validator_flags`` there), overridden by the nearest
-``testdata.yaml``'s ``output_validator_flags``, as problemtools inherits them.
+``testdata.yaml``'s ``output_validator_flags``, as problemtools inherits them. A package with
+its own output validator (``validation: custom``, ``output_validators/``) carries its sources
+(C or C++: compiled and run in the sandbox, ``sandbox/trusted/native.py``), with
+``validator_flags`` as its arguments.
 
 What cannot be judged yet is skipped with a reason, not refused: interactive and multi-pass
-problems and custom output validators. A package that is wrong (an ``.in`` without its
+problems, and validators in other languages. A package that is wrong (an ``.in`` without its
 ``.ans``, a bad flag, malformed YAML) is a :class:`PackageError` naming the file.
 """
 
@@ -25,7 +28,7 @@ from pathlib import Path
 import yaml
 
 from common.answer_flags import AnswerFlags
-from common.types import Problem, StdioSpec, StdioTest
+from common.types import Problem, StdioSpec, StdioTest, Validator
 
 
 class PackageError(ValueError):
@@ -48,7 +51,7 @@ STDIO_INSTRUCTION = (
 )
 STATEMENTS = ("problem.en.md", "problem.md", "problem.en.html", "problem.html")
 STATEMENTS += ("problem.en.tex", "problem.tex")
-CUSTOM_VALIDATOR = "custom output validator (not judged yet)"
+CUSTOM_VALIDATOR = "custom output validator not judged"
 
 
 def stdio_instruction(name: str, statement: str) -> str:
@@ -94,7 +97,12 @@ def load_package(directory: Path, problem_id: str) -> Problem | Skipped:
         names = " or ".join(STATEMENTS)
         return Skipped(problem_id, f"no statement ({names} in problem_statement/ or statement/)")
     title, text = statement
-    tests = _tests(directory / "data", _flags(config, directory / "problem.yaml", ""))
+    validator = _validator(config, directory)
+    if isinstance(validator, str):
+        return Skipped(problem_id, validator)
+    # validator_flags are a custom validator's own arguments, not the default one's flags
+    flags = "" if validator else _flags(config, directory / "problem.yaml", "")
+    tests = _tests(directory / "data", flags)
     if not tests:
         return Skipped(problem_id, "no tests (data/sample/*.in or data/secret/**/*.in)")
     return Problem(
@@ -102,7 +110,7 @@ def load_package(directory: Path, problem_id: str) -> Problem | Skipped:
         prompt=stdio_instruction(_name(config, title, directory), text),
         tests=(),
         reference_solution=_reference_solution(directory),
-        stdio=StdioSpec(tests, *_limits(config, directory)),
+        stdio=StdioSpec(tests, *_limits(config, directory), validator=validator),
     )
 
 
@@ -137,10 +145,33 @@ def _skip_reason(config: dict, directory: Path) -> str | None:
     unknown = kinds - {"pass-fail", "scoring"}
     if unknown:
         raise PackageError(f"{directory / 'problem.yaml'}: unknown type {', '.join(unknown)}")
-    validators = [directory / "output_validators", directory / "output_validator"]
-    if "custom" in validation or any(d.is_dir() and any(d.iterdir()) for d in validators):
-        return CUSTOM_VALIDATOR
     return None
+
+
+def _validator(config: dict, directory: Path) -> Validator | str | None:
+    """The package's own output validator: a C or C++ program in ``output_validators/<name>/``
+    (or its files right there; 2023-07: ``output_validator/``), its flags ``validator_flags``;
+    a string says why it cannot be judged; None: the default validator."""
+    validation = str(config.get("validation", "default")).split()
+    roots = [directory / "output_validators", directory / "output_validator"]
+    roots = [d for d in roots if d.is_dir() and any(d.iterdir())]
+    if "custom" not in validation and not roots:
+        return None
+    if not roots:
+        return "custom output validation without an output_validators/ directory"
+    programs = sorted(d for d in roots[0].iterdir() if d.is_dir()) or [roots[0]]
+    if len(programs) > 1:
+        return "several output validators"
+    files = sorted(f for f in programs[0].iterdir() if f.is_file())
+    suffixes = {f.suffix for f in files}
+    language = "cpp" if suffixes & {".cc", ".cpp", ".cxx"} else "c" if ".c" in suffixes else ""
+    if not language:
+        return f"{CUSTOM_VALIDATOR}: only C and C++ validators are ({', '.join(sorted(suffixes))})"
+    sources = [f for f in files if f.suffix in (".c", ".cc", ".cpp", ".cxx")]
+    main = next((f for f in sources if b"main(" in f.read_bytes()), sources[0])
+    flags = config.get("validator_flags") or ""
+    flags = " ".join(map(str, flags)) if isinstance(flags, list) else str(flags)
+    return Validator(language, tuple((f.name, f.read_bytes()) for f in files), main.name, flags)
 
 
 def _name(config: dict, title: str, directory: Path) -> str:
@@ -219,10 +250,28 @@ def _group_tests(directory: Path, data: Path, flags: str) -> list[StdioTest]:
             if not answer.is_file():
                 raise PackageError(f"{entry}: no answer file {answer.name} beside it")
             name = f"{group}/{entry.stem}"
-            tests.append(StdioTest(name, entry.read_bytes(), answer.read_bytes(), group, flags))
+            test_input, test_answer = _read_data(entry, data), _read_data(answer, data)
+            tests.append(StdioTest(name, test_input, test_answer, group, flags))
     for subgroup in groups:
         tests += _group_tests(subgroup, data, flags)
     return tests
+
+
+def _read_data(path: Path, data: Path) -> bytes:
+    """A data file's bytes. A file that holds nothing but the relative path of another data
+    file is a symbolic link checked out as text (git does that where links are off; problem
+    packages link a test into several groups, as kattis-examples' oddecho does): read as the
+    file it names, which must lie in the package's ``data/``."""
+    content = path.read_bytes()
+    if len(content) > 512 or not _LINK.fullmatch(content):
+        return content
+    target = (path.parent / content.decode().strip()).resolve()
+    if target.is_file() and target.is_relative_to(data.resolve()) and target != path.resolve():
+        return target.read_bytes()
+    return content
+
+
+_LINK = re.compile(rb"(?:\.\./|\./)+[\w./-]+\.(?:in|ans)\n?")
 
 
 def _natural_key(name: str) -> tuple:

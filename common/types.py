@@ -45,6 +45,19 @@ class StdioTest:
 
 
 @dataclass(frozen=True)
+class Validator:
+    """A problem's own output validator (Kattis' ``output_validators/``), for problems with
+    several right answers: a C or C++ program, compiled and run in the sandbox as
+    ``validator input answer feedback_dir [flags] < output``; exit status 42 accepts the output,
+    43 rejects it. ``files`` are its sources (name, bytes), ``main`` the one compiled."""
+
+    language: str
+    files: tuple[tuple[str, bytes], ...]
+    main: str
+    flags: str = ""
+
+
+@dataclass(frozen=True)
 class StdioSpec:
     """The tests of a program that reads stdin: one process per test, each under the problem's
     own limits (0: the sandbox's ``test_timeout_s``, ``memory_mb`` and ``stdio_output_mb``);
@@ -54,6 +67,8 @@ class StdioSpec:
     time_limit_s: float = 0.0
     memory_mb: int = 0
     output_mb: int = 0
+    #: the problem's output validator; None: the default one (tokens, flags)
+    validator: Validator | None = None
 
     def in_run_order(self) -> tuple[StdioTest, ...]:
         """The tests in the order they run, and ``ExecutionResult.test_verdicts`` follows:
@@ -158,6 +173,9 @@ class ExecutionJob:
     tests: tuple[str, ...]
     setup_code: str = ""
     stdio: StdioSpec | None = None
+    #: the program's language: ``python``; a ``stdio`` program may also be ``c`` or ``cpp``,
+    #: compiled in the sandbox (``sandbox/trusted/languages.py``)
+    language: str = "python"
 
     @property
     def num_tests(self) -> int:

@@ -8,8 +8,9 @@
   limits, seccomp filter, process reaping and scratch cleaning. It imports the standard library,
   itself and ``sandbox/wire/`` only (``tests/unit/test_sandbox_boundary.py``).
 - ``sandbox/wire/``: what both sides exchange: frames, canonical values, isolation levels.
-- Here: the tools (``python -m sandbox.check``, ``python -m sandbox.bench``), the problem files
-  they read, and ``sandbox.reward.execution_reward``.
+- Here: the tools (``python -m sandbox.check``, ``python -m sandbox.bench``,
+  ``python -m sandbox.verify_problem``), the problem files they read, and
+  ``sandbox.reward.execution_reward``.
 
 Nothing is imported here: the isolated side's processes import this package first.
 See docs/sandbox.md for the design.

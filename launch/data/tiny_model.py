@@ -63,8 +63,12 @@ def build_tiny_model(
     num_layers: int = 2,
     seed: int = 0,
     tie_word_embeddings: bool = True,
+    max_position_embeddings: int = 1024,
 ) -> Path:
     """Write a random Qwen2 model plus tokenizer to ``path`` (idempotent) and return the path.
+
+    ``max_position_embeddings``: the longest context; a contest problem's statement takes
+    thousands of the tiny tokenizer's tokens (the weights do not depend on it).
 
     ``head_dim`` is 32 because vLLM's CPU attention backend only supports head sizes in
     {32, 64, 80, 96, 112, 128, ...}.
@@ -85,7 +89,7 @@ def build_tiny_model(
         num_attention_heads=hidden_size // head_dim,
         num_key_value_heads=max(1, hidden_size // head_dim // 2),
         head_dim=head_dim,
-        max_position_embeddings=1024,
+        max_position_embeddings=max_position_embeddings,
         tie_word_embeddings=tie_word_embeddings,
         bos_token_id=None,
         eos_token_id=tokenizer.eos_token_id,

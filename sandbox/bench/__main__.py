@@ -1,5 +1,7 @@
 import sys
 
-from sandbox.bench.throughput import main
+from sandbox.bench import stdio, throughput
 
-sys.exit(main())
+# ``--stdio`` picks the stdin/stdout bench; each bench has its own flags and ``--help``.
+argv = sys.argv[1:]
+sys.exit(stdio.main(argv) if "--stdio" in argv else throughput.main(argv))

@@ -253,6 +253,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m sandbox.bench",
         description="Throughput of the sandbox pool against one fresh python process per "
         "sample, on the same MBPP reference solutions.",
+        epilog="--stdio: stdin/stdout judging on the Kick Start packages instead "
+        "(python -m sandbox.bench --stdio --help)",
     )
     parser.add_argument(
         "--problems",

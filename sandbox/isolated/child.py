@@ -246,6 +246,17 @@ def _text_stream(fd: int, mode: str) -> io.TextIOWrapper:
     return io.TextIOWrapper(buffered, "utf-8", "surrogateescape", "\n")
 
 
+# A whole program's stdin and stdout, made once in the worker before the zygote is forked
+# (``prepare_streams``), never read or written there: made in each child they cost ~85 page
+# faults, a fifth of a stdin/stdout test (docs/benchmarks.md). They name descriptors 0 and 1,
+# which the child points at the test's pipes before it runs the program.
+_STREAMS: list[io.TextIOWrapper] = []
+
+
+def prepare_streams() -> None:
+    _STREAMS[:] = [_text_stream(0, "r"), _text_stream(1, "w")]
+
+
 def _exit_status(code: object) -> int:
     """What ``sys.exit(code)`` makes the process's exit status, as the interpreter does it."""
     if code is None:
@@ -260,13 +271,14 @@ def run_program(code: Source) -> None:
 
     No records: as for any process a contest judge runs, what counts is the output, compared
     on the trusted side, and how the process ended, which the zygote sees (an uncaught
-    exception is exit status 1, as with ``python3 prog.py``). Fresh stream objects, not the
-    worker's, so no byte the worker ever buffered can reach the output.
+    exception is exit status 1, as with ``python3 prog.py``). Stream objects of their own
+    (``prepare_streams``), not the worker's, so no byte the worker buffered can reach them.
     """
     status = 1
     try:
-        sys.stdin = sys.__stdin__ = _text_stream(0, "r")
-        sys.stdout = sys.__stdout__ = stdout = _text_stream(1, "w")
+        stdin, stdout = _STREAMS or (_text_stream(0, "r"), _text_stream(1, "w"))
+        sys.stdin = sys.__stdin__ = stdin
+        sys.stdout = sys.__stdout__ = stdout
         namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
         try:
             exec(_code(code, "<candidate>", "exec"), namespace)
@@ -280,3 +292,26 @@ def run_program(code: Source) -> None:
     except BaseException:
         status = status or 1  # a flush that failed (stdout closed, or broken): output lost
     _exit(status)
+
+
+def run_command(argv: list[str], files: dict[str, bytes]) -> None:
+    """Run a native program (a compiler, a compiled program, an output validator) on the same
+    descriptors as :func:`run_program`; never returns. ``files`` are written into the scratch
+    directory, the working directory, first (executable by their owner; a name ending in "/" is
+    a directory). Its environment is empty, as every program's; 127 if it cannot start."""
+    try:
+        for name, data in files.items():
+            if name.endswith("/"):
+                os.mkdir(name, 0o700)
+                continue
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+            finally:
+                os.close(fd)
+        os.execve(argv[0], argv, {})
+    except BaseException:
+        pass
+    _exit(127)

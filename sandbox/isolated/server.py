@@ -118,6 +118,8 @@ class Worker:
         stdin = job.get("stdin")  # a whole program's: its input follows the job in the pipe
         if stdin is not None:
             payload["stdio"] = True
+        if "argv" in job:  # a native program: the files to write in its scratch, the command
+            payload["argv"], payload["files"] = job["argv"], job["files"]
         job_r, job_w = os.pipe()
         val_r, val_w = os.pipe()
         out_r, out_w = os.pipe()
@@ -131,8 +133,9 @@ class Worker:
         # marshal: see zygote.py for why
         writer = Writer(job_w, [zygote.frame_job(payload), stdin or b""])
         watch = self._watch if stdin is None else self._watch_program
+        kept: list[bytes] = []  # a whole program's first bytes of stderr (``stderr_bytes``)
         try:
-            status = watch(job, val_r, out_r, writer, start, records)
+            status = watch(job, val_r, out_r, writer, start, records, kept)
         finally:
             for fd in (val_r, out_r):
                 os.close(fd)
@@ -142,7 +145,7 @@ class Worker:
         if stdin is None:
             self._done(job, status, signum, records, start)
         else:  # what a whole program wrote and was not sent yet, and its exit status
-            done = {"out": b"".join(records), "exit": exit_status}
+            done = {"out": b"".join(records), "err": b"".join(kept), "exit": exit_status}
             self._done(job, status, signum, [], start, done)
 
     def _done(
@@ -170,7 +173,7 @@ class Worker:
 
     # long: the per-execution poll loop, one function so no call is added per wake-up
     def _watch(
-        self, job: dict, val_r: int, out_r: int, writer: Writer, start: float, records: list
+        self, job: dict, val_r: int, out_r: int, writer: Writer, start: float, records: list, _
     ) -> str:
         """Collect records until the child ends, misbehaves, or a deadline passes.
 
@@ -234,11 +237,12 @@ class Worker:
                     held = 0
 
     def _watch_program(
-        self, job: dict, out_r: int, err_r: int, writer: Writer, start: float, held: list
+        self, job: dict, out_r: int, err_r: int, writer: Writer, start: float, held: list, kept
     ) -> str:
         """A whole program's execution: its stdout (``out_r``) goes to the pool in messages of
         ``FLUSH_BYTES`` (the rest with ``done``), its stderr (``err_r``) is counted and
-        discarded, each capped at ``max_output_bytes``; its stdin is written as it reads.
+        discarded but for its first ``stderr_bytes`` (``kept``: a compiler's errors, a
+        traceback), each capped at ``max_output_bytes``; its stdin is written as it reads.
         Ends at the end of its stdout (``eof``), or its deadline."""
         poller = select.poll()
         for fd in (out_r, err_r, self.ctl.fileno()):
@@ -270,6 +274,8 @@ class Worker:
                         return "eof"
                     poller.unregister(fd)
                     continue
+                if fd == err_r and sizes[fd] < job.get("stderr_bytes", 0):
+                    kept.append(data[: job["stderr_bytes"] - sizes[fd]])
                 sizes[fd] += len(data)
                 if sizes[fd] > cap:
                     return "output_limit"
@@ -399,22 +405,6 @@ def _start_zygote(args: types.SimpleNamespace, uid: int, level: str) -> socket.s
     return ours
 
 
-def load_loop(path: str | None) -> tuple[types.ModuleType | None, str]:
-    """The zygote's C loop, from the library the pool built
-    (``sandbox/trusted/native_build.py``), or None and why not (the zygote then runs the Python
-    loop). Loaded before the zygote is forked, which inherits it."""
-    if path is None:
-        return None, ""
-    loader = importlib.machinery.ExtensionFileLoader("sandbox.isolated._zygote", path)
-    try:
-        spec = importlib.machinery.ModuleSpec(loader.name, loader, origin=path)
-        module = loader.create_module(spec)
-        loader.exec_module(module)
-    except (ImportError, OSError) as exc:
-        return None, f"could not load {path}: {exc}"
-    return module, ""
-
-
 def _pid_namespace(level: str) -> str:
     """Unshare a PID namespace, so the next process we fork (the zygote) is its init.
 
@@ -441,6 +431,7 @@ def _prepare() -> None:
     # harmless here, inherited by the zygote and every child (it can never be unset)
     prctl(PR_SET_NO_NEW_PRIVS, 1)
     limits.single_malloc_arena()
+    child.prepare_streams()
     _warm_up()
     gc.collect()
     limits.release_free_memory()
@@ -461,7 +452,7 @@ def main(argv: list[str]) -> None:
     args.front_pid = os.getppid()
     if args.cpu is not None:  # first: the zygote and every child inherit it
         os.sched_setaffinity(0, {args.cpu})
-    args.loop, args.loop_note = load_loop(args.loop_library)  # before the namespaces
+    args.loop, args.loop_note = zygote.load_loop(args.loop_library)  # before the namespaces
     # The execution cgroup's descriptors, opened by the front (sandbox/trusted/cgroups.py):
     # the zygote keeps cgroup.procs for its children to join; we read the OOM counter. Without
     # a cgroup, children refuse themselves a second process and RLIMIT_AS is the bound.

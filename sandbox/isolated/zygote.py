@@ -43,6 +43,7 @@ too), the Python loop does the same.
 
 from __future__ import annotations
 
+import importlib.machinery
 import marshal
 import os
 import signal
@@ -317,6 +318,24 @@ def _child(fds: list[int], setup: _ChildSetup) -> None:
         limits.drop_privileges(setup.uid, setup.death_signal)
     except BaseException:
         os._exit(98)
+    if "argv" in job:  # a native program (a compiler, a compiled program, a validator)
+        child.run_command(job["argv"], job["files"])
     if stdio:
         child.run_program(job["code"])
     child.run(job["code"], job["setup_code"], job["parts"])
+
+
+def load_loop(path: str | None) -> tuple[types.ModuleType | None, str]:
+    """The zygote's C loop, from the library the pool built
+    (``sandbox/trusted/native_build.py``), or None and why not (the zygote then runs the Python
+    loop). Loaded before the zygote is forked, which inherits it."""
+    if path is None:
+        return None, ""
+    loader = importlib.machinery.ExtensionFileLoader("sandbox.isolated._zygote", path)
+    try:
+        spec = importlib.machinery.ModuleSpec(loader.name, loader, origin=path)
+        module = loader.create_module(spec)
+        loader.exec_module(module)
+    except (ImportError, OSError) as exc:
+        return None, f"could not load {path}: {exc}"
+    return module, ""

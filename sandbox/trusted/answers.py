@@ -50,7 +50,14 @@ from typing import BinaryIO
 
 from common.answer_flags import AnswerFlags, parse_number
 
-__all__ = ["AnswerComparison", "AnswerFlags", "compare_bytes", "compare_streams", "parse_number"]
+__all__ = [
+    "AnswerComparison",
+    "AnswerFlags",
+    "aligned",
+    "compare_bytes",
+    "compare_streams",
+    "parse_number",
+]
 
 CHUNK_SIZE = 64 * 1024
 #: The longest output token read as a number (the exact expansion of a double is ~1,100 bytes).
@@ -414,6 +421,27 @@ def _chunks(data: bytes, size: int) -> Iterator[bytes]:
     view = memoryview(data)
     for start in range(0, len(data), size):
         yield bytes(view[start : start + size])
+
+
+def aligned(chunks: Iterable[bytes], size: int = CHUNK_SIZE) -> Iterator[bytes]:
+    """``chunks`` cut again at every multiple of ``size`` bytes (holding at most ``size``):
+    two streams cut at the same offsets let the comparison skip the runs they share at C
+    speed, which it does only within chunks: a 50 MB output in the worker's ~300 kB pieces
+    against its answer in 64 KiB chunks took ~10 s to compare, aligned ~0.25 s."""
+    pending: list[bytes] = []
+    held = 0
+    for chunk in chunks:
+        view = memoryview(chunk)
+        while view:
+            piece = view[: size - held]
+            pending.append(bytes(piece))
+            held += len(piece)
+            view = view[len(piece) :]
+            if held == size:
+                yield b"".join(pending)
+                pending, held = [], 0
+    if pending:
+        yield b"".join(pending)
 
 
 def read_chunks(stream: BinaryIO, size: int = CHUNK_SIZE) -> Iterator[bytes]:

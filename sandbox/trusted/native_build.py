@@ -11,7 +11,7 @@ helpers.
 
 The pool's front builds it (it has the user's environment, ``PATH`` and all; the workers start
 with an empty one) and passes the path to its workers, which load it before forking their
-zygote (``load_loop`` in ``sandbox/isolated/server.py``: this module, which imports
+zygote (``load_loop`` in ``sandbox/isolated/zygote.py``: this module, which imports
 ``subprocess`` and ``tempfile``, stays out of the workers). Where there is no compiler or no
 ``Python.h``, the build fails, the pool says why, and the zygotes run the same loop in Python.
 """

@@ -29,6 +29,7 @@ from common.types import ExecutionJob, ExecutionResult, Verdict
 from sandbox.isolated import seccomp
 from sandbox.trusted import cgroups, host, native_build
 from sandbox.trusted.handles import WorkerHandle, worker_cpus
+from sandbox.trusted.native import Binaries
 from sandbox.trusted.result_cache import ResultCache, job_key
 from sandbox.trusted.stdio import StdioRun
 from sandbox.trusted.tasks import FunctionTask
@@ -57,6 +58,7 @@ class SandboxPool:
         self._dir = tempfile.mkdtemp(prefix=f"sandbox-{os.getpid()}-{host.pid_namespace()}-")
         os.chmod(self._dir, 0o711)  # children (another uid) must reach their scratch dir by path
         self._cache = ResultCache() if config.cache else None
+        self._binaries = Binaries()  # native programs, compiled once
         self._executions: Counter[str] = Counter()
         self._durations: list[float] = []
         self._cache_hits = 0
@@ -221,7 +223,8 @@ class SandboxPool:
             if early is not None:
                 results[index] = early
             elif job.stdio is not None:  # one execution per test
-                queue.extend(StdioRun(index, job, stop_at_first_failure).first_tasks())
+                run = StdioRun(index, job, stop_at_first_failure, self._binaries)
+                queue.extend(run.first_tasks())
             else:
                 queue.append(FunctionTask(index, job, stop_at_first_failure))
         try:

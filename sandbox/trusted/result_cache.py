@@ -19,7 +19,8 @@ from common.types import ExecutionJob, ExecutionResult, StdioSpec
 
 def job_key(job: ExecutionJob, stop_at_first_failure: bool) -> str:
     stdio = stdio_digest(job.stdio) if job.stdio is not None else ""
-    payload = json.dumps([job.code, list(job.tests), job.setup_code, stop_at_first_failure, stdio])
+    fields = [job.code, list(job.tests), job.setup_code, stop_at_first_failure, stdio, job.language]
+    payload = json.dumps(fields)
     return hashlib.sha256(payload.encode("utf-8", "surrogatepass")).hexdigest()
 
 
@@ -28,6 +29,8 @@ def stdio_digest(spec: StdioSpec) -> str:
     """A digest of a whole program's tests and limits (computed once per problem: a group's
     completions share its spec). A file counts by its path, size and modification time."""
     digest = hashlib.sha256(repr((spec.time_limit_s, spec.memory_mb, spec.output_mb)).encode())
+    if spec.validator is not None:  # its sources: a changed validator judges anew
+        digest.update(repr(spec.validator).encode("utf-8", "surrogatepass"))
     for test in spec.tests:
         digest.update(repr((test.name, test.group, test.flags)).encode("utf-8", "surrogatepass"))
         for data in (test.input, test.answer):

@@ -11,8 +11,10 @@ A test's verdict, strongest evidence first: a program that does not compile (``s
 the memory cgroup's OOM kill (``memory_limit``); the deadline or the CPU limit (``timeout``);
 more output than the limit (``output_limit``); a signal, or an exit status other than 0
 (``runtime_error``: an uncaught exception exits with 1, as ``python3 prog.py`` does); else the
-comparison (``passed``, or ``failed``: a wrong answer). The process's own account of itself
-(what it prints on stderr) counts for nothing.
+comparison (``passed``, or ``failed``: a wrong answer), or the problem's own output validator
+(``sandbox/trusted/native.py``). The process's own account of itself counts for nothing: the
+end of its stderr (a traceback's last line) is only shown in the detail. A C or C++ program is
+compiled first, once (``native.py``).
 
 Samples run first (``StdioSpec.in_run_order``). With ``stop_at_first_failure`` (the binary
 reward) the tests run one after another and the first failure ends the job; otherwise every
@@ -24,16 +26,22 @@ one budget shared by all).
 from __future__ import annotations
 
 import functools
-import math
-import signal
 from pathlib import Path
 
 from common.config import SandboxConfig
 from common.types import ExecutionJob, ExecutionResult, StdioTest, Verdict
-from sandbox.trusted.answers import AnswerComparison, AnswerFlags, compare_streams, read_chunks
-from sandbox.trusted.tasks import BACKSTOP_S, Outcome
+from sandbox.trusted import languages
+from sandbox.trusted.answers import (
+    AnswerComparison,
+    AnswerFlags,
+    aligned,
+    compare_streams,
+    read_chunks,
+)
+from sandbox.trusted.native import Binaries, Build, CompileTask, ValidatorTask
+from sandbox.trusted.processes import Ending, execution, output_of
+from sandbox.trusted.tasks import Outcome
 
-MIB = 1024 * 1024
 SAMPLE_GROUP = "sample"
 
 
@@ -46,49 +54,75 @@ def compare(output: list[bytes], test: StdioTest) -> AnswerComparison:
     """The program's stdout (its chunks) against the test's answer, bytes or a file."""
     flags = answer_flags(test.flags)
     if isinstance(test.answer, Path):
-        with open(test.answer, "rb") as answer:
-            return compare_streams(output, read_chunks(answer), flags)
-    return compare_streams(output, (test.answer,), flags)
+        with open(test.answer, "rb") as answer:  # read_chunks: CHUNK_SIZE, as aligned()
+            return compare_streams(aligned(output), read_chunks(answer), flags)
+    return compare_streams(aligned(output), aligned((test.answer,)), flags)
 
 
 def read_input(test: StdioTest) -> bytes:
     return test.input.read_bytes() if isinstance(test.input, Path) else test.input
 
 
-def ending_verdict(status: str, signum: int, exit_status: int) -> tuple[Verdict | None, str]:
-    """How the process ended, judged before its output is: a verdict and why, or (None, "")
-    for a program that exited with status 0 at the end of its output."""
-    if status == "memory":
-        return Verdict.MEMORY_LIMIT, "memory limit"
-    if status == "timeout" or signum in (signal.SIGKILL, signal.SIGXCPU):
-        return Verdict.TIMEOUT, "time limit"
-    if status == "output_limit" or signum == signal.SIGXFSZ:
-        return Verdict.OUTPUT_LIMIT, "output limit"
-    if signum:
-        return Verdict.RUNTIME_ERROR, f"killed by signal {signum}"
-    if status != "eof":
-        return Verdict.RUNTIME_ERROR, f"ended: {status}"
-    if exit_status < 0:
-        return Verdict.RUNTIME_ERROR, "closed its output and went on running"
-    if exit_status:
-        return Verdict.RUNTIME_ERROR, f"exit status {exit_status}"
-    return None, ""
-
-
 class StdioRun:
-    """One ``stdio`` job: its tests' verdicts as they come, and the job's result."""
+    """One ``stdio`` job: what it needs compiled, its tests' verdicts as they come, and the
+    job's result."""
 
-    def __init__(self, index: int, job: ExecutionJob, stop_at_first_failure: bool) -> None:
+    def __init__(
+        self,
+        index: int,
+        job: ExecutionJob,
+        stop_at_first_failure: bool,
+        binaries: Binaries | None = None,
+    ) -> None:
         self.index = index
         self.job = job
         self.stop_at_first_failure = stop_at_first_failure
+        self.binaries = binaries if binaries is not None else Binaries()
         self.order = job.stdio.in_run_order()
+        self.binary = b""  # a native program, once compiled
+        self.validator_binary = b""  # the problem's output validator, once compiled
         self.verdicts: dict[int, tuple[Verdict, str, float]] = {}
 
-    def first_tasks(self) -> list[StdioTask]:
+    def first_tasks(self) -> list:
+        """What is not compiled yet (the problem's validator, then a native program), else
+        the first tests."""
+        validator = self.job.stdio.validator
+        if validator is not None and not self.validator_binary:
+            build = Build.of_validator(validator)
+            self.validator_binary = self.binaries.get(build)
+            if not self.validator_binary:
+                return [CompileTask(self, build)]
+        if self.job.language in languages.COMPILERS and not self.binary:
+            build = Build.of_program(self.job)
+            self.binary = self.binaries.get(build)
+            if not self.binary:
+                return [CompileTask(self, build)]
+        return self.test_tasks()
+
+    def test_tasks(self) -> list[StdioTask]:
         if self.stop_at_first_failure:
             return [StdioTask(self, 0)]
         return [StdioTask(self, at) for at in range(len(self.order))]
+
+    def compiled(self, build: Build, binary: bytes, why: str, duration_ms: float) -> Outcome:
+        """A compilation ended: on with the next step, or, without a binary, the job's result:
+        ``syntax_error`` for the program (a compile error, as a contest judge says),
+        ``infra_error`` for the problem's validator (the judge's fault: masked)."""
+        validator = build.role == "validator"
+        if binary:
+            self.binaries.put(build, binary)
+            if validator:
+                self.validator_binary = binary
+            else:
+                self.binary = binary
+            return None, self.first_tasks()
+        verdict = Verdict.INFRA_ERROR if validator else Verdict.SYNTAX_ERROR
+        what = "the problem's output validator did not compile" if validator else "compile error"
+        detail = f"{what}: {why or 'the compiler wrote no program'}"
+        return ExecutionResult(verdict, 0, len(self.order), [], duration_ms, detail), []
+
+    def read(self, data: bytes | Path) -> bytes:
+        return data.read_bytes() if isinstance(data, Path) else data
 
     def settle(self, at: int, verdict: Verdict, detail: str, duration_ms: float) -> Outcome:
         """Record the verdict of the test run ``at``-th; the result once the job has one."""
@@ -134,18 +168,14 @@ class StdioTask:
         spec = self.run.job.stdio
         timeout_s = (spec.time_limit_s or config.test_timeout_s) * config.time_multiplier
         output_mb = spec.output_mb or config.stdio_output_mb
-        return {
-            "code": self.run.job.code,
-            "setup_code": "",
-            "parts": [],
-            "stream": False,
-            "stdin": read_input(self.test),
-            "timeout_s": timeout_s,
-            "test_timeout_s": timeout_s,
-            "max_output_bytes": output_mb * MIB,
-            "memory_mb": spec.memory_mb or config.memory_mb,
-            "backstop_s": math.ceil(timeout_s) + BACKSTOP_S,
-        }
+        request = execution(read_input(self.test), timeout_s, output_mb, spec.memory_mb, config)
+        request["stderr_bytes"] = languages.STDERR_BYTES
+        if self.run.binary:
+            request["argv"] = ["./" + languages.BINARY]
+            request["files"] = {languages.BINARY: self.run.binary}
+        else:
+            request["code"] = self.run.job.code
+        return request
 
     def on_record(self, record: object) -> bool:
         """The only record of a whole program's execution: the server's ``load_error`` for a
@@ -158,26 +188,26 @@ class StdioTask:
         self.output.append(data)
 
     def finish(self, message: dict) -> Outcome:
-        duration_ms = float(message.get("duration_ms") or 0.0)
-        tail = message.get("out")
-        if isinstance(tail, bytes) and tail:  # the rest of the output travels with ``done``
-            self.output.append(tail)
+        ending = Ending(message)
+        output, self.output = output_of(self.output, message), []
         if self.syntax:
-            return self.run.settle(self.at, Verdict.SYNTAX_ERROR, self.syntax, duration_ms)
-        verdict, why = ending_verdict(
-            str(message.get("status", "")),
-            int(message.get("signal") or 0),
-            int(message.get("exit", -1)),
-        )
+            return self.settled(Verdict.SYNTAX_ERROR, self.syntax, ending.duration_ms)
+        verdict, why = ending.verdict()
+        if verdict is Verdict.RUNTIME_ERROR and ending.stderr:
+            why = f"{why}: {ending.stderr_tail()}"
+        if verdict is None and self.run.job.stdio.validator is not None:
+            return None, [ValidatorTask(self, b"".join(output), ending.duration_ms)]
         if verdict is None:
-            verdict, why = self._judge_output()
-        output, self.output = self.output, []
-        del output  # the held output goes now, not with the task
-        return self.run.settle(self.at, verdict, f"test {self.test.name}: {why}", duration_ms)
+            verdict, why = self._judge_output(output)
+        return self.settled(verdict, why, ending.duration_ms)
 
-    def _judge_output(self) -> tuple[Verdict, str]:
+    def settled(self, verdict: Verdict, why: str, duration_ms: float) -> Outcome:
+        detail = why if verdict is Verdict.SYNTAX_ERROR else f"test {self.test.name}: {why}"
+        return self.run.settle(self.at, verdict, detail, duration_ms)
+
+    def _judge_output(self, output: list[bytes]) -> tuple[Verdict, str]:
         try:
-            comparison = compare(self.output, self.test)
+            comparison = compare(output, self.test)
         except OSError as exc:  # the answer file went missing: the judge's fault, masked
             return Verdict.INFRA_ERROR, f"answer unreadable: {exc.strerror or exc}"
         if comparison.accepted:
@@ -187,4 +217,4 @@ class StdioTask:
         return Verdict.FAILED, f"wrong answer (output line {comparison.output_line})"
 
     def give_up(self, verdict: Verdict, why: str) -> Outcome:
-        return self.run.settle(self.at, verdict, f"test {self.test.name}: {why}", 0.0)
+        return self.settled(verdict, why, 0.0)

@@ -341,3 +341,15 @@ def test_kick_start_data_is_present_where_the_tests_expect_it():
     if not DATA.is_dir():
         pytest.skip("../shared/data not present")
     assert len(_kickstart_packages()) >= 3
+
+
+def test_aligned_cuts_at_the_same_offsets_whatever_the_pieces():
+    from sandbox.trusted.answers import aligned
+
+    data = bytes(range(256)) * 1000
+    rng = random.Random(5)
+    for size in (1, 7, 4096, 65536):
+        pieces = list(aligned(random_cut(data, rng), size))
+        assert b"".join(pieces) == data
+        assert all(len(piece) == size for piece in pieces[:-1]) and 0 < len(pieces[-1]) <= size
+    assert list(aligned([], 8)) == [] and list(aligned([b"", b""], 8)) == []

@@ -153,9 +153,9 @@ def test_limits_and_timelimit_file(tmp_path):
         ({"problem.yaml": "validation: custom interactive\n"}, "interactive"),
         ({"problem.yaml": "type: [scoring, interactive]\n"}, "interactive"),
         ({"problem.yaml": "type: multi-pass\n"}, "multi-pass"),
-        ({"problem.yaml": "validation: custom\n"}, CUSTOM_VALIDATOR),
+        ({"problem.yaml": "validation: custom\n"}, "without an output_validators/"),
         ({"output_validators/check.py": "pass"}, CUSTOM_VALIDATOR),
-        ({"output_validator/check.cc": ""}, CUSTOM_VALIDATOR),
+        ({"output_validators/a/v.cc": "", "output_validators/b/v.cc": ""}, "several"),
         ({"problem_statement/problem.md": None}, "no statement"),
         ({"data/secret/1.in": None, "data/secret/1.ans": None}, "no tests"),
     ],
@@ -349,12 +349,13 @@ def test_kick_start_statements_keep_their_samples():
 
 def test_kattis_examples():
     problems, skipped = load_packages(KATTIS)
-    assert [p.problem_id for p in problems] == ["hello", "oddecho"]
-    assert skipped == [
-        Skipped("different", CUSTOM_VALIDATOR),
-        Skipped("guess", "interactive (a judge talks to the program)"),
-    ]
-    hello, oddecho = problems
+    assert [p.problem_id for p in problems] == ["different", "hello", "oddecho"]
+    assert skipped == [Skipped("guess", "interactive (a judge talks to the program)")]
+    different, hello, oddecho = problems
+    validator = different.stdio.validator
+    assert (validator.language, validator.main) == ("cpp", "validate.cc")
+    assert sorted(name for name, _ in validator.files) == ["validate.cc", "validate.h"]
+    assert hello.stdio.validator is None
     assert [(t.name, t.input, t.answer) for t in hello.stdio.tests] == [
         ("secret/hello", b"", b"Hello World!\n")
     ]
@@ -375,8 +376,9 @@ def test_load_dataset_reads_a_directory_of_packages(caplog):
     assert load_dataset(KICKSTART) == load_packages(KICKSTART)[0]
     assert load_dataset(KICKSTART, split="test", limit=3) == load_packages(KICKSTART)[0][:3]
     with caplog.at_level(logging.INFO, logger="common.datasets"):
-        assert [p.problem_id for p in load_dataset(KATTIS, split="all")] == ["hello", "oddecho"]
-    assert "skipped 2 problem package(s)" in caplog.text and "guess: interactive" in caplog.text
+        ids = [p.problem_id for p in load_dataset(KATTIS, split="all")]
+        assert ids == ["different", "hello", "oddecho"]
+    assert "skipped 1 problem package(s)" in caplog.text and "guess: interactive" in caplog.text
     with pytest.raises(DatasetError, match="problem packages have no splits"):
         load_dataset(KICKSTART, split="train")
 
@@ -384,3 +386,40 @@ def test_load_dataset_reads_a_directory_of_packages(caplog):
 def test_a_directory_without_packages_is_an_error(tmp_path):
     with pytest.raises(DatasetError, match="no problem packages"):
         load_dataset(tmp_path)
+
+
+def test_a_data_file_holding_a_relative_path_is_the_file_it_names(tmp_path):
+    """A symbolic link checked out as text (git with links off; oddecho's subtask2 links
+    subtask1's tests): read as its target, never outside the package's data."""
+    _package(
+        tmp_path,
+        {
+            "data/secret/a/1.in": "5\n",
+            "data/secret/a/1.ans": "6\n",
+            "data/secret/b/1.in": "../a/1.in",
+            "data/secret/b/1.ans": "../a/1.ans\n",
+            "data/secret/b/2.in": "../../../problem.yaml",
+            "data/secret/b/2.ans": "../../../problem.yaml",
+        },
+    )
+    (problem,), _ = load_packages(tmp_path)
+    by_name = {t.name: t for t in problem.stdio.tests}
+    assert (by_name["secret/b/1"].input, by_name["secret/b/1"].answer) == (b"5\n", b"6\n")
+    assert by_name["secret/b/2"].input == b"../../../problem.yaml"  # outside data/: as written
+    oddecho = load_dataset(KATTIS / "oddecho")[0]
+    linked = {t.name: t for t in oddecho.stdio.tests}
+    assert linked["secret/subtask2/1"].input == linked["secret/subtask1/1"].input
+    assert not any(t.input.startswith(b"../") for t in oddecho.stdio.tests)
+
+
+def test_a_custom_validator_takes_the_validator_flags_as_its_own_arguments(tmp_path):
+    files = {
+        "problem.yaml": "validation: custom\nvalidator_flags: --margin 2\n",
+        "output_validators/v/check.c": "int main(void) { return 42; }",
+        "output_validators/v/util.h": "",
+    }
+    _package(tmp_path, files)
+    (problem,), _ = load_packages(tmp_path)
+    validator = problem.stdio.validator
+    assert (validator.language, validator.main, validator.flags) == ("c", "check.c", "--margin 2")
+    assert {test.flags for test in problem.stdio.tests} == {""}  # not the default's flags

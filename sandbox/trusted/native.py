@@ -1,0 +1,159 @@
+"""Native programs of whole-program judging: compiling a C or C++ program in the sandbox, and
+running a problem's own output validator.
+
+A compilation is one execution of the host's compiler in the sandbox (``languages.py``), whose
+stdout is the binary; :class:`Binaries` keeps the last ones, so a program judged again is not
+compiled again. A validator (``common.types.Validator``, Kattis' convention) runs after a test's
+program exited well: ``validator input answer feedback/ [flags] < output`` in an execution of
+its own, whose scratch directory holds the answer; the program's execution, which ended
+before, never had it. Exit status 42 accepts, 43 rejects; anything else is the problem's
+fault, not the program's, and masked (``infra_error``), as a contest judge reports a judge
+error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from common.config import SandboxConfig
+from common.types import ExecutionJob, Validator, Verdict
+from sandbox.trusted import languages
+from sandbox.trusted.processes import Ending, execution, output_of
+from sandbox.trusted.tasks import Outcome
+
+VALIDATION_TIME_S = 60.0  # problemtools' validation_time default
+VALIDATOR = "validator"
+ACCEPTED, REJECTED = 42, 43
+
+
+@dataclass(frozen=True)
+class Build:
+    """Sources to compile: the language, the files by name, the one given to the compiler, and
+    what the binary is for."""
+
+    language: str
+    files: tuple[tuple[str, bytes], ...]
+    main: str
+    role: str = "program"  # or "validator"
+
+    @classmethod
+    def of_program(cls, job: ExecutionJob) -> Build:
+        source = job.code.encode("utf-8", "surrogateescape")
+        return cls(job.language, ((languages.SOURCE, source),), languages.SOURCE)
+
+    @classmethod
+    def of_validator(cls, validator: Validator) -> Build:
+        return cls(validator.language, validator.files, validator.main, "validator")
+
+    def key(self) -> str:
+        digest = hashlib.sha256(f"{self.language}\0{self.main}".encode())
+        for name, data in self.files:
+            digest.update(b"\0" + name.encode() + b"\0" + len(data).to_bytes(8, "little") + data)
+        return digest.hexdigest()
+
+
+class Binaries:
+    """Compiled programs by their sources, the most recent ``most``."""
+
+    def __init__(self, most: int = 64) -> None:
+        self.most = most
+        self.entries: OrderedDict[str, bytes] = OrderedDict()
+
+    def get(self, build: Build) -> bytes:
+        binary = self.entries.get(build.key(), b"")
+        if binary:
+            self.entries.move_to_end(build.key())
+        return binary
+
+    def put(self, build: Build, binary: bytes) -> None:
+        self.entries[build.key()] = binary
+        while len(self.entries) > self.most:
+            self.entries.popitem(last=False)
+
+
+class CompileTask:
+    """One compilation for a run (``sandbox/trusted/stdio.py``: ``StdioRun.compiled`` takes
+    the binary, or why there is none)."""
+
+    def __init__(self, run, build: Build) -> None:
+        self.run = run
+        self.build = build
+        self.index = run.index
+        self.attempts = 0
+        self.output: list[bytes] = []
+
+    def begin(self, config: SandboxConfig) -> dict:
+        self.attempts += 1
+        self.output = []
+        request = execution(b"", languages.COMPILE_TIME_S, languages.BINARY_MB, 0, config)
+        request["argv"] = languages.compile_command(self.build.language, self.build.main)
+        request["files"] = dict(self.build.files)
+        request["stderr_bytes"] = languages.STDERR_BYTES
+        return request
+
+    def on_record(self, record: object) -> bool:
+        return False
+
+    def on_output(self, data: bytes) -> None:
+        self.output.append(data)
+
+    def finish(self, message: dict) -> Outcome:
+        ending = Ending(message)
+        verdict, why = ending.verdict()
+        missing = languages.missing_compiler(self.build.language)
+        if missing or verdict is not None:
+            errors = ending.stderr_tail(600) if verdict is not None else ""
+            why = f"{missing or why}{': ' + errors if errors else ''}"
+            return self.run.compiled(self.build, b"", why, ending.duration_ms)
+        binary = b"".join(output_of(self.output, message))
+        return self.run.compiled(self.build, binary, "", ending.duration_ms)
+
+    def give_up(self, verdict: Verdict, why: str) -> Outcome:
+        return self.run.compiled(self.build, b"", why, 0.0)
+
+
+class ValidatorTask:
+    """The problem's validator on one test's output; settles that test."""
+
+    def __init__(self, test_task, output: bytes, program_ms: float) -> None:
+        self.test_task = test_task
+        self.output = output
+        self.program_ms = program_ms
+        self.index = test_task.index
+        self.attempts = 0
+
+    def begin(self, config: SandboxConfig) -> dict:
+        self.attempts += 1
+        run, test = self.test_task.run, self.test_task.test
+        request = execution(self.output, VALIDATION_TIME_S, 8, 0, config)
+        flags = run.job.stdio.validator.flags.split()
+        request["argv"] = [f"./{VALIDATOR}", "input", "answer", "feedback/", *flags]
+        request["files"] = {
+            VALIDATOR: run.validator_binary,
+            "input": run.read(test.input),
+            "answer": run.read(test.answer),
+            "feedback/": b"",
+        }
+        return request
+
+    def on_record(self, record: object) -> bool:
+        return False
+
+    def on_output(self, data: bytes) -> None:
+        """What the validator prints is not a verdict: its exit status is."""
+
+    def finish(self, message: dict) -> Outcome:
+        ending = Ending(message)
+        if ending.status == "eof" and ending.exit == ACCEPTED:
+            verdict, why = Verdict.PASSED, ""
+        elif ending.status == "eof" and ending.exit == REJECTED:
+            verdict, why = Verdict.FAILED, "wrong answer (the problem's validator)"
+        else:
+            reason = ending.verdict()[1] or f"exit status {ending.exit}"
+            verdict, why = Verdict.INFRA_ERROR, f"the problem's output validator failed: {reason}"
+        return self.test_task.settled(verdict, why, self.program_ms + ending.duration_ms)
+
+    def give_up(self, verdict: Verdict, why: str) -> Outcome:
+        return self.test_task.settled(Verdict.INFRA_ERROR, f"validator: {why}", self.program_ms)
