@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from common.datasets import DatasetError
 from common.types import ExecutionJob, ExecutionResult, Problem, Verdict
 from launch.data.mutations import normalised
 
@@ -47,6 +48,17 @@ RERUN = "\n# run again\n"
 
 #: ``execute(jobs, stop_at_first_failure)``: the sandbox (``SandboxPool.run`` or the fleet's).
 Execute = Callable[[list[ExecutionJob], bool], list[ExecutionResult]]
+
+
+def function_problems_only(problems: Sequence[Problem], source: str) -> None:
+    """Repair tasks are written as rows of the generic format (``tests`` statements), which a
+    stdin/stdout problem's tests are not: such a source is refused in one line."""
+    whole = [p.problem_id for p in problems if p.kind != "function"]
+    if whole:
+        raise DatasetError(
+            f"{source}: {len(whole)} of its {len(problems)} problems are stdin/stdout programs "
+            f"({whole[0]} first); repair tasks are made from function problems (unit tests)"
+        )
 
 
 def reference_program(problem: Problem) -> str:

@@ -40,7 +40,13 @@ from common.datasets import DatasetError, load_dataset
 from common.help_format import DefaultsHelpFormatter
 from common.types import Problem
 from launch.data.mutations import OPERATORS, count_sites, mutate, normalised
-from launch.data.repairs import BugJudge, Execute, reference_program, repair_prompt
+from launch.data.repairs import (
+    BugJudge,
+    Execute,
+    function_problems_only,
+    reference_program,
+    repair_prompt,
+)
 from sandbox.trusted.pool import SandboxIsolationError, SandboxPool
 
 #: Mutants checked in the sandbox per bug wanted: most candidates are kept, some are not bugs.
@@ -183,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         out = check_output_file(args.out, "--out")  # before the samples run, not after
         problems = load_dataset(args.problems, args.split, args.format, args.limit)
+        function_problems_only(problems, args.problems)
         config = SandboxConfig(num_workers=args.workers, min_isolation=args.min_isolation)
         with SandboxPool(config) as pool:
 

@@ -45,6 +45,7 @@ from common.durable import JsonlError, append_jsonl, read_jsonl, repair_tail
 from common.help_format import DefaultsHelpFormatter
 from common.prompts import PromptError
 from launch.data.problems import load_raw
+from launch.data.repairs import function_problems_only
 from launch.data.tasks import SYNTHETIC_SOURCES
 from launch.tools.make_repairs import make_repairs
 from launch.train import resolve_model
@@ -317,6 +318,7 @@ def check_sources(config: Config) -> None:
     data, ev = config.data, config.eval
     training = load_raw(data.source, data.split, data.format, data.max_problems)
     held_out = load_raw(ev.source or data.source, ev.split, data.format, ev.max_problems)
+    function_problems_only(training, data.source)  # its rounds write repair tasks
     if not training or not held_out:
         which = "data.source/data.split" if not training else "eval.source/eval.split"
         raise ConfigError(f"{which}: no problems to play rounds on")

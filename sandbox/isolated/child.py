@@ -150,13 +150,25 @@ def precompiled(code: str, setup_code: str, parts: list[dict]) -> dict:
         "parts": compiled,
     }
     if len(code) <= SERVER_COMPILE_MAX:
-        try:
-            job["code"] = _quiet_compile(code, "<candidate>", "exec")
-        except COMPILE_ERRORS as exc:
-            job["load_error"] = _syntax_error(exc)
-        except Exception:  # not a known compile error: the text goes, the child compiles it
-            pass
+        compiled_code, load_error = _candidate(code)
+        job["code"] = compiled_code
+        if load_error is not None:
+            job["load_error"] = load_error
     return job
+
+
+@functools.lru_cache(maxsize=4)
+def _candidate(code: str) -> tuple[Source, dict | None]:
+    """The program compiled, or its text and the ``load_error`` the child would send (or its
+    text alone: not a known compile error, the child compiles it). The last few are kept: a
+    whole program's tests are executions of their own, each of which would compile it again.
+    A code object is immutable; a child's changes to its copy stay in the child."""
+    try:
+        return _quiet_compile(code, "<candidate>", "exec"), None
+    except COMPILE_ERRORS as exc:
+        return code, _syntax_error(exc)
+    except Exception:
+        return code, None
 
 
 def _load(code: Source, setup_code: Source, namespace: dict) -> dict | None:

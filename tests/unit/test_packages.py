@@ -423,3 +423,15 @@ def test_a_custom_validator_takes_the_validator_flags_as_its_own_arguments(tmp_p
     validator = problem.stdio.validator
     assert (validator.language, validator.main, validator.flags) == ("c", "check.c", "--margin 2")
     assert {test.flags for test in problem.stdio.tests} == {""}  # not the default's flags
+
+
+def test_a_groups_jobs_carry_their_problems_tests_once():
+    """A group's G jobs share their problem's ``StdioSpec`` object, which one call to the pool
+    actor serialises once (pickle's memo): the tests do not travel with every sample."""
+    from ray import cloudpickle
+
+    problem = max(load_packages(KICKSTART)[0], key=lambda p: len(p.stdio.tests[-1].input))
+    one = len(cloudpickle.dumps([problem.job("print(0)")]))
+    group = len(cloudpickle.dumps([problem.job(f"print({i})") for i in range(8)]))
+    assert group - one < 7 * 200  # seven more short programs, not seven more copies of the tests
+    assert one > 10 * 7 * 200

@@ -275,6 +275,16 @@ def test_an_out_in_directories_not_made_yet_is_accepted(
         tools[tool].main(_argv(tool, problems, tmp_path / "new" / "results.jsonl"))
 
 
+def test_make_repairs_refuses_stdin_stdout_problems_in_one_line(tmp_path, capsys, tools):
+    hello = Path(__file__).resolve().parents[3] / "shared" / "data" / "kattis-examples" / "hello"
+    argv = ["--problems", str(hello), "--split", "all", "--out", str(tmp_path / "out.jsonl")]
+    assert tools["launch.make_repairs"].main(argv) == 2
+    assert _error_lines(capsys) == [
+        f"error: {hello}: 1 of its 1 problems are stdin/stdout programs (hello first); repair "
+        "tasks are made from function problems (unit tests)"
+    ]
+
+
 @pytest.mark.parametrize(
     ("tool", "flag", "value"),
     [
