@@ -266,7 +266,20 @@ _STREAMS: list[io.TextIOWrapper] = []
 
 
 def prepare_streams() -> None:
-    _STREAMS[:] = [_text_stream(0, "r"), _text_stream(1, "w")]
+    """Made while descriptors 0 and 1 are pipes, as the child's will be: a stream caches what
+    its descriptor was when made (seekable or not), and the worker's own 0 and 1 are
+    ``/dev/null``, which is seekable; they are put back after."""
+    saved = [os.dup(0), os.dup(1)]
+    pipes = [os.pipe(), os.pipe()]
+    try:
+        os.dup2(pipes[0][0], 0)
+        os.dup2(pipes[1][1], 1)
+        _STREAMS[:] = [_text_stream(0, "r"), _text_stream(1, "w")]
+    finally:
+        os.dup2(saved[0], 0)
+        os.dup2(saved[1], 1)
+        for fd in (*saved, *pipes[0], *pipes[1]):
+            os.close(fd)
 
 
 def _exit_status(code: object) -> int:

@@ -86,6 +86,21 @@ def test_how_a_program_ends_decides_before_its_output(pool, code, verdict, detai
     assert detail in result.detail
 
 
+def test_the_standard_streams_are_what_python3_gives_a_program_on_pipes(pool):
+    """UTF-8 both ways, bytes as they are through ``.buffer``, not seekable (a stream made
+    before the fork must not remember the worker's /dev/null), no newline translation."""
+    code = """
+        import sys
+        raw = sys.stdin.buffer.readline()
+        print(sys.stdin.seekable(), sys.stdout.seekable(), sys.stdin.encoding, sys.stdout.encoding)
+        print(raw == b"\\xff\\n", sys.stdin.readline() == "é\\r\\n")
+    """
+    given = b"\xff\n" + "é\r\n".encode()
+    tests = (StdioTest("secret/1", given, b"False False utf-8 utf-8\nTrue True\n"),)
+    result = judge(pool, code, tests)
+    assert result.verdict is Verdict.PASSED, result.detail
+
+
 def test_right_output_then_a_crash_is_a_runtime_error(pool):
     """A contest judge reads the exit status: the answer printed before dying does not pass."""
     result = judge(pool, SUM + "raise SystemExit('bye')")
