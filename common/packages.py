@@ -8,7 +8,7 @@ the default output validator's flags: ``validator_flags`` of ``problem.yaml`` (K
 conversion writes ``output_validator_flags`` there), overridden by the nearest
 ``testdata.yaml``'s ``output_validator_flags``, as problemtools inherits them. A package with
 its own output validator (``validation: custom``, ``output_validators/``) carries its sources
-(C or C++: compiled and run in the sandbox, ``sandbox/trusted/native.py``), with
+(C, C++ or Python: run in the sandbox, ``sandbox/trusted/native.py``), with
 ``validator_flags`` as its arguments.
 
 What cannot be judged yet is skipped with a reason, not refused: interactive and multi-pass
@@ -148,8 +148,12 @@ def _skip_reason(config: dict, directory: Path) -> str | None:
     return None
 
 
+_VALIDATOR_SOURCES = {"cpp": (".cc", ".cpp", ".cxx"), "c": (".c",), "python": (".py",)}
+
+
 def _validator(config: dict, directory: Path) -> Validator | str | None:
-    """The package's own output validator: a C or C++ program in ``output_validators/<name>/``
+    """The package's own output validator: a C, C++ or Python program in
+    ``output_validators/<name>/``
     (or its files right there; 2023-07: ``output_validator/``), its flags ``validator_flags``;
     a string says why it cannot be judged; None: the default validator."""
     validation = str(config.get("validation", "default")).split()
@@ -165,10 +169,13 @@ def _validator(config: dict, directory: Path) -> Validator | str | None:
     files = sorted(f for f in programs[0].iterdir() if f.is_file())
     suffixes = {f.suffix for f in files}
     language = "cpp" if suffixes & {".cc", ".cpp", ".cxx"} else "c" if ".c" in suffixes else ""
+    language = language or ("python" if ".py" in suffixes else "")
     if not language:
-        return f"{CUSTOM_VALIDATOR}: only C and C++ validators are ({', '.join(sorted(suffixes))})"
-    sources = [f for f in files if f.suffix in (".c", ".cc", ".cpp", ".cxx")]
-    main = next((f for f in sources if b"main(" in f.read_bytes()), sources[0])
+        return f"{CUSTOM_VALIDATOR}: C, C++ and Python are ({', '.join(sorted(suffixes))})"
+    extensions = _VALIDATOR_SOURCES[language]
+    sources = [f for f in files if f.suffix in extensions]
+    marker = b"__main__" if language == "python" else b"main("
+    main = next((f for f in sources if marker in f.read_bytes()), sources[0])
     flags = config.get("validator_flags") or ""
     flags = " ".join(map(str, flags)) if isinstance(flags, list) else str(flags)
     return Validator(language, tuple((f.name, f.read_bytes()) for f in files), main.name, flags)

@@ -47,7 +47,7 @@ class StdioTest:
 @dataclass(frozen=True)
 class Validator:
     """A problem's own output validator (Kattis' ``output_validators/``), for problems with
-    several right answers: a C or C++ program, compiled and run in the sandbox as
+    several right answers: a C, C++ (compiled) or Python program, run in the sandbox as
     ``validator input answer feedback_dir [flags] < output``; exit status 42 accepts the output,
     43 rejects it. ``files`` are its sources (name, bytes), ``main`` the one compiled."""
 

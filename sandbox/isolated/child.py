@@ -291,16 +291,23 @@ def _exit_status(code: object) -> int:
     return 1  # the interpreter prints any other object to stderr and exits with 1
 
 
-def run_program(code: Source) -> None:
+def run_program(code: Source, argv: list[str] | None = None, files: dict | None = None) -> None:
     """Run a whole program on its stdin (fd 0: the test's input) and stdout (fd 1); never returns.
 
     No records: as for any process a contest judge runs, what counts is the output, compared
     on the trusted side, and how the process ended, which the zygote sees (an uncaught
     exception is exit status 1, as with ``python3 prog.py``). Stream objects of their own
     (``prepare_streams``), not the worker's, so no byte the worker buffered can reach them.
+    ``argv`` and ``files`` (written into the scratch directory first): a Python output
+    validator's arguments and the files they name.
     """
     status = 1
     try:
+        if files:
+            _write_files(files)
+        if argv:  # as ``python3 SCRIPT ARGS``, whose directory (here the scratch) comes first
+            sys.argv = list(argv)
+            sys.path.insert(0, os.getcwd())
         stdin, stdout = _STREAMS or (_text_stream(0, "r"), _text_stream(1, "w"))
         sys.stdin = sys.__stdin__ = stdin
         sys.stdout = sys.__stdout__ = stdout
@@ -322,21 +329,26 @@ def run_program(code: Source) -> None:
 def run_command(argv: list[str], files: dict[str, bytes]) -> None:
     """Run a native program (a compiler, a compiled program, an output validator) on the same
     descriptors as :func:`run_program`; never returns. ``files`` are written into the scratch
-    directory, the working directory, first (executable by their owner; a name ending in "/" is
-    a directory). Its environment is empty, as every program's; 127 if it cannot start."""
+    directory first. Its environment is empty, as every program's; 127 if it cannot start."""
     try:
-        for name, data in files.items():
-            if name.endswith("/"):
-                os.mkdir(name, 0o700)
-                continue
-            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-            finally:
-                os.close(fd)
+        _write_files(files)
         os.execve(argv[0], argv, {})
     except BaseException:
         pass
     _exit(127)
+
+
+def _write_files(files: dict[str, bytes]) -> None:
+    """Into the working directory (the scratch), executable by their owner; a name ending in
+    "/" is a directory."""
+    for name, data in files.items():
+        if name.endswith("/"):
+            os.mkdir(name, 0o700)
+            continue
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)

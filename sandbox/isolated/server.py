@@ -118,8 +118,9 @@ class Worker:
         stdin = job.get("stdin")  # a whole program's: its input follows the job in the pipe
         if stdin is not None:
             payload["stdio"] = True
-        if "argv" in job:  # a native program: the files to write in its scratch, the command
-            payload["argv"], payload["files"] = job["argv"], job["files"]
+        for key in ("argv", "files", "native"):  # a command, the files to write in its scratch
+            if key in job:
+                payload[key] = job[key]
         job_r, job_w = os.pipe()
         val_r, val_w = os.pipe()
         out_r, out_w = os.pipe()

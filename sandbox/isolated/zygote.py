@@ -318,10 +318,10 @@ def _child(fds: list[int], setup: _ChildSetup) -> None:
         limits.drop_privileges(setup.uid, setup.death_signal)
     except BaseException:
         os._exit(98)
-    if "argv" in job:  # a native program (a compiler, a compiled program, a validator)
+    if job.get("native"):  # a compiler, a compiled program, a native validator
         child.run_command(job["argv"], job["files"])
     if stdio:
-        child.run_program(job["code"])
+        child.run_program(job["code"], job.get("argv"), job.get("files"))
     child.run(job["code"], job["setup_code"], job["parts"])
 
 

@@ -3,7 +3,8 @@ running a problem's own output validator.
 
 A compilation is one execution of the host's compiler in the sandbox (``languages.py``), whose
 stdout is the binary; :class:`Binaries` keeps the last ones, so a program judged again is not
-compiled again. A validator (``common.types.Validator``, Kattis' convention) runs after a test's
+compiled again. A validator (``common.types.Validator``, Kattis' convention: C, C++ or Python,
+which runs as a whole program does, with arguments and files) runs after a test's
 program exited well: ``validator input answer feedback/ [flags] < output`` in an execution of
 its own, whose scratch directory holds the answer; the program's execution, which ended
 before, never had it. Exit status 42 accepts, 43 rejects; anything else is the problem's
@@ -88,6 +89,7 @@ class CompileTask:
         self.attempts += 1
         self.output = []
         request = execution(b"", languages.COMPILE_TIME_S, languages.BINARY_MB, 0, config)
+        request["native"] = True
         request["argv"] = languages.compile_command(self.build.language, self.build.main)
         request["files"] = dict(self.build.files)
         request["stderr_bytes"] = languages.STDERR_BYTES
@@ -127,15 +129,20 @@ class ValidatorTask:
     def begin(self, config: SandboxConfig) -> dict:
         self.attempts += 1
         run, test = self.test_task.run, self.test_task.test
+        validator = run.job.stdio.validator
         request = execution(self.output, VALIDATION_TIME_S, 8, 0, config)
-        flags = run.job.stdio.validator.flags.split()
-        request["argv"] = [f"./{VALIDATOR}", "input", "answer", "feedback/", *flags]
-        request["files"] = {
-            VALIDATOR: run.validator_binary,
-            "input": run.read(test.input),
-            "answer": run.read(test.answer),
-            "feedback/": b"",
-        }
+        request["stderr_bytes"] = languages.STDERR_BYTES  # why it failed, for the detail
+        arguments = ["input", "answer", "feedback/", *validator.flags.split()]
+        files = {"input": run.read(test.input), "answer": run.read(test.answer), "feedback/": b""}
+        if validator.language in languages.COMPILERS:
+            request["native"] = True
+            request["argv"] = [f"./{VALIDATOR}", *arguments]
+            request["files"] = {VALIDATOR: run.validator_binary, **files}
+        else:  # Python: run as a whole program is, its other files beside it
+            sources = dict(validator.files)
+            request["code"] = sources.pop(validator.main).decode("utf-8", "surrogateescape")
+            request["argv"] = [validator.main, *arguments]
+            request["files"] = {**sources, **files}
         return request
 
     def on_record(self, record: object) -> bool:
@@ -152,7 +159,9 @@ class ValidatorTask:
             verdict, why = Verdict.FAILED, "wrong answer (the problem's validator)"
         else:
             reason = ending.verdict()[1] or f"exit status {ending.exit}"
-            verdict, why = Verdict.INFRA_ERROR, f"the problem's output validator failed: {reason}"
+            errors = f" ({ending.stderr_tail()})" if ending.stderr else ""
+            verdict = Verdict.INFRA_ERROR
+            why = f"the problem's output validator failed: {reason}{errors}"
         return self.test_task.settled(verdict, why, self.program_ms + ending.duration_ms)
 
     def give_up(self, verdict: Verdict, why: str) -> Outcome:

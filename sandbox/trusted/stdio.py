@@ -87,7 +87,7 @@ class StdioRun:
         """What is not compiled yet (the problem's validator, then a native program), else
         the first tests."""
         validator = self.job.stdio.validator
-        if validator is not None and not self.validator_binary:
+        if validator and validator.language in languages.COMPILERS and not self.validator_binary:
             build = Build.of_validator(validator)
             self.validator_binary = self.binaries.get(build)
             if not self.validator_binary:
@@ -171,6 +171,7 @@ class StdioTask:
         request = execution(read_input(self.test), timeout_s, output_mb, spec.memory_mb, config)
         request["stderr_bytes"] = languages.STDERR_BYTES
         if self.run.binary:
+            request["native"] = True
             request["argv"] = ["./" + languages.BINARY]
             request["files"] = {languages.BINARY: self.run.binary}
         else:

@@ -154,7 +154,7 @@ def test_limits_and_timelimit_file(tmp_path):
         ({"problem.yaml": "type: [scoring, interactive]\n"}, "interactive"),
         ({"problem.yaml": "type: multi-pass\n"}, "multi-pass"),
         ({"problem.yaml": "validation: custom\n"}, "without an output_validators/"),
-        ({"output_validators/check.py": "pass"}, CUSTOM_VALIDATOR),
+        ({"output_validators/check.sh": "exit 42"}, CUSTOM_VALIDATOR),
         ({"output_validators/a/v.cc": "", "output_validators/b/v.cc": ""}, "several"),
         ({"problem_statement/problem.md": None}, "no statement"),
         ({"data/secret/1.in": None, "data/secret/1.ans": None}, "no tests"),
@@ -435,3 +435,15 @@ def test_a_groups_jobs_carry_their_problems_tests_once():
     group = len(cloudpickle.dumps([problem.job(f"print({i})") for i in range(8)]))
     assert group - one < 7 * 200  # seven more short programs, not seven more copies of the tests
     assert one > 10 * 7 * 200
+
+
+def test_a_python_validator_is_loaded_with_its_helpers(tmp_path):
+    files = {
+        "output_validators/v/util.py": "TOL = 1\n",
+        "output_validators/v/check.py": "if __name__ == '__main__':\n    pass\n",
+    }
+    _package(tmp_path, files)
+    (problem,), _ = load_packages(tmp_path)
+    validator = problem.stdio.validator
+    assert (validator.language, validator.main) == ("python", "check.py")
+    assert [name for name, _ in validator.files] == ["check.py", "util.py"]

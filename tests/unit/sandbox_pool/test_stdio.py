@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from common.types import ExecutionJob, StdioSpec, StdioTest, Verdict
+from common.types import ExecutionJob, StdioSpec, StdioTest, Validator, Verdict
 
 SUM_TESTS = (
     StdioTest("sample/1", b"1 2\n", b"3\n", "sample"),
@@ -176,3 +176,27 @@ def test_the_answer_is_nowhere_in_the_programs_view(pool, tmp_path, as_file):
     assert judge(pool, search, given, time_limit_s=30.0).verdict is Verdict.PASSED
     told = search.replace("TOLD = None", f"TOLD = {token!r}")
     assert judge(pool, told, hidden, time_limit_s=30.0).verdict is Verdict.PASSED
+
+
+NEAR_PY = """
+import sys
+from margin import MARGIN
+want = int(open(sys.argv[2]).read())
+assert sys.argv[3] == "feedback/" and sys.argv[4:] == ["--strict"], sys.argv
+try:
+    got = int(sys.stdin.read())
+except ValueError:
+    sys.exit(43)
+sys.exit(42 if abs(got - want) <= MARGIN else 43)
+"""
+
+
+@pytest.mark.parametrize(("offset", "passed"), [(1, True), (2, False)])
+def test_a_python_output_validator_gets_its_arguments_and_files(pool, offset, passed):
+    files = (("near.py", NEAR_PY.encode()), ("margin.py", b"MARGIN = 1\n"))
+    validator = Validator("python", files, "near.py", "--strict")
+    spec = StdioSpec(SUM_TESTS, validator=validator)
+    code = f"a, b = map(int, input().split())\nprint(a + b + {offset})"
+    result = pool.run([ExecutionJob(code, (), stdio=spec)])[0]
+    assert result.passed is passed, result.detail
+    assert result.verdict is (Verdict.PASSED if passed else Verdict.FAILED)
