@@ -102,7 +102,7 @@ def load_package(directory: Path, problem_id: str) -> Problem | Skipped:
         return Skipped(problem_id, validator)
     # validator_flags are a custom validator's own arguments, not the default one's flags
     flags = "" if validator else _flags(config, directory / "problem.yaml", "")
-    tests = _tests(directory / "data", flags)
+    tests = _tests(directory / "data", flags, custom=validator is not None)
     if not tests:
         return Skipped(problem_id, "no tests (data/sample/*.in or data/secret/**/*.in)")
     return Problem(
@@ -215,38 +215,41 @@ def _number(value: object, kind: type, where: str) -> float | int:
     return number
 
 
-def _flags(config: dict, where: Path, inherited: str) -> str:
+def _flags(config: dict, where: Path, inherited: str, custom: bool = False) -> str:
     """The output validator's flags ``config`` sets (problem.yaml: ``validator_flags``, or
-    ``output_validator_flags`` as Kick Start's; testdata.yaml: the latter), else ``inherited``."""
+    ``output_validator_flags`` as Kick Start's; testdata.yaml: the latter), else ``inherited``.
+    Checked as the default validator's unless ``custom``: then they are the problem's own
+    validator's arguments, its business."""
     key = next((k for k in ("output_validator_flags", "validator_flags") if k in config), None)
     if key is None:
         return inherited
     value = config[key]
     flags = " ".join(map(str, value)) if isinstance(value, list) else str(value or "")
     try:
-        AnswerFlags.parse(flags)
+        if not custom:
+            AnswerFlags.parse(flags)
     except ValueError as exc:
         raise PackageError(f"{where}: {key}: {exc}") from None
     return flags
 
 
-def _tests(data: Path, flags: str) -> tuple[StdioTest, ...]:
+def _tests(data: Path, flags: str, custom: bool = False) -> tuple[StdioTest, ...]:
     """``data/sample`` then ``data/secret``; ``data/testdata.yaml`` applies to both."""
     if (data / "testdata.yaml").is_file():
-        flags = _flags(_read_yaml(data / "testdata.yaml"), data / "testdata.yaml", flags)
+        flags = _flags(_read_yaml(data / "testdata.yaml"), data / "testdata.yaml", flags, custom)
     tests: list[StdioTest] = []
     for group in ("sample", "secret"):
         if (data / group).is_dir():
-            tests += _group_tests(data / group, data, flags)
+            tests += _group_tests(data / group, data, flags, custom)
     return tuple(tests)
 
 
-def _group_tests(directory: Path, data: Path, flags: str) -> list[StdioTest]:
+def _group_tests(directory: Path, data: Path, flags: str, custom: bool) -> list[StdioTest]:
     """The tests of one group directory, then those of its groups below, each with the flags of
     the nearest ``testdata.yaml``."""
     if (directory / "testdata.yaml").is_file():
         where = directory / "testdata.yaml"
-        flags = _flags(_read_yaml(where), where, flags)
+        flags = _flags(_read_yaml(where), where, flags, custom)
     group = directory.relative_to(data).as_posix()
     tests, groups = [], []
     for entry in sorted(directory.iterdir(), key=lambda p: _natural_key(p.name)):
@@ -260,7 +263,7 @@ def _group_tests(directory: Path, data: Path, flags: str) -> list[StdioTest]:
             test_input, test_answer = _read_data(entry, data), _read_data(answer, data)
             tests.append(StdioTest(name, test_input, test_answer, group, flags))
     for subgroup in groups:
-        tests += _group_tests(subgroup, data, flags)
+        tests += _group_tests(subgroup, data, flags, custom)
     return tests
 
 

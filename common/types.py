@@ -70,6 +70,10 @@ class StdioSpec:
     #: the problem's output validator; None: the default one (tokens, flags)
     validator: Validator | None = None
 
+    def __post_init__(self) -> None:
+        if not self.tests:
+            raise ValueError("a stdin/stdout problem needs at least one test")
+
     def in_run_order(self) -> tuple[StdioTest, ...]:
         """The tests in the order they run, and ``ExecutionResult.test_verdicts`` follows:
         samples first (the cheapest evidence, and what the statement shows), else as given."""

@@ -7,9 +7,10 @@ What problemtools' ``verifyproblem`` does for submissions, with its rules: every
 as training judges programs; its verdict is that of its first test that is not accepted. The
 time limit comes from the ``accepted`` submissions: their slowest test, times the package's
 ``time_multiplier`` (``limits.time_multiplier``, default 5; 2023-07: ``time_multipliers.
-ac_to_time_limit``, default 2), at least 1 s; the others run with that limit times
-``time_safety_margin`` (default 2; 2023-07: ``time_limit_to_tle``, 1.5), and a test over the
-limit is a ``time_limit_exceeded``. A crash, out of memory included, is a ``run_time_error``.
+ac_to_time_limit``, default 2), rounded, at least 1 s; every program runs under that times
+``time_safety_margin`` (default 2; 2023-07: ``time_limit_to_tle``, 1.5), rounded, at least
+1 s more, and a test over the limit is a ``time_limit_exceeded``. A crash, out of memory
+included, is a ``run_time_error``. Times are the wall time of each test's process.
 
 Python 3, C and C++ programs are judged (C and C++ compiled in the sandbox, where the host has
 a compiler). Other languages, Python 2 programs, multi-file submissions and the labels with no
@@ -21,7 +22,6 @@ a package that cannot be read.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -151,11 +151,13 @@ def verify(package: Path, workers: int) -> int:
         accepted = [p for p in programs if p.label == "accepted"]
         first = judge(pool, loaded, accepted, AMPLE_S)
         slowest = max((j.slowest_s for j in first if j.verdict == "accepted"), default=0.0)
-        limit_s = loaded.stdio.time_limit_s or max(1.0, math.ceil(slowest * multiplier))
-        how = "the package's" if loaded.stdio.time_limit_s else f"{multiplier:g} x that"
+        exact = slowest * multiplier
+        limit_s = loaded.stdio.time_limit_s or max(1, int(0.5 + exact))
+        margin_s = max(limit_s + 1, int(0.5 + exact * margin))  # problemtools' rounding
+        how = "the package's" if loaded.stdio.time_limit_s else f"{multiplier:g} x that, rounded"
         print(f"time limit {limit_s:g} s ({how}; slowest accepted test {slowest:.3f} s)")
         others = [p for p in programs if p.label != "accepted"]
-        judged = judge(pool, loaded, programs, limit_s * margin)
+        judged = judge(pool, loaded, programs, margin_s)
     judged = [_over_time(j, limit_s) for j in judged]
     wrong = [j for j in judged if j.verdict != j.submission.label]
     for j in judged:

@@ -312,18 +312,44 @@ def run_program(code: Source, argv: list[str] | None = None, files: dict | None 
         sys.stdin = sys.__stdin__ = stdin
         sys.stdout = sys.__stdout__ = stdout
         namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
-        try:
-            exec(_code(code, "<candidate>", "exec"), namespace)
-            status = 0
-        except SystemExit as exc:
-            status = _exit_status(exc.code)
-        except BaseException:
-            status = 1
+        status = _main(code, namespace)
         for stream in {id(sys.stdout): sys.stdout, id(stdout): stdout}.values():
-            stream.flush()  # output the program left in a buffer is its output
+            if not stream.closed:  # a program may close its stdout, as python3 allows
+                stream.flush()  # output the program left in a buffer is its output
     except BaseException:
-        status = status or 1  # a flush that failed (stdout closed, or broken): output lost
+        status = status or 1  # a flush that failed (a broken pipe): output lost
     _exit(status)
+
+
+def _main(code: Source, namespace: dict) -> int:
+    """The program, then what ``python3`` does before it exits: wait for its threads (a common
+    contest idiom runs ``main`` in a thread with a larger stack) and run its ``atexit``
+    handlers; an uncaught exception's traceback goes to stderr (its last line ends a runtime
+    error's detail). Returns the exit status."""
+    try:
+        exec(_code(code, "<candidate>", "exec"), namespace)
+        status = 0
+    except SystemExit as exc:
+        status = _exit_status(exc.code)
+        if status == 1 and exc.code is not None and type(exc.code) is not int:
+            sys.stderr.write(f"{exc.code}\n")
+    except BaseException:
+        kind, value, trace = sys.exc_info()
+        if trace is not None:  # from the program's own frame on: the harness's is not its
+            value = value.with_traceback(trace.tb_next)
+        sys.excepthook(kind, value, value.__traceback__)
+        status = 1
+    try:
+        if "threading" in sys.modules:
+            sys.modules["threading"]._shutdown()
+        if "atexit" in sys.modules:
+            sys.modules["atexit"]._run_exitfuncs()
+    except SystemExit as exc:
+        status = _exit_status(exc.code)
+    except BaseException:
+        sys.excepthook(*sys.exc_info())
+        status = 1
+    return status
 
 
 def run_command(argv: list[str], files: dict[str, bytes]) -> None:

@@ -96,8 +96,7 @@ class WorkerHandle:
         # children refuse themselves a second process and memfds (the stated fallback).
         self.cgroup, self.memory_fallback = cgroup, memory_fallback
         self.memory_mb, self.mode = memory_mb, mode
-        self.in_flight: deque[tuple[int, object]] = deque()  # (job id, task)
-        self.backstop_s = 0.0
+        self.in_flight: deque[tuple[int, object, float]] = deque()  # (job id, task, backstop)
         self.deadline = 0.0
         self.isolation = ""
         self.own_proc = False  # programs see their PID namespace's /proc, not the host's
@@ -244,21 +243,23 @@ class WorkerHandle:
         if not self._ready:
             self.wait_ready()
         job_id = next(_ids)
-        self.backstop_s = request.pop("backstop_s")
+        backstop_s = request.pop("backstop_s")
         if not self.in_flight:
-            self.deadline = time.monotonic() + self.backstop_s
-        self.in_flight.append((job_id, task))
+            self.deadline = time.monotonic() + backstop_s
+        self.in_flight.append((job_id, task, backstop_s))
         self.send({"op": "run", "id": job_id, **request})
 
     def finished(self):
-        """The running job is done: the next one in flight starts now, with a new deadline."""
-        _, task = self.in_flight.popleft()
-        self.deadline = time.monotonic() + self.backstop_s
+        """The running job is done: the next one in flight starts now, with its own deadline
+        (a compile's, a test's and a function job's backstops differ)."""
+        _, task, _ = self.in_flight.popleft()
+        if self.in_flight:
+            self.deadline = time.monotonic() + self.in_flight[0][2]
         return task
 
     def take_all(self) -> list:
         """Forget every job in flight (the worker is being replaced); oldest first."""
-        tasks = [task for _, task in self.in_flight]
+        tasks = [task for _, task, _ in self.in_flight]
         self.in_flight.clear()
         return tasks
 

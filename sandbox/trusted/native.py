@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 from collections import OrderedDict
 from dataclasses import dataclass
+from pathlib import Path
 
 from common.config import SandboxConfig
 from common.types import ExecutionJob, Validator, Verdict
@@ -113,16 +114,26 @@ class CompileTask:
         return self.run.compiled(self.build, binary, "", ending.duration_ms)
 
     def give_up(self, verdict: Verdict, why: str) -> Outcome:
+        if verdict is Verdict.INFRA_ERROR:  # the pool could not start the compiler: masked
+            return self.run.unjudged(f"compiling: {why}")
         return self.run.compiled(self.build, b"", why, 0.0)
 
 
 class ValidatorTask:
-    """The problem's validator on one test's output; settles that test."""
+    """The problem's validator on one test's output; settles that test.
 
-    def __init__(self, test_task, output: bytes, program_ms: float) -> None:
+    A validator that neither accepts nor rejects (a crash, its time limit) is run again on the
+    test's own answer (``check``): if it accepts that, the program's output made it fail, and
+    the test is a wrong answer; only a validator that fails on its own answer is the judge's
+    fault (masked). Otherwise a program could turn any failure into a mask by printing what
+    the validator cannot parse.
+    """
+
+    def __init__(self, test_task, output: bytes, program_ms: float, failure: str = "") -> None:
         self.test_task = test_task
         self.output = output
         self.program_ms = program_ms
+        self.failure = failure  # set: this run checks the validator on the answer
         self.index = test_task.index
         self.attempts = 0
 
@@ -132,8 +143,9 @@ class ValidatorTask:
         validator = run.job.stdio.validator
         request = execution(self.output, VALIDATION_TIME_S, 8, 0, config)
         request["stderr_bytes"] = languages.STDERR_BYTES  # why it failed, for the detail
-        arguments = ["input", "answer", "feedback/", *validator.flags.split()]
-        files = {"input": run.read(test.input), "answer": run.read(test.answer), "feedback/": b""}
+        flags = [*validator.flags.split(), *test.flags.split()]  # problem.yaml's, testdata's
+        arguments = ["input", "answer", "feedback/", *flags]
+        files = {"input": read(test.input), "answer": read(test.answer), "feedback/": b""}
         if validator.language in languages.COMPILERS:
             request["native"] = True
             request["argv"] = [f"./{VALIDATOR}", *arguments]
@@ -153,16 +165,27 @@ class ValidatorTask:
 
     def finish(self, message: dict) -> Outcome:
         ending = Ending(message)
-        if ending.status == "eof" and ending.exit == ACCEPTED:
-            verdict, why = Verdict.PASSED, ""
-        elif ending.status == "eof" and ending.exit == REJECTED:
-            verdict, why = Verdict.FAILED, "wrong answer (the problem's validator)"
-        else:
-            reason = ending.verdict()[1] or f"exit status {ending.exit}"
-            errors = f" ({ending.stderr_tail()})" if ending.stderr else ""
-            verdict = Verdict.INFRA_ERROR
-            why = f"the problem's output validator failed: {reason}{errors}"
-        return self.test_task.settled(verdict, why, self.program_ms + ending.duration_ms)
+        decided = ending.status == "eof" and ending.exit in (ACCEPTED, REJECTED)
+        if self.failure:  # the check on the answer itself
+            if decided and ending.exit == ACCEPTED:
+                why = f"wrong answer: the output made the problem's validator fail ({self.failure})"
+                return self.test_task.settled(Verdict.FAILED, why, self.program_ms)
+            why = f"the problem's output validator failed on its own answer: {self.failure}"
+            return self.test_task.settled(Verdict.INFRA_ERROR, why, self.program_ms)
+        if decided and ending.exit == ACCEPTED:
+            return self.test_task.settled(Verdict.PASSED, "", self.program_ms)
+        if decided:
+            why = "wrong answer (the problem's validator)"
+            return self.test_task.settled(Verdict.FAILED, why, self.program_ms)
+        reason = ending.verdict()[1] or f"exit status {ending.exit}"
+        errors = f" ({ending.stderr_tail()})" if ending.stderr else ""
+        answer = read(self.test_task.test.answer)
+        return None, [ValidatorTask(self.test_task, answer, self.program_ms, reason + errors)]
 
     def give_up(self, verdict: Verdict, why: str) -> Outcome:
         return self.test_task.settled(Verdict.INFRA_ERROR, f"validator: {why}", self.program_ms)
+
+
+def read(data: bytes | Path) -> bytes:
+    """A test's input or answer: the bytes, or the file's."""
+    return data.read_bytes() if isinstance(data, Path) else data

@@ -29,6 +29,7 @@ from common.types import ExecutionJob, ExecutionResult, Verdict
 from sandbox.isolated import seccomp
 from sandbox.trusted import cgroups, host, native_build
 from sandbox.trusted.handles import WorkerHandle, worker_cpus
+from sandbox.trusted.languages import LANGUAGES
 from sandbox.trusted.native import Binaries
 from sandbox.trusted.result_cache import ResultCache, job_key
 from sandbox.trusted.stdio import StdioRun
@@ -247,6 +248,9 @@ class SandboxPool:
                 # percentiles describe real executions only.
                 self._executions[cached.verdict.value] += 1
                 return cached
+        if job.language not in LANGUAGES or (job.language != "python" and job.stdio is None):
+            detail = f"programs in {job.language!r} are not judged (only {', '.join(LANGUAGES)})"
+            return ExecutionResult(Verdict.SYNTAX_ERROR, 0, job.num_tests, [], 0.0, detail)
         if len(job.code.encode("utf-8", "surrogatepass")) > MAX_SOURCE_BYTES:
             detail = f"program larger than {MAX_SOURCE_BYTES} bytes"
             return ExecutionResult(Verdict.SYNTAX_ERROR, 0, job.num_tests, [], 0.0, detail)

@@ -26,17 +26,21 @@ def job_key(job: ExecutionJob, stop_at_first_failure: bool) -> str:
 
 @functools.lru_cache(maxsize=4096)
 def stdio_digest(spec: StdioSpec) -> str:
-    """A digest of a whole program's tests and limits (computed once per problem: a group's
-    completions share its spec). A file counts by its path, size and modification time."""
+    """A digest of a whole program's tests, limits and validator (computed once per spec: a
+    group's completions share their problem's). A file counts by its path, size and
+    modification time when first seen: a file changed in a run is not seen again."""
     digest = hashlib.sha256(repr((spec.time_limit_s, spec.memory_mb, spec.output_mb)).encode())
     if spec.validator is not None:  # its sources: a changed validator judges anew
         digest.update(repr(spec.validator).encode("utf-8", "surrogatepass"))
     for test in spec.tests:
         digest.update(repr((test.name, test.group, test.flags)).encode("utf-8", "surrogatepass"))
         for data in (test.input, test.answer):
-            if isinstance(data, Path):
-                stat = data.stat()
-                data = repr((str(data), stat.st_size, stat.st_mtime_ns)).encode()
+            if isinstance(data, Path):  # as it was when the problem was first judged
+                try:
+                    stat = data.stat()
+                    data = repr((str(data), stat.st_size, stat.st_mtime_ns)).encode()
+                except OSError:  # judging says so (infra_error); the key needs none of it
+                    data = repr((str(data), None)).encode()
             digest.update(len(data).to_bytes(8, "little") + data)
     return digest.hexdigest()
 

@@ -26,6 +26,7 @@ one budget shared by all).
 from __future__ import annotations
 
 import functools
+import logging
 from pathlib import Path
 
 from common.config import SandboxConfig
@@ -38,11 +39,12 @@ from sandbox.trusted.answers import (
     compare_streams,
     read_chunks,
 )
-from sandbox.trusted.native import Binaries, Build, CompileTask, ValidatorTask
+from sandbox.trusted.native import Binaries, Build, CompileTask, ValidatorTask, read
 from sandbox.trusted.processes import Ending, execution, output_of
 from sandbox.trusted.tasks import Outcome
 
 SAMPLE_GROUP = "sample"
+log = logging.getLogger(__name__)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -57,10 +59,6 @@ def compare(output: list[bytes], test: StdioTest) -> AnswerComparison:
         with open(test.answer, "rb") as answer:  # read_chunks: CHUNK_SIZE, as aligned()
             return compare_streams(aligned(output), read_chunks(answer), flags)
     return compare_streams(aligned(output), aligned((test.answer,)), flags)
-
-
-def read_input(test: StdioTest) -> bytes:
-    return test.input.read_bytes() if isinstance(test.input, Path) else test.input
 
 
 class StdioRun:
@@ -121,8 +119,10 @@ class StdioRun:
         detail = f"{what}: {why or 'the compiler wrote no program'}"
         return ExecutionResult(verdict, 0, len(self.order), [], duration_ms, detail), []
 
-    def read(self, data: bytes | Path) -> bytes:
-        return data.read_bytes() if isinstance(data, Path) else data
+    def unjudged(self, why: str) -> Outcome:
+        """The job cannot be judged, by no fault of the program's: ``infra_error``, masked."""
+        result = ExecutionResult(Verdict.INFRA_ERROR, 0, len(self.order), [], 0.0, why)
+        return result, []
 
     def settle(self, at: int, verdict: Verdict, detail: str, duration_ms: float) -> Outcome:
         """Record the verdict of the test run ``at``-th; the result once the job has one."""
@@ -138,6 +138,9 @@ class StdioRun:
         ran = [self.verdicts[at] for at in sorted(self.verdicts)]
         verdicts = [verdict for verdict, _, _ in ran]
         failed = [(verdict, detail) for verdict, detail, _ in ran if verdict is not Verdict.PASSED]
+        # a failure the program caused decides before one of the judge's (masked): else one
+        # test the judge could not decide would hide a wrong answer on another
+        failed.sort(key=lambda pair: pair[0] is Verdict.INFRA_ERROR)
         overall, detail = failed[0] if failed else (Verdict.PASSED, "")
         return ExecutionResult(
             overall,
@@ -168,7 +171,7 @@ class StdioTask:
         spec = self.run.job.stdio
         timeout_s = (spec.time_limit_s or config.test_timeout_s) * config.time_multiplier
         output_mb = spec.output_mb or config.stdio_output_mb
-        request = execution(read_input(self.test), timeout_s, output_mb, spec.memory_mb, config)
+        request = execution(read(self.test.input), timeout_s, output_mb, spec.memory_mb, config)
         request["stderr_bytes"] = languages.STDERR_BYTES
         if self.run.binary:
             request["native"] = True
@@ -189,6 +192,16 @@ class StdioTask:
         self.output.append(data)
 
     def finish(self, message: dict) -> Outcome:
+        """Judging is written not to raise on anything a program does; should it still, the
+        test fails (as ``FunctionTask.finish`` does): an exception out of the pool's ``run``
+        would lose the results of the whole call."""
+        try:
+            return self._finish(message)
+        except Exception as exc:
+            log.exception("sandbox: judging a whole program's test failed")
+            return self.settled(Verdict.FAILED, f"{type(exc).__name__} while judging", 0.0)
+
+    def _finish(self, message: dict) -> Outcome:
         ending = Ending(message)
         output, self.output = output_of(self.output, message), []
         if self.syntax:

@@ -423,6 +423,9 @@ def test_a_custom_validator_takes_the_validator_flags_as_its_own_arguments(tmp_p
     validator = problem.stdio.validator
     assert (validator.language, validator.main, validator.flags) == ("c", "check.c", "--margin 2")
     assert {test.flags for test in problem.stdio.tests} == {""}  # not the default's flags
+    (tmp_path / "data" / "secret" / "testdata.yaml").write_text("output_validator_flags: -x 3\n")
+    (problem,), _ = load_packages(tmp_path)  # a group's arguments to its own validator
+    assert {test.flags for test in problem.stdio.tests} == {"-x 3"}
 
 
 def test_a_groups_jobs_carry_their_problems_tests_once():

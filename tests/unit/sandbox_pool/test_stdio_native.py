@@ -107,8 +107,20 @@ def test_a_validator_that_fails_is_the_judges_fault_not_the_programs(pool):
     """Masked (infra_error), never a wrong answer a policy would be taught by."""
     crashing = validated(pool, "print(3)", "int main(void) { return 1; }")
     assert crashing.verdict is Verdict.INFRA_ERROR
-    assert "output validator failed: exit status 1" in crashing.detail
+    assert "output validator failed on its own answer: exit status 1" in crashing.detail
     broken = validated(pool, "print(3)", "int main(void) { return }")
     assert broken.verdict is Verdict.INFRA_ERROR
     assert "validator did not compile" in broken.detail
     assert validated(pool, "raise SystemExit(5)").verdict is Verdict.RUNTIME_ERROR
+
+
+def test_output_that_makes_the_validator_fail_is_a_wrong_answer_not_a_mask(pool):
+    """The validator is run again on the test's answer: it accepts that, so the program's
+    output broke it, which a policy must not learn to do for a masked sample."""
+    fragile = NEAR.replace("return REJECT;", "abort();").replace(
+        "<stdio.h>", "<stdio.h>\n#include <stdlib.h>"
+    )
+    result = validated(pool, "print('not a number')", fragile)
+    assert result.verdict is Verdict.FAILED, result.detail
+    assert "the output made the problem's validator fail" in result.detail
+    assert validated(pool, "a, b = map(int, input().split())\nprint(a + b)", fragile).passed
