@@ -235,8 +235,7 @@ def _flags(config: dict, where: Path, inherited: str, custom: bool = False) -> s
 
 def _tests(data: Path, flags: str, custom: bool = False) -> tuple[StdioTest, ...]:
     """``data/sample`` then ``data/secret``; ``data/testdata.yaml`` applies to both."""
-    if (data / "testdata.yaml").is_file():
-        flags = _flags(_read_yaml(data / "testdata.yaml"), data / "testdata.yaml", flags, custom)
+    flags = _nearest_flags(data, flags, custom)
     tests: list[StdioTest] = []
     for group in ("sample", "secret"):
         if (data / group).is_dir():
@@ -244,12 +243,16 @@ def _tests(data: Path, flags: str, custom: bool = False) -> tuple[StdioTest, ...
     return tuple(tests)
 
 
+def _nearest_flags(directory: Path, inherited: str, custom: bool) -> str:
+    """The flags of ``directory``'s own ``testdata.yaml``, else those it inherits."""
+    where = directory / "testdata.yaml"
+    return _flags(_read_yaml(where), where, inherited, custom) if where.is_file() else inherited
+
+
 def _group_tests(directory: Path, data: Path, flags: str, custom: bool) -> list[StdioTest]:
     """The tests of one group directory, then those of its groups below, each with the flags of
     the nearest ``testdata.yaml``."""
-    if (directory / "testdata.yaml").is_file():
-        where = directory / "testdata.yaml"
-        flags = _flags(_read_yaml(where), where, flags, custom)
+    flags = _nearest_flags(directory, flags, custom)
     group = directory.relative_to(data).as_posix()
     tests, groups = [], []
     for entry in sorted(directory.iterdir(), key=lambda p: _natural_key(p.name)):

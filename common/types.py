@@ -23,6 +23,7 @@ from enum import Enum
 from pathlib import Path
 
 KINDS = ("function", "stdio")
+SAMPLE_GROUP = "sample"  # a stdin/stdout problem's tests shown in its statement: they run first
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ class StdioSpec:
     def in_run_order(self) -> tuple[StdioTest, ...]:
         """The tests in the order they run, and ``ExecutionResult.test_verdicts`` follows:
         samples first (the cheapest evidence, and what the statement shows), else as given."""
-        return tuple(sorted(self.tests, key=lambda test: test.group != "sample"))
+        return tuple(sorted(self.tests, key=lambda test: test.group != SAMPLE_GROUP))
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,7 @@ from common.arguments import positive_float, positive_int
 from common.config import SandboxConfig
 from common.packages import PackageError, load_packages
 from common.types import ExecutionJob, ExecutionResult, Problem, StdioSpec, StdioTest, Verdict
-from sandbox.bench.throughput import EMPTY_PROGRAMS, _baseline_startup, _by_role, tree_cpu_seconds
+from sandbox.bench.throughput import EMPTY_PROGRAMS, baseline_startup, by_role, tree_cpu_seconds
 from sandbox.trusted.answers import compare_bytes
 from sandbox.trusted.pool import SandboxIsolationError, SandboxPool
 
@@ -249,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
 def _bench(args: argparse.Namespace, problems: list[Problem]) -> None:
     programs = [table_program(p) for p in problems]
     jobs = [ExecutionJob(code, (), stdio=p.stdio) for code, p in zip(programs, problems)]
-    print(_baseline_startup())
+    print(baseline_startup())
     config = SandboxConfig(num_workers=args.workers, cache=False)
     with SandboxPool(config) as pool, tempfile.TemporaryDirectory() as directory:
         print(f"pool isolation: {pool.isolation}+{pool.memory_layer}; result cache off")
@@ -263,8 +263,8 @@ def _bench(args: argparse.Namespace, problems: list[Problem]) -> None:
             print(f"round {round_ + 1}/{args.rounds}:")
             rounds.append(_round(pool, jobs, problems, cases, args.workers))
         print("pool CPU by role, per test (one more run of each):")
-        print(f"  tests: {_by_role(pool, _one_test_each(jobs))}")
-        print(f"  empty: {_by_role(pool, [EMPTY_JOB] * EMPTY_PROGRAMS)}")
+        print(f"  tests: {by_role(pool, _one_test_each(jobs))}")
+        print(f"  empty: {by_role(pool, [EMPTY_JOB] * EMPTY_PROGRAMS)}")
     speed_up, cpu_ratio, ceiling = (statistics.median(column) for column in zip(*rounds))
     low, high = min(r[0] for r in rounds), max(r[0] for r in rounds)
     print(

@@ -121,7 +121,7 @@ def importtime_log(code: str = "pass") -> str:
     return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False).stderr
 
 
-def _baseline_startup() -> str:
+def baseline_startup() -> str:
     """One line on what ``python`` imports at start-up beyond the standard library."""
     found = startup_imports(importtime_log())
     listed = ", ".join(f"{name} ({ms:.1f} ms)" for name, ms in found) or "nothing"
@@ -189,7 +189,7 @@ def _run_pool(pool: SandboxPool, jobs: list[ExecutionJob]) -> tuple[list[Executi
     return results, _timed(run)
 
 
-def _by_role(pool: SandboxPool, jobs: list[ExecutionJob]) -> str:
+def by_role(pool: SandboxPool, jobs: list[ExecutionJob]) -> str:
     """Run ``jobs`` through the pool; each role's CPU and minor page faults per execution."""
     before = role_costs()
     pool.run(jobs)
@@ -331,7 +331,7 @@ def _bench(args: argparse.Namespace, problems: list[CheckProblem]) -> None:
         pin_hot_pages=not args.no_pin,
     )
     print(f"{len(jobs)} MBPP reference solutions, {args.workers} workers, {os.cpu_count()} CPUs")
-    print(_baseline_startup())
+    print(baseline_startup())
     with SandboxPool(config, cgroup=not args.no_cgroup) as pool:
         print(
             f"pool isolation: {pool.isolation}+{pool.memory_layer}; result cache off; "
@@ -355,5 +355,5 @@ def _bench(args: argparse.Namespace, problems: list[CheckProblem]) -> None:
             f" (cpu per execution: {cpu_ratio:.1f}x less; ceiling: {ceiling:.1f}x)"
         )
         print("pool CPU by role, per execution (one more run of each):")
-        print(f"  samples: {_by_role(pool, short)}")
-        print(f"  empty:   {_by_role(pool, [EMPTY_JOB] * EMPTY_PROGRAMS)}")
+        print(f"  samples: {by_role(pool, short)}")
+        print(f"  empty:   {by_role(pool, [EMPTY_JOB] * EMPTY_PROGRAMS)}")

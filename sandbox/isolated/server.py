@@ -131,12 +131,13 @@ class Worker:
             for fd in (job_r, val_w, out_w):
                 os.close(fd)
         os.set_blocking(job_w, False)
-        # marshal: see zygote.py for why
-        writer = Writer(job_w, [zygote.frame_job(payload), stdin or b""])
-        watch = self._watch if stdin is None else self._watch_program
+        writer = Writer(job_w, [zygote.frame_job(payload), stdin or b""])  # marshal: zygote.py
         kept: list[bytes] = []  # a whole program's first bytes of stderr (``stderr_bytes``)
         try:
-            status = watch(job, val_r, out_r, writer, start, records, kept)
+            if stdin is None:
+                status = self._watch(job, val_r, out_r, writer, start, records)
+            else:  # its stdout is the value pipe, its stderr the output pipe
+                status = self._watch_program(job, val_r, out_r, writer, start, records, kept)
         finally:
             for fd in (val_r, out_r):
                 os.close(fd)
@@ -146,16 +147,16 @@ class Worker:
         if stdin is None:
             self._done(job, status, signum, records, start)
         else:  # what a whole program wrote and was not sent yet, and its exit status
-            done = {"out": b"".join(records), "err": b"".join(kept), "exit": exit_status}
-            self._done(job, status, signum, [], start, done)
+            out, err = b"".join(records), b"".join(kept)
+            self._done(job, status, signum, [], start, out=out, err=err, exit=exit_status)
 
     def _done(
-        self, job: dict, status: str, signum: int, records: list, start: float, more=None
+        self, job: dict, status: str, signum: int, records: list, start: float, **more: object
     ) -> None:
         done = {"op": "done", "id": job["id"], "status": status, "signal": signum}
         done["recs"] = records
         done["duration_ms"] = (time.monotonic() - start) * 1000
-        done.update(more or {})
+        done.update(more)
         self.chan.send(done)
 
     def _limits(self, job: dict) -> list[tuple[int, int]]:
@@ -174,7 +175,7 @@ class Worker:
 
     # long: the per-execution poll loop, one function so no call is added per wake-up
     def _watch(
-        self, job: dict, val_r: int, out_r: int, writer: Writer, start: float, records: list, _
+        self, job: dict, val_r: int, out_r: int, writer: Writer, start: float, records: list
     ) -> str:
         """Collect records until the child ends, misbehaves, or a deadline passes.
 
@@ -238,7 +239,14 @@ class Worker:
                     held = 0
 
     def _watch_program(
-        self, job: dict, out_r: int, err_r: int, writer: Writer, start: float, held: list, kept
+        self,
+        job: dict,
+        out_r: int,
+        err_r: int,
+        writer: Writer,
+        start: float,
+        held: list,
+        kept: list,
     ) -> str:
         """A whole program's execution: its stdout (``out_r``) goes to the pool in messages of
         ``FLUSH_BYTES`` (the rest with ``done``), its stderr (``err_r``) is counted and

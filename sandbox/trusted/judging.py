@@ -205,7 +205,7 @@ class Judgement:
         elif flooded and total and len(verdicts) == total and verdicts[-1] is Verdict.PASSED:
             verdicts[-1] = Verdict.FAILED
         elif len(verdicts) < total:
-            ended = _ending_verdict(status, signum)
+            ended = ending_verdict(status, signum)
             self._note(
                 f"{'test ' + str(len(verdicts)) if self.loaded else 'program'}: {status}"
                 + (f" (signal {signum})" if signum else "")
@@ -216,7 +216,7 @@ class Judgement:
         passed = sum(v is Verdict.PASSED for v in verdicts)
         overall = next((v for v in verdicts if v is not Verdict.PASSED), Verdict.PASSED)
         if total == 0 and not self.loaded:
-            overall = _ending_verdict(status, signum)
+            overall = ending_verdict(status, signum)
         if flooded and overall is Verdict.PASSED:  # no test at all
             overall = Verdict.FAILED
         wrong_answers = sum(self.wrong[: len(verdicts)])  # a test the process ended in is none
@@ -225,8 +225,9 @@ class Judgement:
         )
 
 
-def _ending_verdict(status: str, signum: int) -> Verdict:
-    """Why a child stopped before reporting every test."""
+def ending_verdict(status: str, signum: int) -> Verdict:
+    """Why a child stopped before reporting every test (for a whole program, any ending but
+    the end of its output: ``sandbox/trusted/processes.py``)."""
     if status == "memory":  # its execution cgroup's OOM killer struck (sandbox/trusted/cgroups.py)
         return Verdict.MEMORY_LIMIT
     if status == frames.TOO_MANY_RECORDS:  # records of the program's own

@@ -64,9 +64,10 @@ class Binaries:
         self.entries: OrderedDict[str, bytes] = OrderedDict()
 
     def get(self, build: Build) -> bytes:
-        binary = self.entries.get(build.key(), b"")
+        key = build.key()  # a digest of every source: once per look-up
+        binary = self.entries.get(key, b"")
         if binary:
-            self.entries.move_to_end(build.key())
+            self.entries.move_to_end(key)
         return binary
 
     def put(self, build: Build, binary: bytes) -> None:

@@ -5,13 +5,18 @@ run, what comes back, and how the process ended (``sandbox/trusted/stdio.py`` an
 from __future__ import annotations
 
 import math
-import signal
 
 from common.config import SandboxConfig
 from common.types import Verdict
+from sandbox.trusted.judging import ending_verdict
 from sandbox.trusted.tasks import BACKSTOP_S
 
 MIB = 1024 * 1024
+_LIMITS = {
+    Verdict.MEMORY_LIMIT: "memory limit",
+    Verdict.TIMEOUT: "time limit",
+    Verdict.OUTPUT_LIMIT: "output limit",
+}
 
 
 def execution(
@@ -47,22 +52,19 @@ class Ending:
 
     def verdict(self) -> tuple[Verdict | None, str]:
         """A verdict and why, judged before any output is, or (None, "") for a process that
-        exited with status 0 at the end of its output."""
-        if self.status == "memory":
-            return Verdict.MEMORY_LIMIT, "memory limit"
-        if self.status == "timeout" or self.signal in (signal.SIGKILL, signal.SIGXCPU):
-            return Verdict.TIMEOUT, "time limit"
-        if self.status == "output_limit" or self.signal == signal.SIGXFSZ:
-            return Verdict.OUTPUT_LIMIT, "output limit"
-        if self.signal:
-            return Verdict.RUNTIME_ERROR, f"killed by signal {self.signal}"
-        if self.status != "eof":
-            return Verdict.RUNTIME_ERROR, f"ended: {self.status}"
-        if self.exit < 0:
-            return Verdict.RUNTIME_ERROR, "closed its output and went on running"
-        if self.exit:
-            return Verdict.RUNTIME_ERROR, f"exit status {self.exit}"
-        return None, ""
+        exited with status 0 at the end of its output. Limits and signals are judged as a
+        function job's (``judging.ending_verdict``)."""
+        if self.status == "eof" and not self.signal:
+            if self.exit < 0:
+                return Verdict.RUNTIME_ERROR, "closed its output and went on running"
+            if self.exit:
+                return Verdict.RUNTIME_ERROR, f"exit status {self.exit}"
+            return None, ""
+        verdict = ending_verdict(self.status, self.signal)
+        if verdict is Verdict.RUNTIME_ERROR:
+            why = f"killed by signal {self.signal}" if self.signal else f"ended: {self.status}"
+            return verdict, why
+        return verdict, _LIMITS.get(verdict, verdict.value)
 
     def stderr_tail(self, most: int = 300) -> str:
         """The end of what it kept of its stderr, on one line: a traceback's last line, or a

@@ -30,7 +30,7 @@ import logging
 from pathlib import Path
 
 from common.config import SandboxConfig
-from common.types import ExecutionJob, ExecutionResult, StdioTest, Verdict
+from common.types import SAMPLE_GROUP, ExecutionJob, ExecutionResult, StdioTest, Verdict
 from sandbox.trusted import languages
 from sandbox.trusted.answers import (
     AnswerComparison,
@@ -43,7 +43,6 @@ from sandbox.trusted.native import Binaries, Build, CompileTask, ValidatorTask, 
 from sandbox.trusted.processes import Ending, execution, output_of
 from sandbox.trusted.tasks import Outcome
 
-SAMPLE_GROUP = "sample"
 log = logging.getLogger(__name__)
 
 

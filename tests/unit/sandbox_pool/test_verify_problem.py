@@ -4,6 +4,7 @@ mislabelled one is caught, and what is not judged is said."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -68,3 +69,20 @@ def test_what_is_not_judged_is_said_and_a_non_package_is_refused(tmp_path):
     refused = verify(tmp_path)
     assert refused.returncode == 2
     assert refused.stderr.strip() == f"error: {tmp_path}: no problem.yaml (not a problem package)"
+
+
+def test_sandbox_check_judges_a_package_directorys_reference_solutions(tmp_path):
+    """``python -m sandbox.check --problems DIR``: the packages' stdin/stdout problems, their
+    Python reference solutions (the first accepted submission) judged as training judges."""
+    out = tmp_path / "results.jsonl"
+    args = ["--problems", str(KATTIS / "hello"), "--canonical", "--out", str(out)]
+    done = subprocess.run(
+        [sys.executable, "-m", "sandbox.check", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    (row,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert (row["task_id"], row["verdict"], row["tests_passed"]) == ("hello", "passed", 1)
