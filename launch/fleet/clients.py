@@ -17,6 +17,7 @@ from typing import Any
 import ray
 
 from common.types import ExecutionJob, ExecutionResult, TrainSample
+from sandbox.trusted.shared_tests import SpecRefs
 
 logger = logging.getLogger(__name__)
 
@@ -146,13 +147,20 @@ class SandboxClient:
 
     def __init__(self, handle: Any) -> None:
         self.handle = handle
+        self._refs = SpecRefs(ray.put)
 
     def ready(self) -> ObjectRef:
         return self.handle.__ray_ready__.remote()
 
     def run(self, jobs: list[ExecutionJob], stop_at_first_failure: bool) -> ObjectRef:
-        """A ref of the jobs' results, in order."""
-        return self.handle.run.remote(jobs, stop_at_first_failure=stop_at_first_failure)
+        """A ref of the jobs' results, in order. Whole programs' tests go by reference: each
+        problem's once per run to the pool's node (``sandbox/trusted/shared_tests.py``)."""
+        if all(job.stdio is None for job in jobs):
+            return self.handle.run.remote(jobs, stop_at_first_failure=stop_at_first_failure)
+        bare, refs = self._refs.split(jobs)
+        return self.handle.run.remote(
+            bare, stop_at_first_failure=stop_at_first_failure, stdio_refs=refs
+        )
 
     def execute(self, jobs: list[ExecutionJob]) -> list[ExecutionResult]:
         """Every test of every job: what evaluation needs (pass@k per test group)."""

@@ -32,6 +32,7 @@ from sandbox.trusted.handles import WorkerHandle, worker_cpus
 from sandbox.trusted.languages import LANGUAGES
 from sandbox.trusted.native import Binaries
 from sandbox.trusted.result_cache import ResultCache, job_key
+from sandbox.trusted.shared_tests import SpecStore
 from sandbox.trusted.stdio import StdioRun
 from sandbox.trusted.tasks import FunctionTask
 from sandbox.wire.levels import LEVEL_NAMED, LEVEL_NUMBER, LEVEL_RLIMITS
@@ -60,6 +61,7 @@ class SandboxPool:
         os.chmod(self._dir, 0o711)  # children (another uid) must reach their scratch dir by path
         self._cache = ResultCache() if config.cache else None
         self._binaries = Binaries()  # native programs, compiled once
+        self._specs = SpecStore()  # whole programs' tests sent by reference
         self._executions: Counter[str] = Counter()
         self._durations: list[float] = []
         self._cache_hits = 0
@@ -212,11 +214,20 @@ class SandboxPool:
         self.close()
 
     def run(
-        self, jobs: list[ExecutionJob], stop_at_first_failure: bool = False
+        self,
+        jobs: list[ExecutionJob],
+        stop_at_first_failure: bool = False,
+        stdio_refs: list | None = None,
     ) -> list[ExecutionResult]:
-        """Execute ``jobs`` in parallel and return their results in input order."""
+        """Execute ``jobs`` in parallel and return their results in input order.
+
+        ``stdio_refs``: per job, the object-store reference of its whole-program tests, sent
+        without them (``sandbox/trusted/shared_tests.py``), or None.
+        """
         if self._closed:
             raise RuntimeError("SandboxPool is closed")
+        if stdio_refs is not None:
+            jobs = self._specs.join(jobs, stdio_refs)
         results: list[ExecutionResult | None] = [None] * len(jobs)
         queue: deque = deque()  # tasks (sandbox/trusted/tasks.py): one execution each
         for index, job in enumerate(jobs):
@@ -384,6 +395,7 @@ class SandboxPool:
         out["sandbox/exec_p50_ms"] = _percentile(durations, 0.50)
         out["sandbox/exec_p99_ms"] = _percentile(durations, 0.99)
         out["sandbox/cache_hits"] = float(self._cache_hits)
+        out["sandbox/tests_fetched"] = float(self._specs.fetched)
         out["sandbox/worker_restarts"] = float(self._restarts)
         out["sandbox/pool_restarts"] = float(self._pool_restarts)
         out["sandbox/isolation_level"] = LEVEL_NUMBER[self.isolation]
@@ -391,7 +403,7 @@ class SandboxPool:
         out["sandbox/memory_cgroup"] = float(self._cgroups is not None)
         self._executions.clear()
         self._durations.clear()
-        self._cache_hits = self._restarts = self._pool_restarts = 0
+        self._cache_hits = self._restarts = self._pool_restarts = self._specs.fetched = 0
         return out
 
     def close(self) -> None:
