@@ -27,14 +27,18 @@ stack trace.
 
 from __future__ import annotations
 
-import ast
 import gzip
 import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
 
+from common.leetcode import parse_leetcode_row
 from common.packages import PackageError, load_packages
+from common.rows import DatasetError, humaneval_tests
+from common.rows import require_fields as _require
+from common.rows import row_string as _string
+from common.rows import test_list as _test_list
 from common.types import Problem
 
 logger = logging.getLogger(__name__)
@@ -46,16 +50,12 @@ MBPP_SPLITS: dict[str, range] = {
     "train": range(601, 975),
 }
 _SPLIT_ALIASES = {"few-shot": "prompt", "fewshot": "prompt", "valid": "validation"}
-FORMATS = ("auto", "mbpp", "humaneval", "generic")
+FORMATS = ("auto", "mbpp", "humaneval", "leetcode", "generic")
 
 MBPP_INSTRUCTION = (
     "You are an expert Python programmer, and here is your task: {text} "
     "Your code should pass these tests:\n\n{tests}"
 )
-
-
-class DatasetError(ValueError):
-    """A malformed or unavailable problem set; the message names the file and line (or row)."""
 
 
 def mbpp_instruction(text: str, tests: list[str] | tuple[str, ...]) -> str:
@@ -134,6 +134,8 @@ def _skip_space(text: str, position: int) -> int:
 
 def detect_format(row: dict, where: str) -> str:
     """The format a row is written in, from the fields only that format has."""
+    if "entry_point" in row and "query" in row and "completion" in row:
+        return "leetcode"
     if "entry_point" in row:
         return "humaneval"
     if "test_list" in row:
@@ -145,40 +147,6 @@ def detect_format(row: dict, where: str) -> str:
         "HumanEval (task_id, prompt, canonical_solution, test, entry_point) or generic "
         "(id, prompt, tests) fields"
     )
-
-
-def _require(row: dict, fields: tuple[str, ...], where: str) -> None:
-    missing = [f for f in fields if f not in row]
-    if missing:
-        raise DatasetError(f"{where}: missing field(s) {', '.join(missing)}")
-
-
-def _string_list(row: dict, field: str, where: str) -> tuple[str, ...]:
-    value = row[field]
-    if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
-        raise DatasetError(f"{where}: {field} must be a list of strings")
-    return tuple(value)
-
-
-def _test_list(row: dict, field: str, where: str) -> tuple[str, ...]:
-    """``field``'s tests, each Python that parses: a test with a syntax error would fail every
-    completion, a problem nothing can solve, found only by its zero rewards."""
-    tests = _string_list(row, field, where)
-    for number, test in enumerate(tests):
-        try:
-            ast.parse(test)
-        except SyntaxError as exc:
-            raise DatasetError(f"{where}: {field}[{number}] does not parse: {exc.msg}") from None
-    return tests
-
-
-def _string(row: dict, field: str, where: str) -> str:
-    value = row.get(field)
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise DatasetError(f"{where}: {field} must be a string")
-    return value
 
 
 def parse_mbpp_row(row: dict, where: str, need_prompt: bool = True) -> Problem:
@@ -232,46 +200,10 @@ def parse_generic_row(row: dict, where: str) -> Problem:
     )
 
 
-def humaneval_tests(test_code: str, entry_point: str, where: str = "test") -> tuple[str, ...]:
-    """Rewrite HumanEval's ``check(candidate)`` into top-level tests on ``entry_point``.
-
-    Each assert becomes one test, so the sandbox can judge (and give partial credit for) each
-    one; statements before an assert (setup lines) are kept with it, which makes that test an
-    ``exec``-form test. Module-level imports are prepended to every multi-statement test.
-    """
-    try:
-        tree = ast.parse(test_code)
-    except SyntaxError as exc:
-        raise DatasetError(f"{where}: test code does not parse: {exc.msg}") from None
-    check = next(
-        (n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check"), None
-    )
-    if check is None or not check.args.args:
-        raise DatasetError(f"{where}: test code has no check(candidate) function")
-    parameter = check.args.args[0].arg
-    preamble = [ast.unparse(n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
-    tests, pending = [], []
-    for statement in check.body:
-        pending.append(_rename(statement, parameter, entry_point))
-        if isinstance(statement, ast.Assert):
-            tests.append("\n".join(pending if len(pending) == 1 else [*preamble, *pending]))
-            pending = []
-    if pending:
-        tests.append("\n".join([*preamble, *pending]))
-    return tuple(tests)
-
-
-def _rename(statement: ast.stmt, old: str, new: str) -> str:
-    class Renamer(ast.NodeTransformer):
-        def visit_Name(self, node: ast.Name) -> ast.Name:
-            return ast.Name(new, node.ctx) if node.id == old else node
-
-    return ast.unparse(Renamer().visit(statement))
-
-
 _PARSERS: dict[str, Callable[[dict, str], Problem]] = {
     "mbpp": parse_mbpp_row,
     "humaneval": parse_humaneval_row,
+    "leetcode": parse_leetcode_row,
     "generic": parse_generic_row,
 }
 
@@ -330,6 +262,8 @@ def _split_filter(
         if split != "test":
             raise DatasetError(f"{source}: HumanEval has one split, 'test' (or 'all')")
         return lambda row: True
+    if fmt == "leetcode":  # LeetCodeDataset-v0.2.0-train.jsonl.gz, ...-test.jsonl.gz
+        raise DatasetError(f"{source}: LeetCodeDataset's splits are its files: give split 'all'")
     names = sorted({str(row["split"]) for _, row in rows if "split" in row})
     if split not in names:
         have = f"its splits are {', '.join(names)}" if names else "its rows have no 'split' field"

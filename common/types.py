@@ -11,9 +11,13 @@ tests can build it by hand. The same word means the same thing everywhere:
 - a *verdict* is the sandbox's judgement of one execution.
 
 A problem's tests come in *kinds* (``Problem.kind``): ``function`` tests are Python statements
-that call the program's functions (MBPP, HumanEval); ``stdio`` tests are input / answer file
-pairs for a whole program that reads stdin and writes stdout (contest problems, Kattis
-packages), compared as a contest judge compares them (``sandbox/trusted/stdio.py``).
+that call the program's functions (MBPP, HumanEval); ``class_method`` tests call a method of a
+fresh instance of the program's class each (LeetCode's ``Solution().twoSum``); ``stdio`` tests
+are input / answer file pairs for a whole program that reads stdin and writes stdout (contest
+problems, Kattis packages), compared as a contest judge compares them
+(``sandbox/trusted/stdio.py``). A test that is code (a loop, a ``check`` function, the
+dataset's helpers) runs in a process of its own, not the program's
+(``sandbox/isolated/split.py``).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
-KINDS = ("function", "stdio")
+KINDS = ("function", "class_method", "stdio")
 SAMPLE_GROUP = "sample"  # a stdin/stdout problem's tests shown in its statement: they run first
 
 
@@ -106,11 +110,19 @@ class Problem:
     #: code after the completion: a fill-in-the-middle task (the stdin/stdout demo's
     #: ``print(n + ▮)``); empty for every dataset's problems
     program_suffix: str = ""
+    #: what the tests call: ``Solution().twoSum`` (a fresh instance per test) makes the problem
+    #: a ``class_method`` one; empty or a function's name, ``function``
+    entry_point: str = ""
+    #: the dataset's own label (``Easy``, ``Medium``, ``Hard``; ``introductory``...), or empty:
+    #: ``launch.evaluate`` reports pass@k per kind and difficulty
+    difficulty: str = ""
 
     @property
     def kind(self) -> str:
-        """How the tests judge a program: ``function`` or ``stdio`` (:data:`KINDS`)."""
-        return "stdio" if self.stdio is not None else "function"
+        """How the tests judge a program (:data:`KINDS`)."""
+        if self.stdio is not None:
+            return "stdio"
+        return "class_method" if "()." in self.entry_point else "function"
 
     @property
     def num_tests(self) -> int:

@@ -74,7 +74,14 @@ def run_check(args: argparse.Namespace) -> int:
             done = len(out_rows)
             passed = sum(r["passed"] for r in out_rows)
             print(f"\r{done}/{len(samples)} checked, {passed} passed", end="", file=sys.stderr)
+        split = int(pool.stats()["sandbox/tests_split"])
     print(file=sys.stderr)
+    total = sum(r["tests_total"] for r in out_rows)  # a test that is code runs apart from it:
+    print(  # no test is judged in the program's own process (docs/sandbox.md)
+        f"tests: {total}, {split} of them code run in a process of their own, "
+        "0 judged in the program's process",
+        file=sys.stderr,
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("".join(json.dumps(r) + "\n" for r in out_rows), encoding="utf-8")
     return 0

@@ -53,7 +53,7 @@ Execute = Callable[[list[ExecutionJob], bool], list[ExecutionResult]]
 def function_problems_only(problems: Sequence[Problem], source: str) -> None:
     """Repair tasks are written as rows of the generic format (``tests`` statements), which a
     stdin/stdout problem's tests are not: such a source is refused in one line."""
-    whole = [p.problem_id for p in problems if p.kind != "function"]
+    whole = [p.problem_id for p in problems if p.kind == "stdio"]
     if whole:
         raise DatasetError(
             f"{source}: {len(whole)} of its {len(problems)} problems are stdin/stdout programs "

@@ -179,7 +179,14 @@ def _load(code: Source, setup_code: Source, namespace: dict) -> dict | None:
     try:
         exec(program, namespace)
         if setup_code:
+            # It adds names; a name the program defines stays the program's (a LeetCode
+            # header's star imports, run again after a program that defines its own
+            # ``partial``, would rebind it).
+            program_names = dict(namespace)
             exec(_code(setup_code, "<setup>", "exec"), namespace)
+            for name, value in program_names.items():
+                if namespace.get(name) is not value:
+                    namespace[name] = value
     except BaseException as exc:  # SystemExit included: the program ended before the tests
         return {"t": "load_error", **_describe(exc)}
     return None

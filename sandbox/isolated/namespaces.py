@@ -27,6 +27,7 @@ from sandbox.isolated.syscalls import (
     CLONE_NEWIPC,
     CLONE_NEWNET,
     CLONE_NEWNS,
+    CLONE_NEWPID,
     CLONE_NEWUSER,
     MS_NODEV,
     MS_NOEXEC,
@@ -238,3 +239,19 @@ def drop_capabilities() -> None:
     header = (ctypes.c_uint32 * 2)(_CAPABILITY_VERSION_3, 0)
     data = (ctypes.c_uint32 * 6)()  # two {effective, permitted, inheritable}, all empty
     check(libc.capset(ctypes.byref(header), ctypes.byref(data)), "capset")
+
+
+def pid_namespace(level: str) -> str:
+    """Unshare a PID namespace, so the next process we fork (the zygote) is its init.
+
+    A kernel that refuses leaves the zygote a plain child (a subreaper that finds an
+    execution's processes through ``/proc``), reported as the rlimits-only level: the
+    conservative claim.
+    """
+    if level == LEVEL_RLIMITS:
+        return level
+    try:
+        unshare(CLONE_NEWPID)
+    except OSError:
+        return LEVEL_RLIMITS
+    return level

@@ -43,10 +43,10 @@ import time
 import types
 from collections import deque
 
-from sandbox.isolated import child, limits, namespaces, seccomp, zygote
+from sandbox.isolated import child, limits, namespaces, seccomp, split, zygote
 from sandbox.isolated.pipes import Channel, Writer
 from sandbox.isolated.scratch import clean_scratch
-from sandbox.isolated.syscalls import CLONE_NEWPID, PR_SET_NO_NEW_PRIVS, prctl, unshare
+from sandbox.isolated.syscalls import PR_SET_NO_NEW_PRIVS, prctl
 from sandbox.wire.frames import (
     FILE_CAP,
     FLUSH_BYTES,
@@ -54,7 +54,7 @@ from sandbox.wire.frames import (
     ChildRecords,
     Frames,
 )
-from sandbox.wire.levels import LEVEL_FULL, LEVEL_NAMESPACES, LEVEL_RLIMITS
+from sandbox.wire.levels import LEVEL_FULL, LEVEL_NAMESPACES
 
 # What programs import often enough that importing it in every child would cost more than
 # carrying it in every fork. A preloaded module is not free: each of its pages and mappings is
@@ -131,7 +131,10 @@ class Worker:
             for fd in (job_r, val_w, out_w):
                 os.close(fd)
         os.set_blocking(job_w, False)
-        writer = Writer(job_w, [zygote.frame_job(payload), stdin or b""])  # marshal: zygote.py
+        frames = [zygote.frame_job(payload), stdin or b""]  # marshal: zygote.py
+        if job.get("split"):  # the program's job, then its tests' (sandbox/isolated/split.py)
+            frames = list(map(zygote.frame_job, split.payloads(payload, job["shared"])))
+        writer = Writer(job_w, frames)
         kept: list[bytes] = []  # a whole program's first bytes of stderr (``stderr_bytes``)
         try:
             if stdin is None:
@@ -381,8 +384,8 @@ def _warm_up() -> None:
 
 
 def _start_zygote(args: types.SimpleNamespace, uid: int, level: str) -> socket.socket:
-    """Fork the zygote (after ``_pid_namespace``: the namespace's init); returns the control
-    socket. It gets neither the pool's socket nor our end of the control pair.
+    """Fork the zygote (after ``namespaces.pid_namespace``: the namespace's init); returns the
+    control socket. It gets neither the pool's socket nor our end of the control pair.
 
     Sets ``args.own_proc`` (the zygote mounted the namespace's ``/proc``, see
     ``namespaces.mount_own_proc``), ``args.zygote_proc``, where we read the zygote's
@@ -412,22 +415,6 @@ def _start_zygote(args: types.SimpleNamespace, uid: int, level: str) -> socket.s
     args.pin_note, _, args.lock_note = notes.partition("\0")
     args.zygote_proc = 1 if args.own_proc else pid
     return ours
-
-
-def _pid_namespace(level: str) -> str:
-    """Unshare a PID namespace, so the next process we fork (the zygote) is its init.
-
-    A kernel that refuses leaves the zygote a plain child (a subreaper that finds an
-    execution's processes through ``/proc``), reported as the rlimits-only level: the
-    conservative claim.
-    """
-    if level == LEVEL_RLIMITS:
-        return level
-    try:
-        unshare(CLONE_NEWPID)
-    except OSError:
-        return LEVEL_RLIMITS
-    return level
 
 
 def _prepare() -> None:
@@ -473,7 +460,7 @@ def main(argv: list[str]) -> None:
         level, uid = namespaces.setup_worker(args.index, args.scratch)
     else:
         level, uid = namespaces.setup_unisolated(args.scratch)
-    level = _pid_namespace(level)
+    level = namespaces.pid_namespace(level)
     _prepare()
     ctl = _start_zygote(args, uid, level)
     if level == LEVEL_FULL and not args.locked:

@@ -54,7 +54,7 @@ import types
 from resource import setrlimit
 from typing import NamedTuple
 
-from sandbox.isolated import child, limits, namespaces, pinning, reaping, seccomp
+from sandbox.isolated import child, limits, namespaces, pinning, reaping, seccomp, split
 from sandbox.isolated.syscalls import (
     PR_SET_CHILD_SUBREAPER,
     PR_SET_DUMPABLE,
@@ -71,6 +71,12 @@ def frame_job(payload: dict) -> bytes:
     """A job as the child reads it: its length, then ``marshal``'s bytes."""
     data = marshal.dumps(payload)
     return JOB_HEADER.pack(len(data)) + data
+
+
+def _read_job(fd: int) -> dict:
+    """One job (:func:`frame_job`) from the job pipe."""
+    (size,) = JOB_HEADER.unpack(_read_exactly(fd, JOB_HEADER.size))
+    return marshal.loads(_read_exactly(fd, size))
 
 
 def _read_exactly(fd: int, size: int) -> bytes:
@@ -298,18 +304,20 @@ def _child(fds: list[int], setup: _ChildSetup) -> None:
         # credentials of the descriptor's opener (the front), not ours.
         for fd in setup.cgroup_fds:
             os.write(fd, b"0")
-        (size,) = JOB_HEADER.unpack(_read_exactly(job_r, JOB_HEADER.size))
-        job = marshal.loads(_read_exactly(job_r, size))
+        job = _read_job(job_r)
         os.setsid()
-        stdio = job.get("stdio", False)
+        stdio, split_job = job.get("stdio", False), job.get("split", False)
         # Received descriptors are >= 3 (0, 1 and 2 are open here), so no dup2 below
-        # overwrites one still to be read.
-        os.dup2(job_r if stdio else setup.devnull, 0)
+        # overwrites one still to be read. A split job's tests follow it in the job pipe.
+        os.dup2(job_r if stdio or split_job else setup.devnull, 0)
         os.dup2(val_w if stdio else out_w, 1)
         os.dup2(out_w, 2)
         if not stdio:
             os.dup2(val_w, 3)
-        os.closerange(3 if stdio else 4, 1 << 16)
+        if split_job:
+            os.dup2(setup.devnull, split.DEVNULL_FD)
+        os.closerange(3 if stdio else 5 if split_job else 4, 1 << 16)
+        tests = _read_job(0) if split_job and split.fork() else None
         os.chdir(setup.scratch)
         for which, value in job["limits"]:
             setrlimit(which, (value, value))
@@ -322,6 +330,10 @@ def _child(fds: list[int], setup: _ChildSetup) -> None:
         child.run_command(job["argv"], job["files"])
     if stdio:
         child.run_program(job["code"], job.get("argv"), job.get("files"))
+    if tests is not None:  # the tests' process of a split job (sandbox/isolated/split.py)
+        split.run_tests(tests)
+    if split_job:  # its program's process
+        split.serve(job)
     child.run(job["code"], job["setup_code"], job["parts"])
 
 

@@ -65,6 +65,7 @@ class SandboxPool:
         self._executions: Counter[str] = Counter()
         self._durations: list[float] = []
         self._cache_hits = 0
+        self._split_tests = 0  # tests run in a process of their own (sandbox/isolated/split.py)
         self._restarts = 0
         self._pool_restarts = int(_restarted_by_ray())  # reported once, by the next stats()
         self._closed = False
@@ -274,7 +275,10 @@ class SandboxPool:
             for worker in self._workers:
                 while worker.has_room() and queue:
                     task = queue.popleft()
-                    worker.dispatch(task, task.begin(self.config))
+                    message = task.begin(self.config)
+                    if message.get("split") and task.attempts == 1:
+                        self._split_tests += len(message["parts"])
+                    worker.dispatch(task, message)
             poller = select.poll()
             for worker in self._workers:
                 if worker.in_flight:
@@ -396,6 +400,7 @@ class SandboxPool:
         out["sandbox/exec_p99_ms"] = _percentile(durations, 0.99)
         out["sandbox/cache_hits"] = float(self._cache_hits)
         out["sandbox/tests_fetched"] = float(self._specs.fetched)
+        out["sandbox/tests_split"] = float(self._split_tests)
         out["sandbox/worker_restarts"] = float(self._restarts)
         out["sandbox/pool_restarts"] = float(self._pool_restarts)
         out["sandbox/isolation_level"] = LEVEL_NUMBER[self.isolation]
@@ -404,6 +409,7 @@ class SandboxPool:
         self._executions.clear()
         self._durations.clear()
         self._cache_hits = self._restarts = self._pool_restarts = self._specs.fetched = 0
+        self._split_tests = 0
         return out
 
     def close(self) -> None:

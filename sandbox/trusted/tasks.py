@@ -45,7 +45,7 @@ class FunctionTask:
         if self.plans is None:  # planned here, while the workers already run
             self.plans = _plan(self.job)
         self.judgement = Judgement(self.plans, self.stop_at_first_failure)
-        return {
+        message = {
             "code": self.job.code,
             "setup_code": self.job.setup_code,
             "parts": [plan.child for plan in self.plans],
@@ -55,6 +55,10 @@ class FunctionTask:
             "max_output_bytes": config.max_output_bytes,
             "backstop_s": config.timeout_s + BACKSTOP_S,
         }
+        if any(plan.form == "exec" for plan in self.plans):  # tests that are code: not in the
+            message["split"] = True  # program's process (sandbox/isolated/split.py)
+            message["shared"] = testplan.shared_classes(self.job.setup_code)
+        return message
 
     def on_record(self, record: object) -> bool:
         return self.judgement.on_record(record)  # never raises: a bad record fails a test

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 MAX_DEPTH = 64
@@ -37,6 +38,8 @@ class _Budget:
     def __init__(self) -> None:
         self.nodes = 0
         self.chars = 0
+        # What a value of no builtin type becomes (``sandbox/wire/remote.py``); None: refused.
+        self.other: Callable[[Any], Any] | None = None
 
     def spend(self, nodes: int = 1, chars: int = 0) -> None:
         self.nodes += nodes
@@ -110,6 +113,8 @@ def _encode_container(value: Any, kind: type, budget: _Budget, active: set[int],
                 return [tag, [_encode(x, budget, active, depth + 1) for x in iterate(value)]]
     finally:
         active.discard(key)
+    if budget.other is not None:
+        return budget.other(value)
     raise Unserialisable(f"cannot carry a value of type {kind.__name__}")
 
 

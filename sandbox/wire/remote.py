@@ -1,0 +1,155 @@
+"""Values between a test's process and the program's (``sandbox/isolated/split.py``).
+
+A test that is code (a loop, a ``check`` function, helpers of the dataset's) runs in a process of
+its own; the program's names are proxies there, and every call crosses as canonical values
+(``sandbox/wire/canonical.py``) with two additions:
+
+- **objects of a shared class** (a class the problem's setup code defines, which both processes
+  ran: LeetCode's ``ListNode`` and ``TreeNode``) cross by value, as a table of objects (class
+  name, attributes) that values point into by index: a linked list of 10,000 nodes is a flat
+  table, not 10,000 levels of nesting, and shared or cyclic links survive;
+- **a builtin type** (``int``, as a function's annotations hold it) by its name;
+- **any other object** of the program's (a ``Solution()``, a bound method, an iterator) stays in
+  the program's process and crosses as a *handle*, a number the program's side resolves.
+
+Decoding builds only plain builtins, instances of the receiver's own shared classes (made with
+``object.__new__`` and given their attributes: no constructor of the sender's runs) and
+handles; every shape is checked as ``canonical.rebuild`` checks it.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable
+from typing import Any
+
+from sandbox.wire.canonical import MAX_DEPTH, MAX_NODES, Unserialisable, _Budget, _encode, _keys
+from sandbox.wire.canonical import rebuild as rebuild_plain
+
+OBJ, HANDLE, GRAPH, TYPE = "obj", "handle", "graph", "type"
+
+
+def _attributes(value: Any) -> dict | None:
+    """An object's own attribute dict (a plain ``dict``), or None (slots, no dict)."""
+    try:
+        attrs = object.__getattribute__(value, "__dict__")
+    except AttributeError:
+        return None
+    return attrs if type(attrs) is dict else None
+
+
+def encode(value: Any, shared: frozenset[str], handle: Callable[[Any], int] | None) -> Any:
+    """``value`` as canonical data, objects of ``shared`` classes by value, any other object as
+    ``handle(obj)``'s number (None: refused); raises ``Unserialisable``."""
+    objects: list = []
+    index: dict[int, int] = {}
+
+    def other(obj: Any) -> list:
+        if type(obj) is type and getattr(builtins, obj.__name__, None) is obj:
+            return [TYPE, obj.__name__]  # ``int``, as a function's annotations hold it
+        if type(obj).__name__ in shared and _attributes(obj) is not None:
+            number = index.get(id(obj))
+            if number is None:
+                number = index[id(obj)] = len(objects)
+                objects.append(obj)  # held: ids stay unique while this runs
+            return [OBJ, number]
+        if handle is None:
+            raise Unserialisable(f"cannot carry a value of type {type(obj).__name__}")
+        return [HANDLE, handle(obj)]
+
+    budget = _Budget()
+    budget.other = other
+    root = _encode(value, budget, set(), 0)
+    if not objects:
+        return root
+    table = []
+    for obj in objects:  # grows while attributes reach more objects
+        attrs = [
+            [name, _encode(item, budget, set(), 0)]
+            for name, item in dict.items(_attributes(obj))
+            if type(name) is str
+        ]
+        table.append([type(obj).__name__, attrs])
+    return [GRAPH, [root, table]]
+
+
+def decode(data: Any, classes: dict[str, type], handle: Callable[[int], Any]) -> Any:
+    """Values from :func:`encode`'s data: ``classes`` the receiver's shared classes by name,
+    ``handle`` what a handle's number stands for here; raises ``ValueError`` if malformed."""
+    if type(data) is not list or len(data) != 2 or data[0] != GRAPH:
+        return _Decoder([], handle).value(data, 0)
+    body = data[1]
+    if type(body) is not list or len(body) != 2 or type(body[1]) is not list:
+        raise ValueError("malformed graph")
+    root, table = body
+    if len(table) > MAX_NODES:
+        raise ValueError("too many objects")
+    shells = [_shell(entry, classes) for entry in table]
+    decoder = _Decoder(shells, handle)
+    for shell, (_, attrs) in zip(shells, table):
+        if type(attrs) is not list:
+            raise ValueError("malformed attributes")
+        for pair in attrs:
+            if type(pair) is not list or len(pair) != 2 or not _attribute_name(pair[0]):
+                raise ValueError("malformed attribute")
+            object.__getattribute__(shell, "__dict__")[pair[0]] = decoder.value(pair[1], 0)
+    return decoder.value(root, 0)
+
+
+def _attribute_name(name: Any) -> bool:
+    return type(name) is str and name.isidentifier() and not name.startswith("__")
+
+
+def _shell(entry: Any, classes: dict[str, type]) -> Any:
+    """An instance of the receiver's class of that name, with no constructor run."""
+    if type(entry) is not list or len(entry) != 2 or type(entry[0]) is not str:
+        raise ValueError("malformed object")
+    cls = classes.get(entry[0])
+    if cls is None:
+        raise ValueError(f"no shared class {entry[0][:40]!r} here")
+    shell = object.__new__(cls)
+    if _attributes(shell) is None:
+        raise ValueError(f"class {entry[0][:40]!r} has no attribute dict")
+    return shell
+
+
+class _Decoder:
+    """Containers rebuilt here, so that objects and handles may sit inside them; every other
+    tag by ``canonical.rebuild``."""
+
+    def __init__(self, shells: list, handle: Callable[[int], Any]) -> None:
+        self.shells, self.handle = shells, handle
+
+    def value(self, data: Any, depth: int) -> Any:
+        if depth > MAX_DEPTH + 2:
+            raise ValueError("too deep")
+        if type(data) is not list or len(data) != 2 or type(data[0]) is not str:
+            return rebuild_plain(data, depth)
+        tag, body = data
+        if tag == TYPE:
+            kind = getattr(builtins, body, None) if type(body) is str else None
+            if type(kind) is not type:
+                raise ValueError("malformed type")
+            return kind
+        if tag in (OBJ, HANDLE):
+            if type(body) is not int or body < 0:
+                raise ValueError(f"malformed {tag}")
+            if tag == HANDLE:
+                return self.handle(body)
+            if body >= len(self.shells):
+                raise ValueError("object out of range")
+            return self.shells[body]
+        if tag == "dict":
+            if type(body) is not list or any(type(p) is not list or len(p) != 2 for p in body):
+                raise ValueError("malformed dict")
+            keys = _keys([self.value(k, depth + 1) for k, _ in body])
+            return dict(zip(keys, [self.value(v, depth + 1) for _, v in body]))
+        if tag in _SEQUENCES:
+            if type(body) is not list:
+                raise ValueError("malformed container")
+            items = [self.value(x, depth + 1) for x in body]
+            return _SEQUENCES[tag](_keys(items) if tag in ("set", "frozenset") else items)
+        return rebuild_plain(data, depth)
+
+
+_SEQUENCES: dict[str, Callable] = {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}
