@@ -74,6 +74,9 @@ def _seeds(seed: int, problem_id: str, n: int) -> tuple[int, ...]:
     return tuple(rng.getrandbits(31) for _ in range(n))
 
 
+SLICES = ("kind", "difficulty")  # what every problem's pass@k is also reported by
+
+
 def group_passes(problem: Problem, result: ExecutionResult) -> dict[str, bool]:
     """For a stdin/stdout problem, whether the program passed every test of each of its test
     groups (``sample``, ``secret``, ``secret/subtask1``...); a test not run counts as failed.
@@ -94,6 +97,8 @@ def _record(
     return {
         "groups": group_passes(problem, result),
         "task_id": problem.problem_id,
+        "kind": problem.kind,
+        "difficulty": problem.difficulty,
         "sample_index": sample_index,
         "completion": completion.text,
         "program": program,
@@ -110,7 +115,8 @@ def _record(
 def summarize(records: Sequence[dict], ks: Sequence[int]) -> dict[str, float]:
     """``eval/pass@k`` for every k, from per-sample records; infra errors are not samples.
     Stdin/stdout problems also give ``eval/pass@k/<group>`` for each test group (a sample
-    passes a group when it passes every test of it: ``group_passes``).
+    passes a group when it passes every test of it: ``group_passes``); and every problem
+    ``eval/pass@k/kind/<kind>`` and, where its dataset labels it, ``.../difficulty/<label>``.
 
     A sample the sandbox could not judge (``infra_error``) says nothing about the model, so it
     is dropped from its problem's n rather than counted as a failure.
@@ -119,7 +125,9 @@ def summarize(records: Sequence[dict], ks: Sequence[int]) -> dict[str, float]:
     for record in records:
         if record["verdict"] == Verdict.INFRA_ERROR.value:
             continue
-        for group, passed in [("", record["passed"]), *record.get("groups", {}).items()]:
+        slices = [("", record["passed"]), *record.get("groups", {}).items()]
+        slices += [(f"{key}/{record[key]}", record["passed"]) for key in SLICES if record.get(key)]
+        for group, passed in slices:
             n_c = counts.setdefault(group, {}).setdefault(record["task_id"], [0, 0])
             n_c[0] += 1
             n_c[1] += bool(passed)
@@ -136,14 +144,18 @@ def summarize(records: Sequence[dict], ks: Sequence[int]) -> dict[str, float]:
     return metrics
 
 
-def group_summary(metrics: dict[str, float]) -> dict[str, dict[str, float | None]]:
+def group_summary(metrics: dict[str, float], by: str = "") -> dict[str, dict[str, float | None]]:
     """``summarize``'s per-group estimates as ``{group: {"pass@k": value}}`` (None: no
-    estimate), for a summary file; empty without stdin/stdout problems."""
+    estimate), for a summary file: the test groups (empty without stdin/stdout problems), or
+    with ``by`` one of :data:`SLICES`, the kinds or difficulties."""
     groups: dict[str, dict[str, float | None]] = {}
     for key, value in metrics.items():
         name, _, group = key.removeprefix("eval/").partition("/")
+        first, _, rest = group.partition("/")
+        if first != by if by else first in SLICES:  # another slice's, or a kind's
+            continue
         if name.startswith("pass@") and group:
-            groups.setdefault(group, {})[name] = None if value != value else value
+            groups.setdefault(rest if by else group, {})[name] = None if value != value else value
     return groups
 
 

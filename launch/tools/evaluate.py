@@ -321,6 +321,8 @@ def _summary(args: argparse.Namespace, records: list[dict], num_problems: int, s
         "run_config": args.run_config,
         **{f"pass@{k}": _finite(metrics[f"eval/pass@{k}"]) for k in args.k},
         "groups": group_summary(metrics),
+        "kinds": group_summary(metrics, "kind"),
+        "difficulties": group_summary(metrics, "difficulty"),
         "verdicts": dict(Counter(r["verdict"] for r in records)),
         "infra_error_frac": metrics["eval/infra_error_frac"],
         "seconds": round(seconds, 2),
@@ -489,8 +491,10 @@ def main(argv: list[str] | None = None, worker=None) -> int:
     if args.rerank:
         scores += f"  reranked pass@1 {_fmt(summary['reranked_pass@1'])}"
     print(f"{summary['num_problems']} problems x {args.n} samples: {scores}")
-    for group, by_k in summary["groups"].items():  # stdin/stdout problems' test groups
-        print(f"  tests {group}: " + "  ".join(f"{name} {_fmt(v)}" for name, v in by_k.items()))
+    for title, key in (("tests", "groups"), ("kind", "kinds"), ("difficulty", "difficulties")):
+        for group, by_k in summary[key].items():  # test groups: stdin/stdout problems only
+            scores = "  ".join(f"{name} {_fmt(v)}" for name, v in by_k.items())
+            print(f"  {title} {group}: {scores}")
     print(f"wrote {Path(args.out) / 'samples.jsonl'} and {Path(args.out) / 'summary.json'}")
     return 0
 

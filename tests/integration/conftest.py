@@ -24,3 +24,11 @@ def straight_run(tmp_path_factory, tiny_model_path) -> Config:
     )
     train(config)
     return config
+
+
+@pytest.fixture(scope="session")
+def long_context_model(tmp_path_factory):
+    """The tiny model with room for a contest or LeetCode statement (thousands of its tokens)."""
+    from launch.data.tiny_model import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny8k"), max_position_embeddings=8192)

@@ -77,14 +77,6 @@ def test_evaluate_on_the_checkpoint_agrees_and_reports_each_test_group(demo, tmp
     assert abs(evaluated - trained) <= interval, (evaluated, trained, interval)
 
 
-@pytest.fixture(scope="module")
-def long_context_model(tmp_path_factory):
-    """The tiny model with room for a contest statement (thousands of its tokens)."""
-    from launch.data.tiny_model import build_tiny_model
-
-    return build_tiny_model(tmp_path_factory.mktemp("tiny8k"), max_position_embeddings=8192)
-
-
 def test_a_kick_start_run_judges_every_packages_tests_and_steps(long_context_model, tmp_path):
     args = ["--config", "configs/demo_stdio.toml", "--overwrite", "--run.output_dir", str(tmp_path)]
     args += ["--model.path", str(long_context_model), "--model.max_model_len", "8192"]

@@ -171,3 +171,25 @@ def test_stdio_problems_get_pass_at_k_per_test_group():
     assert metrics["eval/pass@2/secret/a"] == pytest.approx(1 - 1 / 6)
     assert group_summary(metrics)["secret/b"] == {"pass@1": 0.75, "pass@2": 1.0}
     assert "eval/pass@1/sample" not in summarize(records("a", ["passed"]), [1])
+
+
+def test_every_problem_gets_pass_at_k_per_kind_and_difficulty():
+    def row(task: str, kind: str, difficulty: str, passed: bool) -> dict:
+        verdict = "passed" if passed else "failed"
+        return {"task_id": task, "verdict": verdict, "passed": passed, "groups": {}, "kind": kind,
+                "difficulty": difficulty}  # fmt: skip
+
+    rows = [
+        row("a", "class_method", "Easy", True),
+        row("a", "class_method", "Easy", False),
+        row("b", "class_method", "Hard", False),
+        row("b", "class_method", "Hard", False),
+        row("c", "function", "", True),
+        row("c", "function", "", True),
+    ]
+    metrics = summarize(rows, [1])
+    assert metrics["eval/pass@1"] == pytest.approx((0.5 + 0 + 1) / 3)
+    assert metrics["eval/pass@1/kind/class_method"] == pytest.approx(0.25)
+    assert metrics["eval/pass@1/kind/function"] == pytest.approx(1.0)
+    assert group_summary(metrics, "difficulty") == {"Easy": {"pass@1": 0.5}, "Hard": {"pass@1": 0}}
+    assert group_summary(metrics) == {}  # test groups only: none here
