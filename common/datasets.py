@@ -15,10 +15,13 @@ Formats (detected from the first row unless given; see docs/datasets.md):
   ids present (prompt 7, test 257, validation 43, train 120).
 - HumanEval (``task_id, prompt, canonical_solution, test, entry_point``; JSONL, plain or .gz):
   completion-style, ``program_prefix`` is the prompt; one split, ``test``.
+- the public code-RL sets' own rows (:mod:`common.public_sets`): APPS, TACO, CodeContests,
+  LiveCodeBench, DeepCoder; their splits are their files.
 - generic JSONL: ``{"id", "prompt", "tests": [...], "setup_code"?, "reference_solution"?,
   "program_prefix"?, "split"?}``.
 - a directory: Kattis / ICPC problem packages, whole programs judged on stdin/stdout files
-  (:mod:`common.packages`); no splits.
+  (:mod:`common.packages`), or exercism-style exercise folders, a module judged by its
+  ``unittest`` module (:mod:`common.exercism`); no splits.
 
 A malformed row is a user error: :class:`DatasetError` names the file and line
 (``mbpp.jsonl:17: missing field(s) test_list``), and the command-line tools print it without a
@@ -33,8 +36,18 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
+from common.exercism import is_exercise_tree, load_exercises
 from common.leetcode import parse_leetcode_row
 from common.packages import PackageError, load_packages
+from common.public_sets import (
+    SET_NAMES,
+    SkippedRow,
+    detect_public_set,
+    parse_apps_row,
+    parse_code_contests_row,
+    parse_taco_row,
+)
+from common.public_sets_lcb import parse_deepcoder_row, parse_livecodebench_row
 from common.rows import DatasetError, humaneval_tests
 from common.rows import require_fields as _require
 from common.rows import row_string as _string
@@ -50,7 +63,7 @@ MBPP_SPLITS: dict[str, range] = {
     "train": range(601, 975),
 }
 _SPLIT_ALIASES = {"few-shot": "prompt", "fewshot": "prompt", "valid": "validation"}
-FORMATS = ("auto", "mbpp", "humaneval", "leetcode", "generic")
+FORMATS = ("auto", "mbpp", "humaneval", "leetcode", *SET_NAMES, "generic")
 
 MBPP_INSTRUCTION = (
     "You are an expert Python programmer, and here is your task: {text} "
@@ -136,6 +149,9 @@ def detect_format(row: dict, where: str) -> str:
     """The format a row is written in, from the fields only that format has."""
     if "entry_point" in row and "query" in row and "completion" in row:
         return "leetcode"
+    public = detect_public_set(row)
+    if public is not None:
+        return public
     if "entry_point" in row:
         return "humaneval"
     if "test_list" in row:
@@ -144,8 +160,9 @@ def detect_format(row: dict, where: str) -> str:
         return "generic"
     raise DatasetError(
         f"{where}: cannot tell the format: expected MBPP (task_id, text, code, test_list), "
-        "HumanEval (task_id, prompt, canonical_solution, test, entry_point) or generic "
-        "(id, prompt, tests) fields"
+        "HumanEval (task_id, prompt, canonical_solution, test, entry_point), generic "
+        "(id, prompt, tests) or a public set's (APPS, TACO, CodeContests, LiveCodeBench, "
+        "DeepCoder: docs/datasets.md) fields"
     )
 
 
@@ -204,6 +221,11 @@ _PARSERS: dict[str, Callable[[dict, str], Problem]] = {
     "mbpp": parse_mbpp_row,
     "humaneval": parse_humaneval_row,
     "leetcode": parse_leetcode_row,
+    "apps": parse_apps_row,
+    "taco": parse_taco_row,
+    "code_contests": parse_code_contests_row,
+    "livecodebench": parse_livecodebench_row,
+    "deepcoder": parse_deepcoder_row,
     "generic": parse_generic_row,
 }
 
@@ -228,12 +250,17 @@ def parse_rows(
     keep = _split_filter(fmt, split, rows, source)
     problems: list[Problem] = []
     seen: dict[str, int] = {}
+    skipped: list[str] = []
     for number, row in rows:
         where = f"{source}:{number}"
-        if fmt == "mbpp":
-            problem = parse_mbpp_row(row, where, need_prompt=need_prompt)
-        else:
-            problem = _PARSERS[fmt](row, where)
+        try:
+            if fmt == "mbpp":
+                problem = parse_mbpp_row(row, where, need_prompt=need_prompt)
+            else:
+                problem = _PARSERS[fmt](row, where)
+        except SkippedRow as reason:  # a public set's row the sandbox cannot judge
+            skipped.append(f"line {number}: {reason}")
+            continue
         if problem.problem_id in seen:
             raise DatasetError(
                 f"{where}: duplicate id {problem.problem_id!r} (first on line "
@@ -242,6 +269,10 @@ def parse_rows(
         seen[problem.problem_id] = number
         if keep(row):
             problems.append(problem)
+    if skipped:
+        more = ", ..." if len(skipped) > 3 else ""
+        first = "; ".join(skipped[:3]) + more
+        logger.info("%s: skipped %d row(s) that cannot be judged (%s)", source, len(skipped), first)
     return problems
 
 
@@ -264,6 +295,9 @@ def _split_filter(
         return lambda row: True
     if fmt == "leetcode":  # LeetCodeDataset-v0.2.0-train.jsonl.gz, ...-test.jsonl.gz
         raise DatasetError(f"{source}: LeetCodeDataset's splits are its files: give split 'all'")
+    if fmt in SET_NAMES:  # apps_train.jsonl, code_contests_test.jsonl, ...
+        name = SET_NAMES[fmt]
+        raise DatasetError(f"{source}: {name}'s splits are its files: give split 'all'")
     names = sorted({str(row["split"]) for _, row in rows if "split" in row})
     if split not in names:
         have = f"its splits are {', '.join(names)}" if names else "its rows have no 'split' field"
@@ -290,6 +324,9 @@ def load_dataset(
     path = Path(source)
     if path.is_file():
         problems = parse_rows(read_rows(path), str(path), split, fmt)
+    elif path.is_dir() and is_exercise_tree(path):
+        _no_splits(path, split, "exercise folders")
+        problems = load_exercises(path)
     elif path.is_dir():
         problems = _load_package_tree(path, split)
     elif _looks_like_path(str(source)):
@@ -302,11 +339,7 @@ def load_dataset(
 def _load_package_tree(path: Path, split: str | None) -> list[Problem]:
     """Every Kattis / ICPC problem package under ``path`` (``common/packages.py``); those not
     judged yet (interactive, custom validators) are left out and counted in one log line."""
-    if split not in (None, "", "all", "test"):
-        raise DatasetError(
-            f"{path}: problem packages have no splits: set split to 'all' (or 'test') to "
-            f"take every package, not {split!r}"
-        )
+    _no_splits(path, split, "problem packages")
     try:
         problems, skipped = load_packages(path)
     except PackageError as exc:
@@ -316,6 +349,14 @@ def _load_package_tree(path: Path, split: str | None) -> list[Problem]:
         more = ", ..." if len(skipped) > 3 else ""
         logger.info("%s: skipped %d problem package(s) (%s%s)", path, len(skipped), first, more)
     return problems
+
+
+def _no_splits(path: Path, split: str | None, what: str) -> None:
+    if split not in (None, "", "all", "test"):
+        raise DatasetError(
+            f"{path}: {what} have no splits: set split to 'all' (or 'test') to take every "
+            f"one, not {split!r}"
+        )
 
 
 def _looks_like_path(source: str) -> bool:

@@ -12,7 +12,8 @@ tests can build it by hand. The same word means the same thing everywhere:
 
 A problem's tests come in *kinds* (``Problem.kind``): ``function`` tests are Python statements
 that call the program's functions (MBPP, HumanEval); ``class_method`` tests call a method of a
-fresh instance of the program's class each (LeetCode's ``Solution().twoSum``); ``stdio`` tests
+fresh instance of the program's class each (LeetCode's ``Solution().twoSum``); ``test_module``
+tests are the methods of a ``unittest`` module (exercism); ``stdio`` tests
 are input / answer file pairs for a whole program that reads stdin and writes stdout (contest
 problems, Kattis packages), compared as a contest judge compares them
 (``sandbox/trusted/stdio.py``). A test that is code (a loop, a ``check`` function, the
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
-KINDS = ("function", "class_method", "stdio")
+KINDS = ("function", "class_method", "test_module", "stdio")
 SAMPLE_GROUP = "sample"  # a stdin/stdout problem's tests shown in its statement: they run first
 
 
@@ -111,7 +112,8 @@ class Problem:
     #: ``print(n + ▮)``); empty for every dataset's problems
     program_suffix: str = ""
     #: what the tests call: ``Solution().twoSum`` (a fresh instance per test) makes the problem
-    #: a ``class_method`` one; empty or a function's name, ``function``
+    #: a ``class_method`` one, a module's file (``acronym.py``: the program, which a unittest
+    #: module in the setup code tests) a ``test_module`` one; empty or a name, ``function``
     entry_point: str = ""
     #: the dataset's own label (``Easy``, ``Medium``, ``Hard``; ``introductory``...), or empty:
     #: ``launch.evaluate`` reports pass@k per kind and difficulty
@@ -122,6 +124,8 @@ class Problem:
         """How the tests judge a program (:data:`KINDS`)."""
         if self.stdio is not None:
             return "stdio"
+        if self.entry_point.endswith(".py"):
+            return "test_module"
         return "class_method" if "()." in self.entry_point else "function"
 
     @property

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from common.config.base import Section
+from common.datasets import FORMATS
 
 
 class ModelConfig(Section):
@@ -26,7 +27,7 @@ class DataConfig(Section):
         "HumanEval .jsonl[.gz], generic .jsonl), a directory of Kattis problem packages "
         "(stdin/stdout; split 'all') or a Hugging Face dataset name[:config]",
     )
-    format: Literal["auto", "mbpp", "humaneval", "generic"] = "auto"
+    format: Literal[FORMATS] = "auto"
     split: str = Field(
         "train",
         description="MBPP: train, test, validation, prompt; 'all': every row (problem "

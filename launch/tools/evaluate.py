@@ -13,15 +13,12 @@ One line on stderr says which did, and ``summary.json`` names the config (``run_
 other model takes the defaults listed with each option below and needs ``--problems``; without
 ``--split`` every row of the problems file is evaluated.
 
-Generation reuses :class:`actor.rollout_worker.RolloutWorker` in-process (no Ray) and scoring
-the :class:`sandbox.trusted.pool.SandboxPool`, so an evaluation sees exactly the prompts,
-sampling and judging that training does; the sampling and scoring is
-:mod:`launch.loop.evaluation`'s, which the training driver runs for ``eval.every``. pass@k is
-the unbiased estimator of Chen et al. 2021 (:mod:`launch.loop.passk`). The run writes
-``samples.jsonl`` (one row per completion, with its verdict) and ``summary.json`` into ``--out``,
-which is checked before the engine starts: a file, or a directory that already holds something
-(an earlier evaluation), is refused unless ``--overwrite`` is given. Progress goes to stderr,
-the scores to stdout.
+Generation reuses :class:`actor.rollout_worker.RolloutWorker` in-process (no Ray), scoring the
+:class:`sandbox.trusted.pool.SandboxPool`: the prompts, sampling and judging of training, by
+:mod:`launch.loop.evaluation` (also the driver's ``eval.every``); pass@k is Chen et al. 2021's
+unbiased estimator (overall, per kind, difficulty and test group). ``samples.jsonl`` (one row
+per completion) and ``summary.json`` go into ``--out``, checked before the engine starts: one
+that holds something is refused unless ``--overwrite``. Progress on stderr, scores on stdout.
 """
 
 from __future__ import annotations
@@ -57,7 +54,7 @@ from common.config import (
     load_config,
 )
 from common.config.sandbox import ISOLATION_LEVELS, MIN_ISOLATION_HELP
-from common.datasets import DatasetError
+from common.datasets import FORMATS, DatasetError
 from common.help_format import DefaultsHelpFormatter
 from common.prompts import PromptError
 from common.types import Problem, Verdict
@@ -402,7 +399,7 @@ def _add_generation_flags(add) -> None:
         ),
     )
     add("--split", help=_run_help("split", "e.g. test, train, validation, prompt", "all rows"))
-    add("--format", choices=["auto", "mbpp", "humaneval", "generic"], help=_run_help("format"))
+    add("--format", choices=FORMATS, help=_run_help("format"))
     add(
         "--template",
         choices=["auto", "chat", "plain"],

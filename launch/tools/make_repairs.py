@@ -36,7 +36,7 @@ from typing import Any
 from common.arguments import OutputPathError, check_output_file, non_negative_int, positive_int
 from common.config import SandboxConfig
 from common.config.sandbox import ISOLATION_LEVELS, MIN_ISOLATION_HELP
-from common.datasets import DatasetError, load_dataset
+from common.datasets import FORMATS, DatasetError, load_dataset
 from common.help_format import DefaultsHelpFormatter
 from common.types import Problem
 from launch.data.mutations import OPERATORS, count_sites, mutate, normalised
@@ -166,9 +166,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--problems", required=True, help="problems file with references")
     parser.add_argument("--out", required=True, help="the repair tasks (generic JSONL)")
     parser.add_argument("--split", default=None, help="e.g. train; default: every row")
-    parser.add_argument(
-        "--format", default="auto", choices=["auto", "mbpp", "humaneval", "generic"]
-    )
+    parser.add_argument("--format", default="auto", choices=FORMATS)
     parser.add_argument("--per-problem", type=positive_int, default=3, help="bugs kept per problem")
     parser.add_argument(
         "--limit", type=non_negative_int, default=0, help="only the first N problems; 0: all"

@@ -62,7 +62,7 @@ from common.arguments import (
     positive_int,
 )
 from common.config import ConfigError, SandboxConfig
-from common.datasets import DatasetError
+from common.datasets import FORMATS, DatasetError
 from common.help_format import DefaultsHelpFormatter
 from common.prompts import encode_prompt
 from launch.data.model_source import locate_model
@@ -275,9 +275,7 @@ def _add_process_flags(parser: argparse.ArgumentParser) -> None:
     process.add_argument(
         "--split", default=None, help="its split, as in launch.evaluate; default: every row"
     )
-    process.add_argument(
-        "--format", default="auto", choices=["auto", "mbpp", "humaneval", "generic"]
-    )
+    process.add_argument("--format", default="auto", choices=FORMATS)
     process.add_argument("--policy", help="model that continues the prefixes (default: --model)")
     process.add_argument("--mc-programs", type=positive_int, default=64, help="programs to label")
     process.add_argument(

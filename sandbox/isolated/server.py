@@ -133,7 +133,7 @@ class Worker:
         os.set_blocking(job_w, False)
         frames = [zygote.frame_job(payload), stdin or b""]  # marshal: zygote.py
         if job.get("split"):  # the program's job, then its tests' (sandbox/isolated/split.py)
-            frames = list(map(zygote.frame_job, split.payloads(payload, job["shared"])))
+            frames = list(map(zygote.frame_job, split.payloads(payload, job)))
         writer = Writer(job_w, frames)
         kept: list[bytes] = []  # a whole program's first bytes of stderr (``stderr_bytes``)
         try:

@@ -6,10 +6,12 @@ run in the program's own process, which could patch the harness or read the test
 values. For such a job the execution's child forks once, before any program code runs:
 
 - the **program's process** loads the program and then only answers calls: it never receives
-  the tests (they follow its job in the job pipe, and only the tests' process reads them), and
-  its value pipe is closed before the program runs, so it cannot write a record;
+  the tests nor the setup code (they follow its job in the job pipe, and only the tests'
+  process reads them), and its value pipe is closed before the program runs, so it cannot
+  write a record;
 - the **tests' process** runs the setup code and each test, with a proxy (:class:`Remote`) for
-  every name the program defines; a call crosses as values (``sandbox/wire/remote.py``), an
+  every name they use and do not define (the program's); a call crosses as values
+  (``sandbox/wire/remote.py``), an
   object the program keeps (a ``Solution()``) as a handle, dropped after each test, so every
   test starts from fresh instances. It alone writes the records, as the harness does.
 
@@ -22,17 +24,19 @@ writes 8, the tests read 7); 4 is ``/dev/null``, which becomes stdin once the jo
 from __future__ import annotations
 
 import builtins
+import functools
 import json
+import operator
 import os
 import types
 from typing import Any
 
-from sandbox.isolated import child
-from sandbox.wire.remote import decode, encode
+from sandbox.isolated import child, proxies
+from sandbox.isolated.proxies import Calls
+from sandbox.wire.remote import builtin_base, decode, encode
 
 DEVNULL_FD = 4
 FRAME_CAP = 64 * 1024 * 1024  # one call's arguments or value: canonical values are capped far lower
-_PROGRAM_GONE = "the program's process ended"
 
 
 def fork() -> bool:
@@ -84,20 +88,30 @@ def serve(job: dict) -> None:
     closes the requests pipe; never returns."""
     try:
         namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
-        failure = child._load(job["code"], job["setup_code"], namespace)
+        exec(child._code(job["classes"], "<setup>", "exec"), namespace)  # the shared classes
+        failure = child._load(job["code"], "", namespace)
         _send(8, failure or {"t": "loaded"})
         if failure is not None:
             child._exit(0)
         shared = frozenset(job["shared"])
         handles: list = []
+        kept = 0  # the handles the setup code made: every test may use them
         while (request := _receive(5)) is not None:
-            if request.get("op") == "drop":  # the test is over: its objects go
-                handles.clear()
-                continue
-            _send(8, _answer(request, namespace, handles, shared))
+            if request.get("op") == "mark":  # the setup code has run
+                kept = len(handles)
+            elif request.get("op") == "drop":  # the test is over: its objects go
+                del handles[kept:]
+            else:
+                _send(8, _answer(request, namespace, handles, shared))
     except BaseException:
         pass
     child._exit(0)
+
+
+# What a test may apply to a program's object (``proxies.Remote``'s operators and builtins),
+# applied here, where the object is.
+FUNCTIONS = {name: getattr(operator, name) for name in proxies.OPERATORS}
+FUNCTIONS.update({name: getattr(builtins, name) for name in proxies.BUILTINS})
 
 
 def _answer(request: dict, namespace: dict, handles: list, shared: frozenset[str]) -> dict:
@@ -107,86 +121,24 @@ def _answer(request: dict, namespace: dict, handles: list, shared: frozenset[str
 
     classes = {name: namespace[name] for name in shared if isinstance(namespace.get(name), type)}
     try:
-        if "name" in request:
-            name = request["name"]
-            if name not in namespace:
-                raise NameError(f"name {name!r} is not defined")
-            target = namespace[name]
-        else:
-            target = handles[request["h"]]
-        if request["op"] == "attr":
-            result = getattr(target, request["attr"])
+        op = request["op"]
+        if op == "names":  # what the program defines of the names the tests use
+            result = {n: namespace[n] for n in request["names"] if n in namespace}
+        elif op == "apply":
+            args = decode(request["args"], classes, handles.__getitem__)
+            result = FUNCTIONS[request["fn"]](*args)
+        elif op == "attr":
+            result = getattr(handles[request["h"]], request["attr"])
         else:
             args = decode(request["args"], classes, handles.__getitem__)
             kwargs = decode(request["kwargs"], classes, handles.__getitem__)
-            result = target(*args, **kwargs)
+            result = handles[request["h"]](*args, **kwargs)
         return {"v": encode(result, shared, keep)}
     except BaseException as exc:
-        return {"e": child._describe(exc)}
+        return {"e": child._describe(exc), "base": builtin_base(type(exc))}
 
 
 # ---- the tests' process --------------------------------------------------------------------------
-
-
-class ProgramError(Exception):
-    """The program raised an exception that is not a builtin one (or its process ended)."""
-
-
-class _Calls:
-    """The tests' end of the two pipes: one call at a time, each answered."""
-
-    def __init__(self, classes: dict[str, type], shared: frozenset[str]) -> None:
-        self.classes, self.shared = classes, shared
-
-    def ask(self, request: dict) -> Any:
-        _send(6, request)
-        reply = _receive(7)
-        if type(reply) is not dict:
-            raise ProgramError(_PROGRAM_GONE)
-        if "e" in reply:
-            raise _exception(reply["e"])
-        return decode(reply.get("v"), self.classes, lambda number: Remote(self, {"h": number}))
-
-    def arguments(self, value: Any) -> Any:
-        def handle(obj: Any) -> int:
-            target = object.__getattribute__(obj, "_target") if type(obj) is Remote else None
-            if target is None or "h" not in target:
-                raise TypeError(f"cannot pass a {type(obj).__name__} to the program")
-            return target["h"]
-
-        return encode(value, self.shared, handle)
-
-
-def _exception(error: Any) -> BaseException:
-    """The program's exception as the test sees it: a builtin one of the same type (a test may
-    expect a ``ValueError``), anything else a :class:`ProgramError`."""
-    text = str(error.get("exc", "")) if type(error) is dict else ""
-    name, _, message = text.partition(": ")
-    kind = getattr(builtins, name, None)
-    if isinstance(kind, type) and issubclass(kind, Exception) and kind.__module__ == "builtins":
-        return kind(message)
-    return ProgramError(text or "the program's answer was garbled")
-
-
-class Remote:
-    """A name the program defines, or an object it keeps, in the tests' process: calling it or
-    reading an attribute asks the program's process."""
-
-    __slots__ = ("_calls", "_target")
-
-    def __init__(self, calls: _Calls, target: dict) -> None:
-        object.__setattr__(self, "_calls", calls)
-        object.__setattr__(self, "_target", target)
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        calls = object.__getattribute__(self, "_calls")
-        request = {"op": "call", **object.__getattribute__(self, "_target")}
-        request["args"], request["kwargs"] = calls.arguments(list(args)), calls.arguments(kwargs)
-        return calls.ask(request)
-
-    def __getattr__(self, name: str) -> Any:  # ``f.__annotations__`` too
-        calls = object.__getattribute__(self, "_calls")
-        return calls.ask({"op": "attr", "attr": name, **object.__getattribute__(self, "_target")})
 
 
 def _names(code: types.CodeType) -> set[str]:
@@ -208,26 +160,47 @@ def run_tests(job: dict) -> None:
         if type(loaded) is not dict or loaded.get("t") != "loaded":
             child._send(child.frame(_load_failure(loaded)))
             child._exit(0)
-        namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
-        failure = child._load("", job["setup_code"], namespace)
-        if failure is not None:
-            child._send(child.frame(failure))
-            child._exit(0)
-        shared = frozenset(job["shared"])
-        calls = _Calls(
-            {n: namespace[n] for n in shared if isinstance(namespace.get(n), type)}, shared
+        calls = Calls(lambda message: _send(6, message), lambda: _receive(7), job["shared"])
+        namespace = _setup(job["setup_code"], job["parts"], calls)
+        calls.classes.update(
+            {n: namespace[n] for n in calls.shared if type(namespace.get(n)) is type}
         )
+        _send(6, {"op": "mark"})
         child._send(child.LOADED)
         for index, part in enumerate(job["parts"]):
             scope = dict(namespace)
-            for name in _part_names(part) - scope.keys() - builtins.__dict__.keys():
-                scope[name] = Remote(calls, {"name": name})
             child._send(child.frame(child._run_test(index, part, scope, child.CLEAN_BUILTINS)))
             _send(6, {"op": "drop"})
         child._send(child.END)
     except BaseException:
         pass
     child._exit(0)
+
+
+def _setup(source: child.Source, parts: list[dict], calls: Calls) -> dict:
+    """The tests' namespace: the program's values of the names the setup code and the tests use
+    and do not bind (asked for at once), then the setup code run over them (a test module's
+    classes, LeetCode's helpers: what it defines replaces them), with ``__program__(name)``
+    for a name the loader took from an import of the solution's module. A setup code that fails
+    is reported as the load's failure."""
+    namespace: dict[str, Any] = {"__name__": "tests", "__builtins__": builtins}
+    try:
+        code = child._code(source, "<setup>", "exec")
+        names = _names(code).union(*map(_part_names, parts)) - builtins.__dict__.keys()
+        namespace.update(calls.names(list(names)))
+        namespace["__program__"] = functools.partial(_program_name, calls)
+        exec(code, namespace)
+    except BaseException as exc:
+        child._send(child.frame({"t": "load_error", **child._describe(exc)}))
+        child._exit(0)
+    return namespace
+
+
+def _program_name(calls: Calls, name: str) -> Any:
+    found = calls.names([name])
+    if name not in found:
+        raise ImportError(f"cannot import name {name!r} from the program")
+    return found[name]
 
 
 def _part_names(part: dict) -> set[str]:
@@ -243,11 +216,15 @@ def _load_failure(loaded: Any) -> dict:
     if type(loaded) is dict and loaded.get("t") == "load_error":
         kind, exc = str(loaded.get("kind"))[:20], str(loaded.get("exc", ""))[:300]
         return {"t": "load_error", "kind": kind, "exc": exc}  # an unknown kind fails it
-    return {"t": "load_error", "kind": "runtime", "exc": _PROGRAM_GONE}
+    return {"t": "load_error", "kind": "runtime", "exc": "the program's process ended"}
 
 
-def payloads(payload: dict, shared: list[str]) -> tuple[dict, dict]:
-    """The program's job (no tests) and the tests' (no program), from one compiled job: the
-    worker's server writes the second after the first into the job pipe."""
+def payloads(payload: dict, job: dict) -> tuple[dict, dict]:
+    """The program's job (the program and the setup code's shared classes) and the tests'
+    (the setup code and the tests), from one compiled job: the worker's server writes the
+    second after the first into the job pipe."""
+    shared = job["shared"]
     tests = {"setup_code": payload["setup_code"], "parts": payload["parts"], "shared": shared}
-    return {**payload, "parts": [], "split": True, "shared": shared}, tests
+    program = {**payload, "setup_code": "", "parts": [], "split": True, "shared": shared}
+    program["classes"] = child._dataset_code(job["classes"], "<setup>", "exec")
+    return program, tests

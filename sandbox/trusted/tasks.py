@@ -57,7 +57,7 @@ class FunctionTask:
         }
         if any(plan.form == "exec" for plan in self.plans):  # tests that are code: not in the
             message["split"] = True  # program's process (sandbox/isolated/split.py)
-            message["shared"] = testplan.shared_classes(self.job.setup_code)
+            message["shared"], message["classes"] = testplan.shared_classes(self.job.setup_code)
         return message
 
     def on_record(self, record: object) -> bool:

@@ -70,10 +70,17 @@ def _definitions(setup_code: str) -> tuple[ast.stmt, ...]:
     return tuple(n for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef)))
 
 
-def shared_classes(setup_code: str) -> list[str]:
-    """The classes the setup code defines at its top level (LeetCode's ``ListNode``): their
-    objects cross between a split job's two processes by value (``sandbox/wire/remote.py``)."""
-    return [node.name for node in _definitions(setup_code) if isinstance(node, ast.ClassDef)]
+def shared_classes(setup_code: str) -> tuple[list[str], str]:
+    """The plain classes the setup code defines at its top level (no base class: LeetCode's
+    ``ListNode``, not a test module's ``TestCase``), by name and as source: their objects
+    cross between a split job's two processes by value (``sandbox/wire/remote.py``), so the
+    program's process defines them too, before the program."""
+    plain = [
+        node
+        for node in _definitions(setup_code)
+        if isinstance(node, ast.ClassDef) and not node.bases and not node.keywords
+    ]
+    return [node.name for node in plain], "\n\n".join(ast.unparse(node) for node in plain)
 
 
 def _uses_helpers(tree: ast.AST, setup_code: str) -> bool:

@@ -35,16 +35,17 @@ class Unserialisable(Exception):
 
 
 class _Budget:
-    def __init__(self) -> None:
+    def __init__(self, max_nodes: int = MAX_NODES, max_chars: int = MAX_CHARS) -> None:
         self.nodes = 0
         self.chars = 0
+        self.max_nodes, self.max_chars = max_nodes, max_chars
         # What a value of no builtin type becomes (``sandbox/wire/remote.py``); None: refused.
         self.other: Callable[[Any], Any] | None = None
 
     def spend(self, nodes: int = 1, chars: int = 0) -> None:
         self.nodes += nodes
         self.chars += chars
-        if self.nodes > MAX_NODES or self.chars > MAX_CHARS:
+        if self.nodes > self.max_nodes or self.chars > self.max_chars:
             raise Unserialisable("value too large")
 
 

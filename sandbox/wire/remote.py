@@ -8,7 +8,9 @@ its own; the program's names are proxies there, and every call crosses as canoni
   ran: LeetCode's ``ListNode`` and ``TreeNode``) cross by value, as a table of objects (class
   name, attributes) that values point into by index: a linked list of 10,000 nodes is a flat
   table, not 10,000 levels of nesting, and shared or cyclic links survive;
-- **a builtin type** (``int``, as a function's annotations hold it) by its name;
+- **a builtin type** (``int``, as a function's annotations hold it) by its name, an
+  **exception class** by its name and nearest builtin base, a ``datetime`` (``date``, ``time``,
+  ``timedelta``) by its fields;
 - **any other object** of the program's (a ``Solution()``, a bound method, an iterator) stays in
   the program's process and crosses as a *handle*, a number the program's side resolves.
 
@@ -20,13 +22,18 @@ handles; every shape is checked as ``canonical.rebuild`` checks it.
 from __future__ import annotations
 
 import builtins
+import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
-from sandbox.wire.canonical import MAX_DEPTH, MAX_NODES, Unserialisable, _Budget, _encode, _keys
+from sandbox.wire.canonical import MAX_DEPTH, Unserialisable, _Budget, _encode, _keys
 from sandbox.wire.canonical import rebuild as rebuild_plain
 
-OBJ, HANDLE, GRAPH, TYPE = "obj", "handle", "graph", "type"
+OBJ, HANDLE, GRAPH, TYPE, ERROR, TIME = "obj", "handle", "graph", "type", "exception", "datetime"
+# One call's arguments or value, between two sandboxed processes (the front's own bound,
+# ``canonical.MAX_NODES``, is for what it must hold): a test may pass a list of a million.
+CALL_NODES, CALL_CHARS = 10_000_000, 64_000_000
+_TIMES = {cls.__name__: cls for cls in (dt.date, dt.datetime, dt.time, dt.timedelta)}
 
 
 def _attributes(value: Any) -> dict | None:
@@ -47,6 +54,10 @@ def encode(value: Any, shared: frozenset[str], handle: Callable[[Any], int] | No
     def other(obj: Any) -> list:
         if type(obj) is type and getattr(builtins, obj.__name__, None) is obj:
             return [TYPE, obj.__name__]  # ``int``, as a function's annotations hold it
+        if isinstance(obj, type) and issubclass(obj, BaseException):
+            return [ERROR, [obj.__name__, builtin_base(obj)]]
+        if type(obj).__name__ in _TIMES and type(obj) is _TIMES[type(obj).__name__]:
+            return [TIME, [type(obj).__name__, _time_fields(obj)]]
         if type(obj).__name__ in shared and _attributes(obj) is not None:
             number = index.get(id(obj))
             if number is None:
@@ -57,7 +68,7 @@ def encode(value: Any, shared: frozenset[str], handle: Callable[[Any], int] | No
             raise Unserialisable(f"cannot carry a value of type {type(obj).__name__}")
         return [HANDLE, handle(obj)]
 
-    budget = _Budget()
+    budget = _Budget(CALL_NODES, CALL_CHARS)
     budget.other = other
     root = _encode(value, budget, set(), 0)
     if not objects:
@@ -73,19 +84,45 @@ def encode(value: Any, shared: frozenset[str], handle: Callable[[Any], int] | No
     return [GRAPH, [root, table]]
 
 
-def decode(data: Any, classes: dict[str, type], handle: Callable[[int], Any]) -> Any:
+def builtin_base(kind: type) -> str:
+    """The nearest builtin class among an exception class's bases (``Exception`` at least)."""
+    return next((c.__name__ for c in kind.__mro__ if c.__module__ == "builtins"), "Exception")
+
+
+def _time_fields(value: Any) -> list:
+    if type(value) is dt.timedelta:
+        return [value.days, value.seconds, value.microseconds]
+    return [value.isoformat()]
+
+
+def _time(body: Any) -> Any:
+    if type(body) is not list or len(body) != 2 or body[0] not in _TIMES:
+        raise ValueError("malformed datetime")
+    kind, fields = _TIMES[body[0]], body[1]
+    if type(fields) is not list or not all(type(f) in (int, str) for f in fields):
+        raise ValueError("malformed datetime")
+    return kind(*fields) if kind is dt.timedelta else kind.fromisoformat(*fields)
+
+
+def decode(
+    data: Any,
+    classes: dict[str, type],
+    handle: Callable[[int], Any],
+    exception: Callable[[str, str], type] | None = None,
+) -> Any:
     """Values from :func:`encode`'s data: ``classes`` the receiver's shared classes by name,
-    ``handle`` what a handle's number stands for here; raises ``ValueError`` if malformed."""
+    ``handle`` what a handle's number stands for here, ``exception`` the class here for an
+    exception class of the sender's (None: refused); raises ``ValueError`` if malformed."""
     if type(data) is not list or len(data) != 2 or data[0] != GRAPH:
-        return _Decoder([], handle).value(data, 0)
+        return _Decoder([], handle, exception).value(data, 0)
     body = data[1]
     if type(body) is not list or len(body) != 2 or type(body[1]) is not list:
         raise ValueError("malformed graph")
     root, table = body
-    if len(table) > MAX_NODES:
+    if len(table) > CALL_NODES:
         raise ValueError("too many objects")
     shells = [_shell(entry, classes) for entry in table]
-    decoder = _Decoder(shells, handle)
+    decoder = _Decoder(shells, handle, exception)
     for shell, (_, attrs) in zip(shells, table):
         if type(attrs) is not list:
             raise ValueError("malformed attributes")
@@ -117,8 +154,8 @@ class _Decoder:
     """Containers rebuilt here, so that objects and handles may sit inside them; every other
     tag by ``canonical.rebuild``."""
 
-    def __init__(self, shells: list, handle: Callable[[int], Any]) -> None:
-        self.shells, self.handle = shells, handle
+    def __init__(self, shells: list, handle: Callable, exception: Callable | None) -> None:
+        self.shells, self.handle, self.exception = shells, handle, exception
 
     def value(self, data: Any, depth: int) -> Any:
         if depth > MAX_DEPTH + 2:
@@ -126,6 +163,14 @@ class _Decoder:
         if type(data) is not list or len(data) != 2 or type(data[0]) is not str:
             return rebuild_plain(data, depth)
         tag, body = data
+        if tag == TIME:
+            return _time(body)
+        if tag == ERROR:
+            if self.exception is None or type(body) is not list or len(body) != 2:
+                raise ValueError("malformed exception class")
+            if not all(type(part) is str and part.isidentifier() for part in body):
+                raise ValueError("malformed exception class")
+            return self.exception(*body)
         if tag == TYPE:
             kind = getattr(builtins, body, None) if type(body) is str else None
             if type(kind) is not type:

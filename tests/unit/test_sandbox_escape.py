@@ -26,6 +26,7 @@ import pytest
 
 from sandbox.trusted import cgroups
 from tests.unit.sandbox_helpers import REPO_ROOT
+from tests.unit.test_exercism import EXCLUDED as EXERCISM_EXCLUDED
 from tests.unit.test_leetcode import EXCLUDED as LEETCODE_EXCLUDED
 
 USER = "grpo-sandbox-test"
@@ -245,15 +246,16 @@ REFERENCES = {  # the problems file, its rows, the references that may fail (and
     "mbpp.jsonl": (974, set()),
     "sanitized-mbpp.json": (427, set()),
     "leetcode/LeetCodeDataset-v0.2.0-test.jsonl.gz": (200, LEETCODE_EXCLUDED),
+    "exercism-python": (140, EXERCISM_EXCLUDED),
 }
 
 
 @pytest.mark.parametrize("name", list(REFERENCES))
 def test_every_reference_passes_as_an_ordinary_user(ordinary: Runner, name: str) -> None:
     """The view, the IPC namespace, the filter and the memory layer as that user take nothing
-    a reference solution needs, nor does a LeetCode test run in its own process (as root:
-    tests/unit/test_sandbox_mbpp.py, tests/unit/test_leetcode.py). The timeout leaves room for
-    MBPP task 123 (~2.4 s alone) on a loaded machine, as there."""
+    a reference solution needs, nor does a test run in its own process (as root:
+    tests/unit/test_sandbox_mbpp.py, test_leetcode.py, test_exercism.py). The timeout leaves
+    room for MBPP task 123 (~2.4 s alone) on a loaded machine, as there."""
     if not ordinary.prefix:
         pytest.skip("not root: tests/unit/test_sandbox_mbpp.py runs as this ordinary user")
     problems = REPO_ROOT.parent / "shared" / "data" / name
