@@ -58,6 +58,7 @@ from common.config import SandboxConfig
 from common.types import ExecutionJob, ExecutionResult
 from sandbox.isolated.reaping import descendants
 from sandbox.problems import CheckProblem, ProblemFileError, load_problems
+from sandbox.trusted import testplan
 from sandbox.trusted.pool import SandboxIsolationError, SandboxPool
 
 EMPTY_PROGRAMS = 200  # enough CPU (~0.4 s) for the clock-tick counters to be well above zero
@@ -252,15 +253,21 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m sandbox.bench",
         description="Throughput of the sandbox pool against one fresh python process per "
-        "sample, on the same MBPP reference solutions.",
+        "sample, on the same reference solutions (MBPP by default).",
         epilog="--stdio: stdin/stdout judging on the Kick Start packages instead "
         "(python -m sandbox.bench --stdio --help)",
     )
     parser.add_argument(
         "--problems",
         default=DEFAULT_PROBLEMS,
-        help="MBPP rows (JSONL); default: shared/data/mbpp.jsonl beside the checkout, here "
-        "%(default)s",
+        help="a problems file with reference solutions (MBPP, LeetCodeDataset...); default: "
+        "shared/data/mbpp.jsonl beside the checkout, here %(default)s",
+    )
+    parser.add_argument(
+        "--only-split",
+        action="store_true",
+        help="only problems with a test that is code, which the pool runs in a process of its "
+        "own beside the program's (LeetCode's linked lists and trees)",
     )
     parser.add_argument(
         "--limit",
@@ -312,12 +319,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no problems file at {args.problems}; give --problems FILE", file=sys.stderr)
         return 2
     try:
-        problems = list(load_problems(args.problems).values())[: args.limit]
-        _bench(args, problems)
+        problems = list(load_problems(args.problems).values())
+        if args.only_split:  # jobs whose tests run in a process of their own
+            problems = [p for p in problems if _split(p)]
+        _bench(args, problems[: args.limit])
     except (ProblemFileError, SandboxIsolationError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def _split(problem: CheckProblem) -> bool:
+    """Whether the pool runs the problem's tests apart from the program (a test that is code,
+    ``sandbox/isolated/split.py``); the baseline runs them in its one process, as before."""
+    forms = (testplan.plan_test(test, problem.setup_code).form for test in problem.tests)
+    return problem.stdio is None and "exec" in forms
 
 
 def _bench(args: argparse.Namespace, problems: list[CheckProblem]) -> None:
@@ -330,7 +346,7 @@ def _bench(args: argparse.Namespace, problems: list[CheckProblem]) -> None:
         cpu_affinity=args.cpu_affinity,
         pin_hot_pages=not args.no_pin,
     )
-    print(f"{len(jobs)} MBPP reference solutions, {args.workers} workers, {os.cpu_count()} CPUs")
+    print(f"{len(jobs)} reference solutions, {args.workers} workers, {os.cpu_count()} CPUs")
     print(baseline_startup())
     with SandboxPool(config, cgroup=not args.no_cgroup) as pool:
         print(
