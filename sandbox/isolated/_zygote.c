@@ -25,7 +25,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define JOB_FDS 3      /* the child's job pipe (read end), value and output pipes (write ends) */
+#define JOB_FDS 5 /* job pipe (read end), value and output pipes (write ends), and for a split
+                   * job's two processes their call pipes' ends (sandbox/isolated/split.py) */
 #define GRACE_POLLS 100 /* a child that closed its value pipe gets up to 100 x 1 ms to end */
 
 /* One message from the server and up to JOB_FDS descriptors (extra ones are closed).
@@ -133,16 +134,21 @@ static PyObject *serve(PyObject *Py_UNUSED(module), PyObject *arg) {
             close_all(fds, nfds);
             Py_RETURN_NONE;
         }
-        if (buf[0] == 'R' && nfds == JOB_FDS) {
+        /* "R": the execution's (main) child; "r": another of its processes (a split job's
+         * tests), swept with it but not the one whose ending is reported */
+        if ((buf[0] == 'R' || buf[0] == 'r') && (nfds == 3 || nfds == JOB_FDS)) {
             PyOS_BeforeFork();
             pid_t pid = fork();
             if (pid == 0) {
                 PyOS_AfterFork_Child();
-                return Py_BuildValue("(iii)", fds[0], fds[1], fds[2]);
+                PyObject *tuple = PyTuple_New(nfds);
+                for (int i = 0; tuple && i < nfds; i++)
+                    PyTuple_SET_ITEM(tuple, i, PyLong_FromLong(fds[i]));
+                return tuple;
             }
             PyOS_AfterFork_Parent();
             close_all(fds, nfds);
-            main_pid = pid;
+            if (buf[0] == 'R') main_pid = pid;
             if (pid < 0) send(ctl, "F", 1, MSG_NOSIGNAL);
             continue;
         }
@@ -160,7 +166,8 @@ static PyObject *serve(PyObject *Py_UNUSED(module), PyObject *arg) {
 
 static PyMethodDef methods[] = {
     {"serve", serve, METH_O,
-     "serve(ctl_fd) -> (job_r, val_w, out_w) in a new child, None once the server has gone."},
+     "serve(ctl_fd) -> (job_r, val_w, out_w[, call_in, call_out]) in a new child, None once "
+     "the server has gone."},
     {NULL, NULL, 0, NULL},
 };
 

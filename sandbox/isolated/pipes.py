@@ -4,6 +4,7 @@ child through (the job, then a whole program's stdin)."""
 from __future__ import annotations
 
 import os
+import select
 from collections import deque
 
 from sandbox.wire.frames import MESSAGE_CAP, READ_BYTES, Frames, decode_message, encode
@@ -52,6 +53,13 @@ class Writer:
                 return False
             self.pieces.popleft()
         return True
+
+    def write_all(self) -> None:
+        """Write everything, waiting while the pipe is full, then close (a reader that is gone
+        ends it too)."""
+        while not self.write():
+            select.select([], [self.fd], [])
+        self.close()
 
     def close(self) -> None:
         if self.fd >= 0:

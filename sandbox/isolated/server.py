@@ -11,20 +11,18 @@ Two processes, because a fork write-protects every page of the process that fork
 pays a copy-on-write fault, and the CPU it costs, for each page it writes afterwards: many per
 execution when the process that forked also did the polling and the JSON (docs/benchmarks.md,
 sandbox section). The server never forks again, so the zygote's work per execution is a few
-system calls, and the server's is free of faults. Before this design each execution also forked
-twice (an intermediate to unshare a fresh PID namespace, then its init).
+system calls, and the server's is free of faults. Neither process imports zmq or
+``threading``: ``threading``'s after-fork hook alone costs a child a hundred-odd page faults.
 
-Neither process imports zmq or ``threading``: ``threading``'s after-fork hook alone costs
-a child a hundred-odd page faults, and every zmq message wakes an I/O thread.
-
-Per execution the server makes three pipes (job, values, output), hands the child's ends to the
-zygote, writes the job into the job pipe and watches: the value pipe (records), the merged
-stdout/stderr pipe (counted and discarded, so a print flood costs nothing) and, for a job whose
-records stream to the pool, the socket (``stop`` for this job; later ``run`` messages are
-queued). The pool keeps two jobs in flight per worker, so the next ``run`` is usually already
-there; for other jobs it waits in the socket until this one is done, which saves a wake-up, and
-the CPU it costs, per execution (docs/benchmarks.md, sandbox section). Deadlines are enforced
-by having the zygote SIGKILL everything, which no ``except BaseException`` can swallow.
+Per execution the server makes three pipes (job, values, output; a split job's two processes
+more: ``_start_split``), hands the child's ends to the zygote, writes the job into the job pipe
+and watches: the value pipe (records), the merged stdout/stderr pipe (counted and discarded, so
+a print flood costs nothing) and, for a job whose records stream to the pool, the socket
+(``stop`` for this job; later ``run`` messages are queued). The pool keeps two jobs in flight
+per worker, so the next ``run`` is usually already there; for other jobs it waits in the socket
+until this one is done, which saves a wake-up per execution (docs/benchmarks.md, sandbox
+section). Deadlines are enforced by having the zygote SIGKILL everything, which no ``except
+BaseException`` can swallow.
 """
 
 from __future__ import annotations
@@ -80,9 +78,8 @@ PRELOAD = [
     "string",
     "typing",
 ]
-IDLE_POLL_S = 0.5
+IDLE_POLL_S, WARM_UP_ROUNDS = 0.5, 20
 POLL_IN = select.POLLIN | select.POLLHUP | select.POLLERR
-WARM_UP_ROUNDS = 20
 WARM_UP_CODE = "import re\ndef f(x):\n    return [x + 1, 'a', (1, 2.5), {1: None}]\n"
 WARM_UP_PARTS = [{"kind": "value", "exprs": [f"f({i})"]} for i in range(3)]
 # The zygote's calibration (sandbox/isolated/pinning.py): the warm-up job, then a stop, so the
@@ -125,15 +122,14 @@ class Worker:
         val_r, val_w = os.pipe()
         out_r, out_w = os.pipe()
         records: list = []
-        try:
-            socket.send_fds(self.ctl, [b"R"], [job_r, val_w, out_w])
-        finally:
-            for fd in (job_r, val_w, out_w):
-                os.close(fd)
-        os.set_blocking(job_w, False)
         frames = [zygote.frame_job(payload), stdin or b""]  # marshal: zygote.py
-        if job.get("split"):  # the program's job, then its tests' (sandbox/isolated/split.py)
-            frames = list(map(zygote.frame_job, split.payloads(payload, job)))
+        if job.get("split"):  # two processes (sandbox/isolated/split.py)
+            program, tests = map(zygote.frame_job, split.payloads(payload, job))
+            frames = [program]
+            self._start_split(job_r, val_w, out_w, tests)
+        else:
+            self._start([(b"R", [job_r, val_w, out_w])])
+        os.set_blocking(job_w, False)
         writer = Writer(job_w, frames)
         kept: list[bytes] = []  # a whole program's first bytes of stderr (``stderr_bytes``)
         try:
@@ -152,6 +148,25 @@ class Worker:
         else:  # what a whole program wrote and was not sent yet, and its exit status
             out, err = b"".join(records), b"".join(kept)
             self._done(job, status, signum, [], start, out=out, err=err, exit=exit_status)
+
+    def _start(self, children: list[tuple[bytes, list[int]]]) -> None:
+        """Have the zygote fork each child with its descriptors, then closed here."""
+        try:
+            for message, fds in children:
+                socket.send_fds(self.ctl, [message], fds)
+        finally:
+            for fd in {fd for _, fds in children for fd in fds}:
+                os.close(fd)
+
+    def _start_split(self, job_r: int, val_w: int, out_w: int, tests: bytes) -> None:
+        """A split job's program's process (the output pipe in its value pipe's slot) and its
+        tests' (their job written at once: it reads it first), the call pipes between them."""
+        request_r, request_w = os.pipe()
+        reply_r, reply_w = os.pipe()
+        tests_r, tests_w = os.pipe()
+        program_fds = [job_r, out_w, out_w, request_r, reply_w]
+        self._start([(b"R", program_fds), (b"r", [tests_r, val_w, out_w, reply_r, request_w])])
+        Writer(tests_w, [tests]).write_all()
 
     def _done(
         self, job: dict, status: str, signum: int, records: list, start: float, **more: object
@@ -438,11 +453,9 @@ def main(argv: list[str]) -> None:
     """Isolate, prepare, fork the zygote, report ready, serve until the pool goes away.
 
     ``argv[0]`` is the pool's options as one JSON object (index, fd, scratch, memory_mb,
-    isolation, cpu, pin, loop_library: the path of the zygote's C loop, or None;
-    cgroup_fds, oom_fd, memory_fallback: the execution cgroup's descriptors, or none and
-    whether children refuse themselves a second process):
-    ``argparse`` would import ``shutil``, and with it zlib, bz2 and lzma, into the zygote,
-    whose every mapping each fork copies and each exit tears down.
+    isolation, cpu, pin, loop_library: the zygote's C loop or None; cgroup_fds, oom_fd,
+    memory_fallback): ``argparse`` would import ``shutil``, and with it zlib, bz2 and lzma,
+    into the zygote, whose every mapping each fork copies and each exit tears down.
     """
     args = types.SimpleNamespace(**json.loads(argv[0]))
     args.front_pid = os.getppid()

@@ -1,24 +1,23 @@
 """A test that is code, judged in a process the program cannot reach.
 
 A ``check`` function with a loop, a test that builds its input with the dataset's helpers
-(LeetCode's ``list_node``), any test the trusted side cannot judge from values alone, used to
-run in the program's own process, which could patch the harness or read the test's expected
-values. For such a job the execution's child forks once, before any program code runs:
+(LeetCode's ``list_node``), a test module, any test the trusted side cannot judge from values
+alone, used to run in the program's own process, which could patch the harness or read the
+test's expected values. Such a job runs as two processes, both forked by the zygote:
 
-- the **program's process** loads the program and then only answers calls: it never receives
-  the tests nor the setup code (they follow its job in the job pipe, and only the tests'
-  process reads them), and its value pipe is closed before the program runs, so it cannot
-  write a record;
-- the **tests' process** runs the setup code and each test, with a proxy (:class:`Remote`) for
-  every name they use and do not define (the program's); a call crosses as values
-  (``sandbox/wire/remote.py``), an
-  object the program keeps (a ``Solution()``) as a handle, dropped after each test, so every
-  test starts from fresh instances. It alone writes the records, as the harness does.
+- the **program's process** reads its own job (the program, and the setup code's plain classes
+  whose objects cross by value) and then only answers calls; it never receives the tests nor
+  the rest of the setup code, which come in the other's job pipe, and its value pipe is closed
+  before the program runs, so it cannot write a record;
+- the **tests' process** runs the setup code and each test, with a proxy for every name they
+  use and do not define (the program's: ``sandbox/isolated/proxies.py``); a call crosses as
+  values (``sandbox/wire/remote.py``), an object the program keeps (a ``Solution()``) as a
+  handle, dropped after each test, so every test starts from fresh instances. It alone writes
+  the records, as the harness does.
 
-The tests' process is the program's child, non-dumpable as every process of the sandbox: the
-program can kill it (its tests then fail), not read or trace it. Descriptors, in both: 5 and 6
-the requests (the program reads 5, the tests write 6), 7 and 8 the replies (the program
-writes 8, the tests read 7); 4 is ``/dev/null``, which becomes stdin once the job is read.
+Both are non-dumpable, as every process of the sandbox: the program can kill the tests' process
+(its tests then fail), not read or trace it. Each reads its calls on descriptor 4 and writes on
+5: the requests go from the tests' 5 to the program's 4, the replies back.
 """
 
 from __future__ import annotations
@@ -35,24 +34,9 @@ from sandbox.isolated import child, proxies
 from sandbox.isolated.proxies import Calls
 from sandbox.wire.remote import builtin_base, decode, encode
 
-DEVNULL_FD = 4
+IN_FD, OUT_FD = 4, 5  # each process's call pipes: what it reads, what it writes
+PARKED_FD = 1000  # where the zygote's child holds them while it places 0-5 (zygote._child)
 FRAME_CAP = 64 * 1024 * 1024  # one call's arguments or value: canonical values are capped far lower
-
-
-def fork() -> bool:
-    """In the execution's child, its job read and descriptors 0-4 placed: fork the tests'
-    process; True there, False in the program's. Each closes what the other holds."""
-    request_r, request_w = os.pipe()  # 5, 6: the lowest free descriptors
-    reply_r, reply_w = os.pipe()  # 7, 8
-    if os.fork() == 0:
-        os.close(request_r)
-        os.close(reply_w)
-        return True
-    for fd in (request_w, reply_r, child.VALUE_FD):
-        os.close(fd)
-    os.dup2(DEVNULL_FD, 0)  # the tests wait behind the job in the job pipe: never read here
-    os.close(DEVNULL_FD)
-    return False
 
 
 def _send(fd: int, message: dict) -> None:
@@ -90,19 +74,19 @@ def serve(job: dict) -> None:
         namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
         exec(child._code(job["classes"], "<setup>", "exec"), namespace)  # the shared classes
         failure = child._load(job["code"], "", namespace)
-        _send(8, failure or {"t": "loaded"})
+        _send(OUT_FD, failure or {"t": "loaded"})
         if failure is not None:
             child._exit(0)
         shared = frozenset(job["shared"])
         handles: list = []
         kept = 0  # the handles the setup code made: every test may use them
-        while (request := _receive(5)) is not None:
+        while (request := _receive(IN_FD)) is not None:
             if request.get("op") == "mark":  # the setup code has run
                 kept = len(handles)
             elif request.get("op") == "drop":  # the test is over: its objects go
                 del handles[kept:]
             else:
-                _send(8, _answer(request, namespace, handles, shared))
+                _send(OUT_FD, _answer(request, namespace, handles, shared))
     except BaseException:
         pass
     child._exit(0)
@@ -154,23 +138,23 @@ def run_tests(job: dict) -> None:
     the program's job, from the job pipe) and write its record, as ``child.run`` does; never
     returns."""
     try:
-        os.dup2(DEVNULL_FD, 0)
-        os.close(DEVNULL_FD)
-        loaded = _receive(7)
+        loaded = _receive(IN_FD)
         if type(loaded) is not dict or loaded.get("t") != "loaded":
             child._send(child.frame(_load_failure(loaded)))
             child._exit(0)
-        calls = Calls(lambda message: _send(6, message), lambda: _receive(7), job["shared"])
+        calls = Calls(
+            lambda message: _send(OUT_FD, message), lambda: _receive(IN_FD), job["shared"]
+        )
         namespace = _setup(job["setup_code"], job["parts"], calls)
         calls.classes.update(
             {n: namespace[n] for n in calls.shared if type(namespace.get(n)) is type}
         )
-        _send(6, {"op": "mark"})
+        _send(OUT_FD, {"op": "mark"})
         child._send(child.LOADED)
         for index, part in enumerate(job["parts"]):
             scope = dict(namespace)
             child._send(child.frame(child._run_test(index, part, scope, child.CLEAN_BUILTINS)))
-            _send(6, {"op": "drop"})
+            _send(OUT_FD, {"op": "drop"})
         child._send(child.END)
     except BaseException:
         pass
@@ -221,10 +205,9 @@ def _load_failure(loaded: Any) -> dict:
 
 def payloads(payload: dict, job: dict) -> tuple[dict, dict]:
     """The program's job (the program and the setup code's shared classes) and the tests'
-    (the setup code and the tests), from one compiled job: the worker's server writes the
-    second after the first into the job pipe."""
+    (the setup code and the tests), from one compiled job, each for its own job pipe."""
     shared = job["shared"]
-    tests = {"setup_code": payload["setup_code"], "parts": payload["parts"], "shared": shared}
+    tests = {**payload, "code": "", "tests": True, "shared": shared}
     program = {**payload, "setup_code": "", "parts": [], "split": True, "shared": shared}
     program["classes"] = child._dataset_code(job["classes"], "<setup>", "exec")
     return program, tests

@@ -20,9 +20,12 @@ Protocol on a SOCK_SEQPACKET socketpair with the server:
 - ``R`` + three descriptors (job pipe read end, value pipe and output pipe write ends):
   fork a child, which reads its job (code, setup code, test parts, rlimits; framed by
   :func:`frame_job`) from the job pipe and then runs it. Replies ``F`` only if the fork
-  failed. A whole program's job (``stdio``) goes on in the same pipe with the test's input,
-  which becomes the program's stdin; its stdout is the value pipe and its stderr the output
-  pipe (no records: a contest judge reads the program's output and exit status).
+  failed. A split job (``sandbox/isolated/split.py``) sends five: its call pipes' two ends
+  follow, for the program's process (``R``) and then its tests' (``r``: swept with the
+  execution, but not the child whose ending is reported). A whole program's job (``stdio``)
+  goes on in the same pipe with the test's input, which becomes the program's stdin; its
+  stdout is the value pipe and its stderr the output pipe (no records: a contest judge reads
+  the program's output and exit status).
 - ``K`` + grace byte: kill the execution's processes; reply ``S`` + (has status, wait status
   of the child, whether we killed it). With grace, a child that already closed its value
   pipe gets up to 100 ms to die on its own first, so the signal that really ended it is seen.
@@ -166,12 +169,13 @@ def _python_loop(ctl: socket.socket, setup: _ChildSetup, in_namespace: bool) -> 
     until the server's end closes. Returns in the zygote only; a child runs its job."""
     main = -1
     while True:
-        message, fds, _, _ = socket.recv_fds(ctl, 16, 3)
+        message, fds, _, _ = socket.recv_fds(ctl, 16, 5)
         if not message:
             return
-        if message[:1] == b"R" and len(fds) == 3:
-            main = _start(fds, setup)
-            if main < 0:
+        if message[:1] in (b"R", b"r") and len(fds) in (3, 5):
+            pid = _start(fds, setup)
+            main = pid if message[:1] == b"R" else main
+            if pid < 0:
                 ctl.send(b"F")
         else:
             for fd in fds:
@@ -298,7 +302,8 @@ def _child(fds: list[int], setup: _ChildSetup) -> None:
     The environment is already empty, the umask and no-new-privileges already set (in the
     worker, inherited): every Python line here costs page faults in every child.
     """
-    job_r, val_w, out_w = fds
+    job_r, val_w, out_w = fds[:3]
+    calls = fds[3:]  # a split job's process: its call pipes' ends, in and out
     try:
         # First, so that all it allocates is charged to the group. The kernel checks the
         # credentials of the descriptor's opener (the front), not ours.
@@ -306,18 +311,20 @@ def _child(fds: list[int], setup: _ChildSetup) -> None:
             os.write(fd, b"0")
         job = _read_job(job_r)
         os.setsid()
-        stdio, split_job = job.get("stdio", False), job.get("split", False)
+        stdio = job.get("stdio", False)
         # Received descriptors are >= 3 (0, 1 and 2 are open here), so no dup2 below
-        # overwrites one still to be read. A split job's tests follow it in the job pipe.
-        os.dup2(job_r if stdio or split_job else setup.devnull, 0)
+        # overwrites one still to be read; the call pipes' ends go high first, then to 4 and 5.
+        calls = [os.dup2(fd, split.PARKED_FD + i) for i, fd in enumerate(calls)]
+        os.dup2(job_r if stdio else setup.devnull, 0)
         os.dup2(val_w if stdio else out_w, 1)
         os.dup2(out_w, 2)
         if not stdio:
             os.dup2(val_w, 3)
-        if split_job:
-            os.dup2(setup.devnull, split.DEVNULL_FD)
-        os.closerange(3 if stdio else 5 if split_job else 4, 1 << 16)
-        tests = _read_job(0) if split_job and split.fork() else None
+        for target, fd in zip((split.IN_FD, split.OUT_FD), calls):
+            os.dup2(fd, target)
+        os.closerange(3 if stdio else 6 if calls else 4, 1 << 16)
+        if job.get("split"):  # the program's process writes no record
+            os.close(3)
         os.chdir(setup.scratch)
         for which, value in job["limits"]:
             setrlimit(which, (value, value))
@@ -330,9 +337,9 @@ def _child(fds: list[int], setup: _ChildSetup) -> None:
         child.run_command(job["argv"], job["files"])
     if stdio:
         child.run_program(job["code"], job.get("argv"), job.get("files"))
-    if tests is not None:  # the tests' process of a split job (sandbox/isolated/split.py)
-        split.run_tests(tests)
-    if split_job:  # its program's process
+    if job.get("tests"):  # a split job's tests' process (sandbox/isolated/split.py)
+        split.run_tests(job)
+    if job.get("split"):  # and its program's
         split.serve(job)
     child.run(job["code"], job["setup_code"], job["parts"])
 
