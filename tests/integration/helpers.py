@@ -162,3 +162,38 @@ def run_module(module: str, args: list[str], cwd: Path, log: Path, status: int =
     if result.returncode != status:
         tail = "\n".join(log.read_text().splitlines()[-40:])
         pytest.fail(f"python -m {module} exited {result.returncode}:\n{tail}")
+
+
+def check_a_short_run_judges_every_problem(config: str, source: Path, model: Path, out: Path):
+    """Two steps of 16 completions on ``source`` with ``model`` (the tiny one with an 8k
+    context), through ``python -m launch.train --config CONFIG``: every rollout row has its
+    problem's number of tests, no infra_error, and no random program solves a problem."""
+    from collections import Counter
+
+    from common.datasets import load_dataset
+
+    args = ["--config", config, "--overwrite", "--run.output_dir", str(out)]
+    args += ["--model.path", str(model), "--model.max_model_len", "8192"]
+    args += ["--data.source", str(source), "--data.split", "all", "--run.steps", "2"]
+    args += ["--rollout.batch_size", "16", "--rollout.max_new_tokens", "32", "--rollout.stop", "[]"]
+    run_module("launch.train", args, REPO, out / "console.log")
+    run_dir = out / Path(config).stem
+    metrics = read_jsonl(run_dir / "metrics.jsonl")
+    assert len(metrics) == 2 and all("reward/mean" in m for m in metrics)
+    rows = [row for path in (run_dir / "rollouts").glob("*.jsonl") for row in read_jsonl(path)]
+    tests = {p.problem_id: p.num_tests for p in load_dataset(source, "all")}
+    assert len(rows) == 32
+    for row in rows:
+        assert row["tests_total"] == tests[row["problem_id"]]
+        assert row["verdict"] != "infra_error"
+    assert Counter(row["reward"] for row in rows)[0.0] == len(rows)  # none solved at random
+
+
+def evaluate_a_few(source: Path, model: Path, limit: int, out: Path) -> dict:
+    """``python -m launch.evaluate`` on ``source``'s first ``limit`` problems, 2 samples each,
+    pass@1 and pass@2, with the 8k tiny ``model``: its summary (the log is ``out/eval.log``)."""
+    args = ["--model", str(model), "--problems", str(source), "--split", "all"]
+    args += ["--limit", str(limit), "--n", "2", "--k", "1,2", "--max-new-tokens", "16"]
+    args += ["--max-model-len", "8192", "--out", str(out / "eval")]
+    run_module("launch.evaluate", args, REPO, out / "eval.log")
+    return json.loads((out / "eval" / "summary.json").read_text())

@@ -11,14 +11,19 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from collections import Counter
 
 import pytest
 
 from common.config import load_config
 from common.datasets import load_dataset
 from launch.data.problems import load_raw
-from tests.integration.helpers import REPO, read_jsonl, run_module
+from tests.integration.helpers import (
+    REPO,
+    check_a_short_run_judges_every_problem,
+    evaluate_a_few,
+    read_jsonl,
+    run_module,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -78,30 +83,14 @@ def test_evaluate_on_the_checkpoint_agrees_and_reports_each_test_group(demo, tmp
 
 
 def test_a_kick_start_run_judges_every_packages_tests_and_steps(long_context_model, tmp_path):
-    args = ["--config", "configs/demo_stdio.toml", "--overwrite", "--run.output_dir", str(tmp_path)]
-    args += ["--model.path", str(long_context_model), "--model.max_model_len", "8192"]
-    args += ["--data.source", str(KICKSTART), "--data.split", "all", "--run.steps", "2"]
-    args += ["--rollout.batch_size", "16", "--rollout.max_new_tokens", "32", "--rollout.stop", "[]"]
-    run_module("launch.train", args, REPO, tmp_path / "console.log")
-    run_dir = tmp_path / "demo_stdio"
-    metrics = read_jsonl(run_dir / "metrics.jsonl")
-    assert len(metrics) == 2 and all("reward/mean" in m for m in metrics)
-    rows = [row for path in (run_dir / "rollouts").glob("*.jsonl") for row in read_jsonl(path)]
-    tests = {p.problem_id: p.num_tests for p in load_dataset(KICKSTART, "all")}
-    assert len(rows) == 32
-    for row in rows:
-        assert row["tests_total"] == tests[row["problem_id"]]
-        assert row["verdict"] != "infra_error"
-    assert Counter(row["reward"] for row in rows)[0.0] == len(rows)  # no random program solves one
+    check_a_short_run_judges_every_problem(
+        "configs/demo_stdio.toml", KICKSTART, long_context_model, tmp_path
+    )
 
 
 def test_evaluate_on_the_kick_start_set_writes_pass_at_k_per_group(long_context_model, tmp_path):
+    summary = evaluate_a_few(KICKSTART, long_context_model, 3, tmp_path)
     out = tmp_path / "eval"
-    args = ["--model", str(long_context_model), "--problems", str(KICKSTART), "--split", "all"]
-    args += ["--limit", "3", "--n", "2", "--k", "1,2", "--max-new-tokens", "16"]
-    args += ["--max-model-len", "8192", "--out", str(out)]
-    run_module("launch.evaluate", args, REPO, tmp_path / "eval.log")
-    summary = json.loads((out / "summary.json").read_text())
     problems = load_dataset(KICKSTART, "all")[:3]
     groups = {test.group for p in problems for test in p.stdio.tests}
     assert set(summary["groups"]) == groups

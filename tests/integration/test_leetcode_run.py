@@ -8,13 +8,15 @@ pool and their verdicts and rewards come back, not that it learns.
 
 from __future__ import annotations
 
-import json
-from collections import Counter
-
 import pytest
 
 from common.datasets import load_dataset
-from tests.integration.helpers import REPO, read_jsonl, run_module
+from tests.integration.helpers import (
+    REPO,
+    check_a_short_run_judges_every_problem,
+    evaluate_a_few,
+    read_jsonl,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -22,32 +24,16 @@ LEETCODE = REPO.parent / "shared" / "data" / "leetcode" / "LeetCodeDataset-v0.2.
 
 
 def test_a_leetcode_run_judges_every_problems_tests_and_steps(long_context_model, tmp_path):
-    args = ["--config", "configs/demo.toml", "--overwrite", "--run.output_dir", str(tmp_path)]
-    args += ["--model.path", str(long_context_model), "--model.max_model_len", "8192"]
-    args += ["--data.source", str(LEETCODE), "--data.split", "all", "--run.steps", "2"]
-    args += ["--rollout.batch_size", "16", "--rollout.max_new_tokens", "32", "--rollout.stop", "[]"]
-    run_module("launch.train", args, REPO, tmp_path / "console.log")
-    run_dir = tmp_path / "demo"
-    metrics = read_jsonl(run_dir / "metrics.jsonl")
-    assert len(metrics) == 2 and all("reward/mean" in m for m in metrics)
-    rows = [row for path in (run_dir / "rollouts").glob("*.jsonl") for row in read_jsonl(path)]
-    tests = {p.problem_id: p.num_tests for p in load_dataset(LEETCODE, "all")}
-    assert len(rows) == 32
-    for row in rows:
-        assert row["tests_total"] == tests[row["problem_id"]]
-        assert row["verdict"] != "infra_error"
-    assert Counter(row["reward"] for row in rows)[0.0] == len(rows)  # no random program solves one
+    check_a_short_run_judges_every_problem(
+        "configs/demo.toml", LEETCODE, long_context_model, tmp_path
+    )
 
 
 def test_evaluate_on_leetcode_writes_pass_at_k_per_kind_and_difficulty(
     long_context_model, tmp_path
 ):
+    summary = evaluate_a_few(LEETCODE, long_context_model, 4, tmp_path)
     out = tmp_path / "eval"
-    args = ["--model", str(long_context_model), "--problems", str(LEETCODE), "--split", "all"]
-    args += ["--limit", "4", "--n", "2", "--k", "1,2", "--max-new-tokens", "16"]
-    args += ["--max-model-len", "8192", "--out", str(out)]
-    run_module("launch.evaluate", args, REPO, tmp_path / "eval.log")
-    summary = json.loads((out / "summary.json").read_text())
     problems = load_dataset(LEETCODE, "all")[:4]
     assert set(summary["kinds"]) == {"class_method"}
     assert set(summary["difficulties"]) == {p.difficulty for p in problems}
