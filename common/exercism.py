@@ -72,10 +72,33 @@ def load_exercise(folder: Path) -> Problem:
         problem_id=f"exercism/{folder.name}",
         prompt=INSTRUCTION.format(module=module, docs=docs, stub=stub),
         tests=tuple(f"__judge__({case!r}, {method!r})" for case, method in cases),
-        setup_code=setup + JUDGE,
+        setup_code=_helpers(folder, module) + setup + JUDGE,
         reference_solution=(folder / ".meta" / "example.py").read_text(encoding="utf-8"),
         entry_point=f"{module}.py",
     )
+
+
+def _helpers(folder: Path, module: str) -> str:
+    """The folder's other modules the tests import (``test_utils.py``: mock files, sockets),
+    made importable in the tests' process before the test module runs."""
+    known = {f"{module}.py", f"{module}_test.py"}
+    made = []
+    for path in sorted(folder.glob("*.py")):
+        if path.name not in known:
+            source = path.read_text(encoding="utf-8")
+            made.append(f"__helper__({path.stem!r}, {source!r})")
+    if not made:
+        return ""
+    return HELPER + "\n".join(made) + "\n\n"
+
+
+HELPER = """def __helper__(name, source):
+    import sys, types
+    module = types.ModuleType(name)
+    exec(compile(source, name + ".py", "exec"), module.__dict__)
+    sys.modules[name] = module
+
+"""
 
 
 def read_test_module(source: str, module: str) -> tuple[str, list[tuple[str, str]]]:

@@ -1,5 +1,5 @@
-"""The tests' side of a split job (``sandbox/isolated/split.py``): the program's names and
-objects as proxies whose every use asks the program's process.
+"""Both sides of a split job (``sandbox/isolated/split.py``): the other side's objects as
+proxies whose every use asks that side.
 
 A name the tests use and the setup code does not define is asked for once, all together, before
 the setup code runs: a value (a constant) comes as a value, anything else (a function, a class,
@@ -7,16 +7,19 @@ an instance) as a :class:`Remote` for the object, which stays in the program's p
 ``Remote`` (calling it, reading or setting an attribute, an operator, ``len``, iterating it,
 ``str``) sends one request. An exception class of the program's becomes a class here of the same
 name and builtin base, so ``assertRaises(BufferEmptyException)`` catches what the program
-raises. What cannot cross: a function of the tests' passed to the program (a callback), which
-fails that test.
+raises. A function or object the test hands the program (a callback, a mock file) is a
+``Remote`` there in turn, which the program may call, read a public attribute of or apply an
+operator to; while a side waits for its answer it answers the other's requests.
 """
 
 from __future__ import annotations
 
 import builtins
+import operator
 from typing import Any
 
-from sandbox.wire.remote import decode, encode
+from sandbox.isolated import child
+from sandbox.wire.remote import HANDLE, YOURS, builtin_base, decode, encode
 
 
 class ProgramError(Exception):
@@ -24,32 +27,93 @@ class ProgramError(Exception):
 
 
 class Calls:
-    """The tests' end of the two pipes: one request at a time, each answered."""
+    """One side's end of the two pipes: it asks the other side (one request at a time) and,
+    while it waits for the answer, answers the other side's requests, which a call may make
+    (the program calling back a function the test handed it, which calls the program...).
 
-    def __init__(self, send: Any, receive: Any, shared: frozenset[str]) -> None:
-        self.send, self.receive, self.shared = send, receive, shared
-        self.classes: dict[str, type] = {}  # the setup code's shared classes, once it has run
-        self.exceptions: dict[str, type] = {}  # the program's exception classes, made here
+    ``local`` holds the objects this side handed over (by number: ``HANDLE``); ``names`` is the
+    program's namespace, where this is the program's side (None: the tests', which the program
+    may only call, read a public attribute of, or apply an operator to, on what it was handed).
+    """
+
+    def __init__(
+        self, send: Any, receive: Any, shared: frozenset[str], names: dict | None = None
+    ) -> None:
+        self.send, self.receive, self.shared = send, receive, frozenset(shared)
+        self.namespace = names
+        self.classes: dict[str, type] = {}  # the shared classes, once the setup code has run
+        self.exceptions: dict[str, type] = {}  # the other side's exception classes, made here
+        self.local: list = []
+        self.kept = 0  # the objects handed over during the setup code: every test may use them
 
     def ask(self, request: dict) -> Any:
         self.send(request)
-        reply = self.receive()
-        if type(reply) is not dict:
-            raise ProgramError("the program's process ended")
+        while True:
+            reply = self.receive()
+            if type(reply) is not dict:
+                raise ProgramError("the other process ended")
+            if "op" not in reply:
+                break
+            answer = self.answer(reply)  # a call back, made by the call we wait on
+            if answer is not None:
+                self.send(answer)
         if "e" in reply:
             raise self.exception(reply)
-        return decode(reply.get("v"), self.classes, self.remote, self.exception_type)
+        return self.decode(reply.get("v"))
 
-    def remote(self, number: int) -> Remote:
+    def decode(self, data: Any) -> Any:
+        return decode(data, self.classes, self._handled, self.exception_type)
+
+    def _handled(self, tag: str, number: int) -> Any:
+        if tag == YOURS:
+            if number >= len(self.local):
+                raise ValueError("no such object")
+            return self.local[number]
         return Remote(self, number)
 
     def arguments(self, value: Any) -> Any:
-        def handle(obj: Any) -> int:
-            if type(obj) is not Remote:
-                raise TypeError(f"cannot pass a {type(obj).__name__} to the program")
-            return object.__getattribute__(obj, "_number")
+        return encode(value, self.shared, self._handle)
 
-        return encode(value, self.shared, handle)
+    def _handle(self, obj: Any) -> list:
+        if type(obj) is Remote and object.__getattribute__(obj, "_calls") is self:
+            return [YOURS, object.__getattribute__(obj, "_number")]
+        self.local.append(obj)
+        return [HANDLE, len(self.local) - 1]
+
+    def answer(self, request: dict) -> dict | None:
+        """The other side's request, answered from this side's objects (None: no answer)."""
+        op = request.get("op")
+        if op in ("mark", "drop"):  # the setup code has run; a test is over, its objects go
+            self.kept = len(self.local) if op == "mark" else self.kept
+            del self.local[self.kept :]
+            return None
+        try:
+            return {"v": self.arguments(self._apply(op, request))}
+        except BaseException as exc:
+            return {"e": child._describe(exc), "base": builtin_base(type(exc))}
+
+    def _apply(self, op: object, request: dict) -> Any:
+        if op == "names" and self.namespace is not None:
+            return {n: self.namespace[n] for n in request["names"] if n in self.namespace}
+        if op == "apply" and (self.namespace is not None or request["fn"] != "setattr"):
+            return FUNCTIONS[request["fn"]](*self.decode(request["args"]))
+        target = self.local[request["h"]]
+        if op == "attr" and (self.namespace is not None or not request["attr"].startswith("_")):
+            return getattr(target, request["attr"])
+        if op == "call":
+            return target(*self.decode(request["args"]), **self.decode(request["kwargs"]))
+        raise PermissionError(f"{str(op)[:20]} is not asked of the tests' process")
+
+    def share(self, namespace: dict) -> None:
+        """The shared classes are this side's of those names (defined by the setup code)."""
+        self.classes.update(
+            {n: namespace[n] for n in self.shared if type(namespace.get(n)) is type}
+        )
+
+    def tell(self, op: str) -> None:
+        """``mark`` (the setup code has run) or ``drop`` (a test is over), on both sides."""
+        self.answer({"op": op})
+        self.send({"op": op})
 
     def names(self, wanted: list[str]) -> dict[str, Any]:
         """The program's values of those of ``wanted`` it defines."""
@@ -86,7 +150,8 @@ class Calls:
 
 
 class Remote:
-    """An object of the program's, in the tests' process: each use asks the program's."""
+    """An object of the other side's (the program's, in the tests' process; one the test
+    handed over, in the program's): each use asks that side."""
 
     __slots__ = ("_calls", "_number")
 
@@ -153,3 +218,12 @@ for _name in ARITHMETIC + BITWISE:
     setattr(Remote, f"__r{_method}__", _forward(_name, reflected=True))
 for _name in UNARY_AND_OTHERS + ITEMS + ("len", "hash", "bool", "str", "int", "float"):
     setattr(Remote, f"__{_name}__", _forward(_name))
+
+FUNCTIONS = {name: getattr(operator, name) for name in OPERATORS}
+FUNCTIONS.update({name: getattr(builtins, name) for name in BUILTINS})
+# ``with`` on an object of the other side's (a mock file the test hands the program): the
+# exception's class crosses, its value and traceback do not.
+FUNCTIONS["enter"] = lambda obj: obj.__enter__()
+FUNCTIONS["exit"] = lambda obj, kind: obj.__exit__(kind, None, None)
+Remote.__enter__ = _forward("enter")
+Remote.__exit__ = lambda self, kind, value, trace: _forward("exit")(self, kind)

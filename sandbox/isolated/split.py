@@ -25,14 +25,12 @@ from __future__ import annotations
 import builtins
 import functools
 import json
-import operator
 import os
 import types
 from typing import Any
 
-from sandbox.isolated import child, proxies
+from sandbox.isolated import child
 from sandbox.isolated.proxies import Calls
-from sandbox.wire.remote import builtin_base, decode, encode
 
 IN_FD, OUT_FD = 4, 5  # each process's call pipes: what it reads, what it writes
 PARKED_FD = 1000  # where the zygote's child holds them while it places 0-5 (zygote._child)
@@ -77,52 +75,23 @@ def serve(job: dict) -> None:
         _send(OUT_FD, failure or {"t": "loaded"})
         if failure is not None:
             child._exit(0)
-        shared = frozenset(job["shared"])
-        handles: list = []
-        kept = 0  # the handles the setup code made: every test may use them
+        calls = Calls(_sender, _receiver, job["shared"], namespace)
+        calls.share(namespace)
         while (request := _receive(IN_FD)) is not None:
-            if request.get("op") == "mark":  # the setup code has run
-                kept = len(handles)
-            elif request.get("op") == "drop":  # the test is over: its objects go
-                del handles[kept:]
-            else:
-                _send(OUT_FD, _answer(request, namespace, handles, shared))
+            answer = calls.answer(request)
+            if answer is not None:
+                _send(OUT_FD, answer)
     except BaseException:
         pass
     child._exit(0)
 
 
-# What a test may apply to a program's object (``proxies.Remote``'s operators and builtins),
-# applied here, where the object is.
-FUNCTIONS = {name: getattr(operator, name) for name in proxies.OPERATORS}
-FUNCTIONS.update({name: getattr(builtins, name) for name in proxies.BUILTINS})
+def _sender(message: dict) -> None:
+    _send(OUT_FD, message)
 
 
-def _answer(request: dict, namespace: dict, handles: list, shared: frozenset[str]) -> dict:
-    def keep(obj: Any) -> int:
-        handles.append(obj)
-        return len(handles) - 1
-
-    classes = {name: namespace[name] for name in shared if isinstance(namespace.get(name), type)}
-    try:
-        op = request["op"]
-        if op == "names":  # what the program defines of the names the tests use
-            result = {n: namespace[n] for n in request["names"] if n in namespace}
-        elif op == "apply":
-            args = decode(request["args"], classes, handles.__getitem__)
-            result = FUNCTIONS[request["fn"]](*args)
-        elif op == "attr":
-            result = getattr(handles[request["h"]], request["attr"])
-        else:
-            args = decode(request["args"], classes, handles.__getitem__)
-            kwargs = decode(request["kwargs"], classes, handles.__getitem__)
-            result = handles[request["h"]](*args, **kwargs)
-        return {"v": encode(result, shared, keep)}
-    except BaseException as exc:
-        return {"e": child._describe(exc), "base": builtin_base(type(exc))}
-
-
-# ---- the tests' process --------------------------------------------------------------------------
+def _receiver() -> Any:
+    return _receive(IN_FD)
 
 
 def _names(code: types.CodeType) -> set[str]:
@@ -134,27 +103,22 @@ def _names(code: types.CodeType) -> set[str]:
 
 
 def run_tests(job: dict) -> None:
-    """Wait for the program's process to load, then run each of ``job``'s tests (read after
-    the program's job, from the job pipe) and write its record, as ``child.run`` does; never
-    returns."""
+    """Wait for the program's process to load, then run each of ``job``'s tests and write its
+    record, as ``child.run`` does; never returns."""
     try:
         loaded = _receive(IN_FD)
         if type(loaded) is not dict or loaded.get("t") != "loaded":
             child._send(child.frame(_load_failure(loaded)))
             child._exit(0)
-        calls = Calls(
-            lambda message: _send(OUT_FD, message), lambda: _receive(IN_FD), job["shared"]
-        )
+        calls = Calls(_sender, _receiver, job["shared"])
         namespace = _setup(job["setup_code"], job["parts"], calls)
-        calls.classes.update(
-            {n: namespace[n] for n in calls.shared if type(namespace.get(n)) is type}
-        )
-        _send(OUT_FD, {"op": "mark"})
+        calls.share(namespace)
+        calls.tell("mark")
         child._send(child.LOADED)
         for index, part in enumerate(job["parts"]):
             scope = dict(namespace)
             child._send(child.frame(child._run_test(index, part, scope, child.CLEAN_BUILTINS)))
-            _send(OUT_FD, {"op": "drop"})
+            calls.tell("drop")
         child._send(child.END)
     except BaseException:
         pass

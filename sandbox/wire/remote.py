@@ -11,8 +11,9 @@ its own; the program's names are proxies there, and every call crosses as canoni
 - **a builtin type** (``int``, as a function's annotations hold it) by its name, an
   **exception class** by its name and nearest builtin base, a ``datetime`` (``date``, ``time``,
   ``timedelta``) by its fields;
-- **any other object** of the program's (a ``Solution()``, a bound method, an iterator) stays in
-  the program's process and crosses as a *handle*, a number the program's side resolves.
+- **any other object** (the program's ``Solution()``, a bound method; a function the test hands
+  the program) stays with the side that has it and crosses as a *handle*, its number in that
+  side's table; handed back, it is ``yours``: the receiver's own object again.
 
 Decoding builds only plain builtins, instances of the receiver's own shared classes (made with
 ``object.__new__`` and given their attributes: no constructor of the sender's runs) and
@@ -29,7 +30,10 @@ from typing import Any
 from sandbox.wire.canonical import MAX_DEPTH, Unserialisable, _Budget, _encode, _keys
 from sandbox.wire.canonical import rebuild as rebuild_plain
 
-OBJ, HANDLE, GRAPH, TYPE, ERROR, TIME = "obj", "handle", "graph", "type", "exception", "datetime"
+OBJ, GRAPH, TYPE, ERROR, TIME = "obj", "graph", "type", "exception", "datetime"
+# An object kept by the side that sends it, or one the receiver lent before: by its number in
+# that side's table (``proxies.Calls.local``).
+HANDLE, YOURS = "handle", "yours"
 # One call's arguments or value, between two sandboxed processes (the front's own bound,
 # ``canonical.MAX_NODES``, is for what it must hold): a test may pass a list of a million.
 CALL_NODES, CALL_CHARS = 10_000_000, 64_000_000
@@ -45,9 +49,10 @@ def _attributes(value: Any) -> dict | None:
     return attrs if type(attrs) is dict else None
 
 
-def encode(value: Any, shared: frozenset[str], handle: Callable[[Any], int] | None) -> Any:
+def encode(value: Any, shared: frozenset[str], handle: Callable[[Any], list] | None) -> Any:
     """``value`` as canonical data, objects of ``shared`` classes by value, any other object as
-    ``handle(obj)``'s number (None: refused); raises ``Unserialisable``."""
+    ``handle(obj)`` makes it (``[HANDLE, n]`` or ``[YOURS, n]``; None: refused); raises
+    ``Unserialisable``."""
     objects: list = []
     index: dict[int, int] = {}
 
@@ -66,7 +71,7 @@ def encode(value: Any, shared: frozenset[str], handle: Callable[[Any], int] | No
             return [OBJ, number]
         if handle is None:
             raise Unserialisable(f"cannot carry a value of type {type(obj).__name__}")
-        return [HANDLE, handle(obj)]
+        return handle(obj)
 
     budget = _Budget(CALL_NODES, CALL_CHARS)
     budget.other = other
@@ -107,12 +112,13 @@ def _time(body: Any) -> Any:
 def decode(
     data: Any,
     classes: dict[str, type],
-    handle: Callable[[int], Any],
+    handle: Callable[[str, int], Any],
     exception: Callable[[str, str], type] | None = None,
 ) -> Any:
     """Values from :func:`encode`'s data: ``classes`` the receiver's shared classes by name,
-    ``handle`` what a handle's number stands for here, ``exception`` the class here for an
-    exception class of the sender's (None: refused); raises ``ValueError`` if malformed."""
+    ``handle(tag, n)`` what a ``HANDLE`` or ``YOURS`` stands for here, ``exception`` the class
+    here for an exception class of the sender's (None: refused); raises ``ValueError`` if
+    malformed."""
     if type(data) is not list or len(data) != 2 or data[0] != GRAPH:
         return _Decoder([], handle, exception).value(data, 0)
     body = data[1]
@@ -176,11 +182,11 @@ class _Decoder:
             if type(kind) is not type:
                 raise ValueError("malformed type")
             return kind
-        if tag in (OBJ, HANDLE):
+        if tag in (OBJ, HANDLE, YOURS):
             if type(body) is not int or body < 0:
                 raise ValueError(f"malformed {tag}")
-            if tag == HANDLE:
-                return self.handle(body)
+            if tag != OBJ:
+                return self.handle(tag, body)
             if body >= len(self.shells):
                 raise ValueError("object out of range")
             return self.shells[body]

@@ -197,3 +197,33 @@ def test_the_search_would_find_the_value_where_the_test_runs_in_the_program():
     namespace: dict = {}
     exec(textwrap.dedent(CHEATS["searches its process for the expected value"]), namespace)
     exec(LOOP_TESTS[0], namespace)  # raises AssertionError if the search came back empty
+
+
+CALLBACK_TESTS = (
+    "for k in range(1, 3):\n    assert apply(lambda v: v * k + inner(v), 3) == 3 * k + 4",
+)
+
+
+def test_a_function_the_test_hands_the_program_is_called_back_and_may_call_it(pool):
+    program = "def inner(v):\n    return v + 1\ndef apply(fn, x):\n    return fn(x)\n"
+    assert run(pool, program, CALLBACK_TESTS).verdict is Verdict.PASSED
+    wrong = program.replace("return fn(x)", "return fn(x) + 1")
+    assert run(pool, wrong, CALLBACK_TESTS).verdict is Verdict.FAILED
+
+
+def test_the_program_cannot_read_into_a_function_the_test_handed_it(pool):
+    """A callback's code and globals (where the test's values are) stay out of reach: the
+    program may call what it was handed, read its public attributes, apply operators."""
+    program = """
+        def inner(v):
+            return v + 1
+        def apply(fn, x):
+            for attribute in ("__globals__", "__code__", "__closure__", "_secret"):
+                try:
+                    getattr(fn, attribute)
+                except Exception:
+                    continue
+                return 10 ** 9  # read something: a wrong answer
+            return fn(x)
+    """
+    assert run(pool, program, CALLBACK_TESTS).verdict is Verdict.PASSED
