@@ -26,7 +26,6 @@ import builtins
 import functools
 import json
 import os
-import types
 from typing import Any
 
 from sandbox.isolated import child
@@ -94,14 +93,6 @@ def _receiver() -> Any:
     return _receive(IN_FD)
 
 
-def _names(code: types.CodeType) -> set[str]:
-    names = set(code.co_names)
-    for const in code.co_consts:
-        if type(const) is types.CodeType:
-            names |= _names(const)
-    return names
-
-
 def run_tests(job: dict) -> None:
     """Wait for the program's process to load, then run each of ``job``'s tests and write its
     record, as ``child.run`` does; never returns."""
@@ -111,7 +102,7 @@ def run_tests(job: dict) -> None:
             child._send(child.frame(_load_failure(loaded)))
             child._exit(0)
         calls = Calls(_sender, _receiver, job["shared"])
-        namespace = _setup(job["setup_code"], job["parts"], calls)
+        namespace = _setup(job["setup_code"], job["ask"], calls)
         calls.share(namespace)
         calls.tell("mark")
         child._send(child.LOADED)
@@ -125,17 +116,16 @@ def run_tests(job: dict) -> None:
     child._exit(0)
 
 
-def _setup(source: child.Source, parts: list[dict], calls: Calls) -> dict:
+def _setup(source: child.Source, ask: list[str], calls: Calls) -> dict:
     """The tests' namespace: the program's values of the names the setup code and the tests use
-    and do not bind (asked for at once), then the setup code run over them (a test module's
-    classes, LeetCode's helpers: what it defines replaces them), with ``__program__(name)``
-    for a name the loader took from an import of the solution's module. A setup code that fails
-    is reported as the load's failure."""
+    and do not bind (``ask``: ``testplan.program_names``, asked for at once), then the setup
+    code run over them (a test module's classes, LeetCode's helpers), with
+    ``__program__(name)`` for a name the loader took from an import of the solution's module. A
+    setup code that fails is reported as the load's failure."""
     namespace: dict[str, Any] = {"__name__": "tests", "__builtins__": builtins}
     try:
         code = child._code(source, "<setup>", "exec")
-        names = _names(code).union(*map(_part_names, parts)) - builtins.__dict__.keys()
-        namespace.update(calls.names(list(names)))
+        namespace.update(calls.names(ask))
         namespace["__program__"] = functools.partial(_program_name, calls)
         exec(code, namespace)
     except BaseException as exc:
@@ -151,14 +141,6 @@ def _program_name(calls: Calls, name: str) -> Any:
     return found[name]
 
 
-def _part_names(part: dict) -> set[str]:
-    mode = "exec" if part["kind"] == "exec" else "eval"
-    names: set[str] = set()
-    for source in [part["src"]] if mode == "exec" else part["exprs"]:
-        names |= _names(child._code(source, "<test>", mode))
-    return names
-
-
 def _load_failure(loaded: Any) -> dict:
     """The program's own report of why it did not load, or that it broke its channel."""
     if type(loaded) is dict and loaded.get("t") == "load_error":
@@ -171,7 +153,7 @@ def payloads(payload: dict, job: dict) -> tuple[dict, dict]:
     """The program's job (the program and the setup code's shared classes) and the tests'
     (the setup code and the tests), from one compiled job, each for its own job pipe."""
     shared = job["shared"]
-    tests = {**payload, "code": "", "tests": True, "shared": shared}
+    tests = {**payload, "code": "", "tests": True, "shared": shared, "ask": job["ask"]}
     program = {**payload, "setup_code": "", "parts": [], "split": True, "shared": shared}
     program["classes"] = child._dataset_code(job["classes"], "<setup>", "exec")
     return program, tests

@@ -58,6 +58,7 @@ class FunctionTask:
         if any(plan.form == "exec" for plan in self.plans):  # tests that are code: not in the
             message["split"] = True  # program's process (sandbox/isolated/split.py)
             message["shared"], message["classes"] = testplan.shared_classes(self.job.setup_code)
+            message["ask"] = testplan.program_names(self.job.setup_code, self.job.tests)
         return message
 
     def on_record(self, record: object) -> bool:

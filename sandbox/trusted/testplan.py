@@ -83,6 +83,47 @@ def shared_classes(setup_code: str) -> tuple[list[str], str]:
     return [node.name for node in plain], "\n\n".join(ast.unparse(node) for node in plain)
 
 
+@lru_cache(maxsize=4096)
+def program_names(setup_code: str, tests: tuple[str, ...]) -> list[str]:
+    """What a split job's tests' process asks the program's for (``sandbox/isolated/split.py``):
+    the names the setup code and the tests read and bind nowhere themselves (a star import of a
+    standard module binds its public names), builtins left out: LeetCode's ``Solution``, not
+    the header's ``List``, nor the test methods' ``assertEqual``."""
+    read, bound = set(), set(dir(builtins))
+    for source in (setup_code, *tests):
+        try:
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name):
+                (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                bound.add(node.name)
+            elif isinstance(node, ast.arg):
+                bound.add(node.arg)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                for alias in node.names:
+                    star = alias.name == "*" and isinstance(node, ast.ImportFrom)
+                    bound |= _public_names(node.module) if star else {_bound_name(alias)}
+    return sorted(read - bound)
+
+
+def _bound_name(alias: ast.alias) -> str:
+    return alias.asname or alias.name.partition(".")[0]
+
+
+def _public_names(module: str | None) -> set[str]:
+    """What ``from MODULE import *`` binds, for a standard module (others: nothing known)."""
+    if not module or module.partition(".")[0] not in sys.stdlib_module_names:
+        return set()
+    try:
+        loaded = importlib.import_module(module)
+    except ImportError:
+        return set()
+    return set(getattr(loaded, "__all__", None) or [n for n in dir(loaded) if n[:1] != "_"])
+
+
 def _uses_helpers(tree: ast.AST, setup_code: str) -> bool:
     """Whether the test calls a function or class the setup code defines (``is_same_list``,
     ``list_node``). Such a test runs in its own process: in the program's, the program could

@@ -207,3 +207,13 @@ def test_large_programs_and_tests_that_do_not_compile_travel_as_text():
     job = child.precompiled(big, "", [{"kind": "exec", "src": "assert ("}])
     assert job["code"] == big and "load_error" not in job  # the child compiles and reports
     assert job["parts"][0]["src"] == "assert ("
+
+
+def test_a_split_job_asks_the_program_only_for_the_names_nothing_else_binds():
+    header = "from typing import *\nfrom math import *\nclass ListNode:\n    pass\n"
+    header += "def list_node(values):\n    return ListNode()\n"
+    tests = ("assert is_same(Solution().f(list_node([1]), k=inf), [x for x in range(3)])",)
+    assert testplan.program_names(header, tests) == ["Solution", "is_same"]
+    module = "import unittest\nfrom os import path as p\nclass T(unittest.TestCase):\n"
+    module += "    def test_a(self):\n        self.assertEqual(abbreviate(p.sep), 'X')\n"
+    assert testplan.program_names(module, ()) == ["abbreviate"]
