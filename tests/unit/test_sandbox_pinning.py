@@ -136,7 +136,9 @@ def test_without_locked_memory_nothing_is_pinned_and_the_pool_says_why():
 
 def test_a_program_sees_no_io_uring_descriptor():
     """The zygote keeps the ring open (the pin lasts as long as it does); a child closes every
-    descriptor but its four before the program runs."""
+    descriptor but its own before the program runs: these tests are code (a generator's
+    bound name), so the program's process holds stdout, stderr and its two call pipes
+    (``sandbox/isolated/split.py``), and no value pipe."""
     code = """
         import os
         def links():
@@ -144,7 +146,7 @@ def test_a_program_sees_no_io_uring_descriptor():
             return [os.readlink(path) for path in paths if os.path.lexists(path)]
     """
     tests = (
-        "assert sum('pipe:' in link for link in links()) == 3",  # stdout, stderr, records
+        "assert sum('pipe:' in link for link in links()) == 4",  # stdout, stderr, 2 calls
         "assert not any('io_uring' in link for link in links())",
     )
     with SandboxPool(SandboxConfig(num_workers=1, cache=False)) as pool:
