@@ -48,10 +48,7 @@ from common.public_sets import (
     parse_taco_row,
 )
 from common.public_sets_lcb import parse_deepcoder_row, parse_livecodebench_row
-from common.rows import DatasetError, humaneval_tests
-from common.rows import require_fields as _require
-from common.rows import row_string as _string
-from common.rows import test_list as _test_list
+from common.rows import DatasetError, humaneval_tests, require_fields, row_string, test_list
 from common.types import Problem
 
 logger = logging.getLogger(__name__)
@@ -168,52 +165,53 @@ def detect_format(row: dict, where: str) -> str:
 
 def parse_mbpp_row(row: dict, where: str, need_prompt: bool = True) -> Problem:
     """An MBPP row (full: ``text``; sanitized: ``prompt``) as a whole-program problem."""
-    _require(row, ("task_id", "code", "test_list"), where)
-    tests = _test_list(row, "test_list", where)
-    text = _string(row, "text", where) or _string(row, "prompt", where)
+    require_fields(row, ("task_id", "code", "test_list"), where)
+    tests = test_list(row, "test_list", where)
+    text = row_string(row, "text", where) or row_string(row, "prompt", where)
     if need_prompt and not text.strip():
         raise DatasetError(f"{where}: missing field(s) text (or prompt): the task description")
     imports = row.get("test_imports") or []
     if not isinstance(imports, list) or not all(isinstance(i, str) for i in imports):
         raise DatasetError(f"{where}: test_imports must be a list of strings")
-    setup = "\n".join([*imports, _string(row, "test_setup_code", where)]).strip()
+    setup = "\n".join([*imports, row_string(row, "test_setup_code", where)]).strip()
     return Problem(
         problem_id=str(row["task_id"]),
         prompt=mbpp_instruction(text, tests) if text else "",
         tests=tests,
         setup_code=setup,
-        reference_solution=_string(row, "code", where),
+        reference_solution=row_string(row, "code", where),
     )
 
 
 def parse_humaneval_row(row: dict, where: str) -> Problem:
     """A HumanEval row: the model continues ``prompt``, which is also the program prefix."""
-    _require(row, ("task_id", "prompt", "canonical_solution", "test", "entry_point"), where)
-    prompt = _string(row, "prompt", where)
-    tests = humaneval_tests(_string(row, "test", where), _string(row, "entry_point", where), where)
+    require_fields(row, ("task_id", "prompt", "canonical_solution", "test", "entry_point"), where)
+    prompt = row_string(row, "prompt", where)
+    entry_point = row_string(row, "entry_point", where)
+    tests = humaneval_tests(row_string(row, "test", where), entry_point, where)
     return Problem(
         problem_id=str(row["task_id"]),
         prompt=prompt,
         tests=tests,
         program_prefix=prompt,
-        reference_solution=_string(row, "canonical_solution", where),
+        reference_solution=row_string(row, "canonical_solution", where),
     )
 
 
 def parse_generic_row(row: dict, where: str) -> Problem:
     """A generic row: ``id``, ``prompt`` and ``tests`` are required (see docs/datasets.md)."""
-    _require(row, ("id", "prompt", "tests"), where)
-    tests = _test_list(row, "tests", where)
+    require_fields(row, ("id", "prompt", "tests"), where)
+    tests = test_list(row, "tests", where)
     if not tests:
         raise DatasetError(f"{where}: tests is empty: a problem without tests rewards anything")
     return Problem(
         problem_id=str(row["id"]),
-        prompt=_string(row, "prompt", where),
+        prompt=row_string(row, "prompt", where),
         tests=tests,
-        setup_code=_string(row, "setup_code", where),
-        program_prefix=_string(row, "program_prefix", where),
-        reference_solution=_string(row, "reference_solution", where),
-        source_task_id=_string(row, "source_task_id", where),
+        setup_code=row_string(row, "setup_code", where),
+        program_prefix=row_string(row, "program_prefix", where),
+        reference_solution=row_string(row, "reference_solution", where),
+        source_task_id=row_string(row, "source_task_id", where),
     )
 
 

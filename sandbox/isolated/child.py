@@ -55,9 +55,18 @@ def frame(record: dict) -> bytes:
     return _pack(">I", len(data)) + data
 
 
-def _send(data: bytes) -> None:
+def _send(data: bytes, fd: int = VALUE_FD) -> None:
     while data:
-        data = data[_write(VALUE_FD, data) :]
+        data = data[_write(fd, data) :]
+
+
+def read_exactly(fd: int, size: int) -> bytes:
+    """``size`` bytes of a pipe (fewer only if its writer closed it early)."""
+    chunks = []
+    while size > 0 and (chunk := os.read(fd, min(size, 1 << 16))):
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
 
 
 # The two records every execution sends, framed once, before any fork.
@@ -182,9 +191,9 @@ def _load(code: Source, setup_code: Source, namespace: dict) -> dict | None:
             # It adds names; a name the program defines stays the program's (a LeetCode
             # header's star imports, run again after a program that defines its own
             # ``partial``, would rebind it).
-            program_names = dict(namespace)
+            defined = dict(namespace)
             exec(_code(setup_code, "<setup>", "exec"), namespace)
-            for name, value in program_names.items():
+            for name, value in defined.items():
                 if namespace.get(name) is not value:
                     namespace[name] = value
     except BaseException as exc:  # SystemExit included: the program ended before the tests

@@ -192,8 +192,8 @@ def _forward(function: str, reflected: bool = False) -> Any:
     return method
 
 
-# Operators and builtins on a program's object, applied in the program's process by the
-# ``operator`` function or builtin of that name (``split.FUNCTIONS``).
+# Operators and builtins on an object of the other side's, applied there by the ``operator``
+# function or builtin of that name (``FUNCTIONS``).
 ARITHMETIC = (
     "add",
     "sub",
@@ -226,4 +226,5 @@ FUNCTIONS.update({name: getattr(builtins, name) for name in BUILTINS})
 FUNCTIONS["enter"] = lambda obj: obj.__enter__()
 FUNCTIONS["exit"] = lambda obj, kind: obj.__exit__(kind, None, None)
 Remote.__enter__ = _forward("enter")
-Remote.__exit__ = lambda self, kind, value, trace: _forward("exit")(self, kind)
+Remote.__exit__ = lambda self, kind, value, trace: _EXIT(self, kind)
+_EXIT = _forward("exit")

@@ -25,40 +25,27 @@ from __future__ import annotations
 import builtins
 import functools
 import json
-import os
 from typing import Any
 
 from sandbox.isolated import child
 from sandbox.isolated.proxies import Calls
 
 IN_FD, OUT_FD = 4, 5  # each process's call pipes: what it reads, what it writes
-PARKED_FD = 1000  # where the zygote's child holds them while it places 0-5 (zygote._child)
-FRAME_CAP = 64 * 1024 * 1024  # one call's arguments or value: canonical values are capped far lower
+# One call's arguments or value as JSON; larger (``remote.CALL_CHARS`` of text in its tagged
+# form can come close) reads as the other process gone, which fails the test.
+FRAME_CAP = 64 * 1024 * 1024
 
 
 def _send(fd: int, message: dict) -> None:
-    data = child.frame(message)
-    while data:
-        data = data[os.write(fd, data) :]
-
-
-def _read(fd: int, size: int) -> bytes | None:
-    chunks = []
-    while size > 0:
-        chunk = os.read(fd, min(size, 1 << 20))
-        if not chunk:
-            return None
-        chunks.append(chunk)
-        size -= len(chunk)
-    return b"".join(chunks)
+    child._send(child.frame(message), fd)
 
 
 def _receive(fd: int) -> Any:
     """One framed message, or None at the end of the pipe (or a frame over the cap)."""
-    header = _read(fd, 4)
-    size = int.from_bytes(header, "big") if header else FRAME_CAP + 1
-    body = _read(fd, size) if size <= FRAME_CAP else None
-    return None if body is None else json.loads(body)
+    header = child.read_exactly(fd, 4)
+    size = int.from_bytes(header, "big") if len(header) == 4 else FRAME_CAP + 1
+    body = child.read_exactly(fd, size) if size <= FRAME_CAP else b""
+    return json.loads(body) if body and len(body) == size else None
 
 
 # ---- the program's process ---------------------------------------------------------------------

@@ -78,17 +78,8 @@ def frame_job(payload: dict) -> bytes:
 
 def _read_job(fd: int) -> dict:
     """One job (:func:`frame_job`) from the job pipe."""
-    (size,) = JOB_HEADER.unpack(_read_exactly(fd, JOB_HEADER.size))
-    return marshal.loads(_read_exactly(fd, size))
-
-
-def _read_exactly(fd: int, size: int) -> bytes:
-    """``size`` bytes of the job pipe (fewer only if the server closed it early)."""
-    chunks = []
-    while size > 0 and (chunk := os.read(fd, min(size, 1 << 16))):
-        chunks.append(chunk)
-        size -= len(chunk)
-    return b"".join(chunks)
+    (size,) = JOB_HEADER.unpack(child.read_exactly(fd, JOB_HEADER.size))
+    return marshal.loads(child.read_exactly(fd, size))
 
 
 class _ChildSetup(NamedTuple):
@@ -313,8 +304,10 @@ def _child(fds: list[int], setup: _ChildSetup) -> None:
         os.setsid()
         stdio = job.get("stdio", False)
         # Received descriptors are >= 3 (0, 1 and 2 are open here), so no dup2 below
-        # overwrites one still to be read; the call pipes' ends go high first, then to 4 and 5.
-        calls = [os.dup2(fd, split.PARKED_FD + i) for i, fd in enumerate(calls)]
+        # overwrites one still to be read; the call pipes' ends go above every descriptor
+        # used here first (what they replace is closed below anyway), then to 4 and 5.
+        park = max(job_r, val_w, out_w, setup.devnull, *calls) + 1
+        calls = [os.dup2(fd, park + i) for i, fd in enumerate(calls)]
         os.dup2(job_r if stdio else setup.devnull, 0)
         os.dup2(val_w if stdio else out_w, 1)
         os.dup2(out_w, 2)
