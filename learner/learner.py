@@ -470,10 +470,9 @@ class Learner:
     def _restore(self, path: Path, state: dict) -> None:
         """Optimiser state and counters from checkpoint ``path`` (weights already loaded)."""
         self.offloader.reload()  # loading puts the state on the device: nothing stays away
-        self.trainer.restore(path, state, int(state["step"]))
+        self.trainer.restore(path, state)
         self._weight_version, self.step = int(state["weight_version"]), int(state["step"])
-        # Checkpoints from before the schedules have no beta: the config's fixed one.
-        self.kl_control.beta = float(state.get("beta", self.kl_control.beta))
+        self.kl_control.beta = float(state["beta"])
 
 
 def kl_control_of(config: LearnerConfig, total_steps: int) -> KlControl:

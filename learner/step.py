@@ -321,13 +321,11 @@ class Trainer:
         result["train/optimizer_steps"] = float(every.count)
         return result
 
-    def restore(self, path: Path, state: dict, train_steps: int) -> None:
+    def restore(self, path: Path, state: dict) -> None:
         """Optimiser state and step count from checkpoint ``path`` (``state``: its learner
-        state; ``train_steps``: the train steps it had taken)."""
+        state)."""
         checkpoint.load_optimizer(path, self.model, self.optimizer, self.device, self.ranks)
-        # Checkpoints from before the schedules: ppo_epochs x mini_batches per train step.
-        steps = train_steps * self.steps_per_train_step
-        self.optimizer_steps = int(state.get("optimizer_steps", steps))
+        self.optimizer_steps = int(state["optimizer_steps"])
         for group in self.optimizer.param_groups:  # the config's, not the checkpoint's
             group.update(
                 betas=tuple(self.config.adam_betas),

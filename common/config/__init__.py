@@ -23,7 +23,7 @@ from common.config.algorithm import (
     ScorerOptions,
 )
 from common.config.base import ConfigError, Section
-from common.config.files import MOVED_KEYS, apply_overrides, load_config, validate_config
+from common.config.files import apply_overrides, load_config, validate_config
 from common.config.infrastructure import AsyncConfig, RayConfig, RunConfig, WeightsConfig
 from common.config.learner import (
     LearnerConfig,
@@ -44,7 +44,6 @@ from common.config.root import Config
 from common.config.sandbox import SandboxConfig
 
 __all__ = [
-    "MOVED_KEYS",
     "AdvantageConfig",
     "AsyncConfig",
     "Config",

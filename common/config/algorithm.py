@@ -44,7 +44,7 @@ class KalmanConfig(Section):
     reward_variance: float = Field(
         0.25, gt=0, description="R x n: variance of one completion's reward around its mean"
     )
-    initial_mean: float = 0.0
+    initial_mean: float = Field(0.0, description="prior mean reward of a new problem")
     initial_variance: float = Field(1.0, gt=0, description="P0: uncertainty of a new problem")
     std_floor: float = Field(
         0.1, gt=0, description="scale = group_std: the smallest divisor (a uniform group has 0)"
@@ -60,25 +60,36 @@ class AdvantageConfig(Section):
     scale: Literal["group_std", "batch_std", "none"] = Field(
         "group_std",
         description="divide the centred rewards by the group's std (GRPO), the batch's, or "
-        "nothing (Dr. GRPO); with the Kalman baseline group_std or none",
+        "nothing (Dr. GRPO); with the Kalman baseline group_std or none; with `kalman`, "
+        "`group_std` divides by max(group std, `kalman.std_floor`)",
     )
     eps: float = Field(1e-4, gt=0, description="added to the std (group_mean baseline)")
     reward_scale: float = Field(
-        1.0, gt=0, description="DGRO: multiplies advantages, decoupled from beta"
+        1.0,
+        gt=0,
+        description="DGRO: multiplies advantages, decoupled from beta (DGRO-style variance-aware "
+        "scaling)",
     )
     kalman: KalmanConfig = KalmanConfig()
     dynamic_sampling: bool = Field(
-        False, description="drop groups whose rewards are all equal and sample more prompts"
+        False, description="drop groups whose rewards are all equal and sample more prompts (DAPO)"
     )
     max_sampling_rounds: int = Field(
-        4, ge=1, description="rollout rounds per step, the ordinary one included"
+        4,
+        ge=1,
+        description="rollout rounds per step, the ordinary one included (with `dynamic_sampling`)",
     )
     tie_noise: float = Field(
         0.0,
         ge=0,
         description="heuristic, off at 0: zero-mean Gaussian noise of this std added to the "
         "rewards of groups whose reward std is at most tie_noise_below, so tied groups still "
-        "push the policy somewhere (exploration) instead of giving no gradient",
+        "push the policy somewhere (exploration) instead of giving no gradient. With `scale = "
+        '"group_std"` a noised group\'s advantages are of size 1 whatever the std, as strong as '
+        "a real signal's; the std sets their size only with `none` or `batch_std`. It adds "
+        "gradient variance and cost the demo reward "
+        "([benchmarks.md](benchmarks.md#optimisation-options-on-the-demo)); "
+        "`advantage/tie_noise_frac` is the share of groups it touched",
     )
     tie_noise_below: float = Field(
         1e-6, ge=0, description="tie_noise: the group reward std at or below which it applies"
@@ -89,7 +100,9 @@ class AdvantageConfig(Section):
         description="heuristic, off at 0, needs dynamic_sampling: a later sampling round first "
         "samples the prompts of the previous round's tied groups again at this (higher) "
         "temperature, then new prompts for the rest; those completions are trained on at the "
-        "temperature they were sampled at",
+        "temperature they were sampled at. A hotter sampler may break the tie; training at the "
+        "sampled temperature keeps sampler and learner logprobs matched "
+        "(`advantage/resampled_groups` counts the groups)",
     )
 
     @model_validator(mode="after")
@@ -113,42 +126,62 @@ class LossKnobs(Section):
     importance-sampling cap (``algorithm.loss``, ``algorithm.kl_control``)."""
 
     beta: float = Field(0.0, ge=0, description="KL-to-reference weight; 0 skips the reference")
-    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    kl_estimator: Literal["k1", "k2", "k3"] = Field(
+        "k3", description="the KL estimator (Schulman's k1, k2 or k3)"
+    )
     kl_control: Literal["fixed", "adaptive", "linear"] = Field(
         "fixed",
         description="beta fixed; adaptive (PPO's controller toward kl_target); or linear from "
-        "beta to beta_final over the run",
+        "beta to beta_final over the run; `adaptive` keeps the drift from the reference near a "
+        "budget instead of guessing beta; `linear` is a pull that loosens as training goes. "
+        "Needs `beta > 0`; the current value is `train/beta`, saved in checkpoints",
     )
     kl_target: float = Field(
         0.01, gt=0, description="adaptive kl_control: the per-token KL beta steers toward"
     )
     kl_horizon: int = Field(
-        10_000, ge=1, description="adaptive kl_control: samples over which beta adapts"
+        10_000,
+        ge=1,
+        description="adaptive kl_control: samples over which beta adapts (a step moves beta by "
+        "at most 20% x samples / horizon)",
     )
     beta_final: float = Field(0.0, ge=0, description="linear kl_control: beta at the last step")
-    clip_eps_low: float = Field(0.2, ge=0)
-    clip_eps_high: float = Field(0.2, ge=0)
+    clip_eps_low: float = Field(0.2, ge=0, description="PPO ratio clip below 1")
+    clip_eps_high: float = Field(
+        0.2, ge=0, description="PPO ratio clip above 1 (raise it for clip-higher, DAPO)"
+    )
     ratio_level: Literal["token", "sequence"] = Field(
         "token",
-        description="token: a ratio per token (GRPO); sequence: GSPO's one ratio per completion, "
-        "the geometric mean of its token ratios, clipped with seq_clip_eps_*",
+        description="token: a ratio per token (GRPO); sequence: GSPO's one ratio per "
+        "completion, the geometric mean of its token ratios, clipped with seq_clip_eps_*; "
+        "`sequence` is steadier when long completions make single token ratios noisy; needs "
+        '`aggregation = "seq_mean_token_mean"`',
     )
     seq_clip_eps_low: float = Field(
-        3e-4, ge=0, description="GSPO's clip range below 1 (its paper's value)"
+        3e-4,
+        ge=0,
+        description="GSPO's clip range below 1 (its paper's value) (sequence ratios sit much "
+        "closer to 1 than token ratios)",
     )
     seq_clip_eps_high: float = Field(
         4e-4, ge=0, description="GSPO's clip range above 1 (its paper's value)"
     )
-    aggregation: Literal["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"] = (
-        "seq_mean_token_mean"
+    aggregation: Literal["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"] = Field(
+        "seq_mean_token_mean",
+        description="loss aggregation: `seq_mean_token_mean` (GRPO), `token_mean` (DAPO), "
+        "`seq_mean_token_sum_norm` (Dr. GRPO)",
     )
-    entropy_coef: float = Field(0.0, ge=0)
+    entropy_coef: float = Field(0.0, ge=0, description="entropy bonus")
     max_len: int = Field(0, ge=0, description="Dr. GRPO length normaliser; 0: longest in batch")
     kl_in: Literal["loss", "reward"] = Field(
         "loss", description="KL as a loss term, or -beta*KL per sequence in the reward"
     )
     tis_cap: float = Field(
-        2.0, ge=0, description="truncated importance-sampling cap on pi_old/pi_sampler; 0: off"
+        2.0,
+        ge=0,
+        description="truncated importance-sampling cap on pi_old/pi_sampler; 0: off; weight "
+        "min(pi_old/pi_sampler, cap) on each token: corrects the engine's numerics and, in "
+        "async mode, staleness",
     )
 
     @model_validator(mode="after")
@@ -217,15 +250,21 @@ class ScorerOptions(Section):
     )
     max_length: int = Field(512, ge=8, description="tokens of prompt + completion (left-cut)")
     batch_size: int = Field(16, ge=1, description="texts per forward pass")
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32", description="dtype the scorer runs in"
+    )
     step_split: str = Field(
         "",
         description="process reward: '' scores the whole completion; 'line', 'blank_line' or a "
         "regex cut it into steps and every prefix is scored",
     )
-    step_aggregate: Literal["min", "mean", "last"] = "min"
-    num_cpus: float = Field(1.0, ge=0)
-    num_gpus: float = Field(0.0, ge=0)
+    step_aggregate: Literal["min", "mean", "last"] = Field(
+        "min",
+        description="process reward: how the prefixes' scores combine (`min`: a solution is as "
+        "good as its worst step)",
+    )
+    num_cpus: float = Field(1.0, ge=0, description="CPUs of the scorer's actor")
+    num_gpus: float = Field(0.0, ge=0, description="GPUs of the scorer's actor")
 
     @model_validator(mode="after")
     def _check_split(self) -> ScorerOptions:
@@ -249,9 +288,11 @@ OPTIONS = {
 
 
 class RewardTermConfig(Section):
-    weight: float = 1.0
+    weight: float = Field(1.0, description="the term's weight in the sum")
     kind: str = Field(
-        "", description="the built-in this term is ('' : its name), e.g. two 'scorer' terms"
+        "",
+        description="the built-in this term is ('' : its name), e.g. two 'scorer' terms; one of "
+        "`execution`, `format`, `length`, `scorer`",
     )
     function: str = Field(
         "", description="'module:function' for a user-defined term; '': the built-in of this name"

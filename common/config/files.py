@@ -45,38 +45,6 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
     return data
 
 
-#: Keys that moved, by their old place: a config that still uses one is refused with its new
-#: place, instead of "unknown key".
-MOVED_KEYS = {
-    "learner.advantage_scale": "advantage.scale",
-    "learner.advantage_eps": "advantage.eps",
-    "learner.reward_scale": "advantage.reward_scale",
-    "rollout.dynamic_sampling": "advantage.dynamic_sampling",
-    "rollout.max_sampling_rounds": "advantage.max_sampling_rounds",
-    "reward.baseline.kind": "advantage.baseline",
-    "reward.baseline.scale": "advantage.scale",
-    "reward.baseline.process_noise": "advantage.kalman.process_noise",
-    "reward.baseline.reward_variance": "advantage.kalman.reward_variance",
-    "reward.baseline.initial_mean": "advantage.kalman.initial_mean",
-    "reward.baseline.initial_variance": "advantage.kalman.initial_variance",
-    "reward.baseline.std_floor": "advantage.kalman.std_floor",
-    "sandbox.reward": "reward.terms.execution.options.mode",
-}
-
-
-def _moved(data: dict) -> list[str]:
-    """One line per moved key that ``data`` still uses."""
-    lines = []
-    for old, new in MOVED_KEYS.items():
-        *sections, key = old.split(".")
-        node: Any = data
-        for section in sections:
-            node = node.get(section) if isinstance(node, dict) else None
-        if isinstance(node, dict) and key in node:
-            lines.append(f"  {old} moved to {new}")
-    return lines
-
-
 def _format_error(err: ValidationError) -> str:
     lines = []
     for item in err.errors():
@@ -111,10 +79,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
 
 
 def validate_config(data: dict) -> Config:
-    """A config dict (file plus overrides) as a validated Config; moved keys name their place."""
-    moved = _moved(data)
-    if moved:
-        raise ConfigError("invalid configuration:\n" + "\n".join(moved))
+    """A config dict (file plus overrides) as a validated Config."""
     try:
         return Config.model_validate(data)
     except ValidationError as exc:

@@ -19,23 +19,36 @@ class RunConfig(Section):
         description="the run's directory under output_dir (a name, or a relative path such as "
         "'sweep/lr1'; not '..'), which --overwrite deletes",
     )
-    output_dir: str = "runs"
-    seed: int = 0
-    steps: int = Field(100, ge=1)
-    checkpoint_every: int = Field(0, ge=0, description="0: only at the end of the run")
+    output_dir: str = Field(
+        "runs",
+        description="where run directories (and built-in models) go; on a cluster a file system"
+        " the driver and every learner node see (checkpoints are written by the learner, "
+        "metrics by the driver)",
+    )
+    seed: int = Field(0, description="seeds prompt order, sampling seeds and the learner")
+    steps: int = Field(100, ge=1, description="training steps")
+    checkpoint_every: int = Field(
+        0,
+        ge=0,
+        description="0: only at the end of the run. Otherwise every N steps and at the end; "
+        "also on SIGTERM or Ctrl-C (the current step finishes first)",
+    )
     max_masked_steps: int = Field(
         3,
         ge=0,
         description="stop the run (exit status 1, a checkpoint saved) after this many steps in "
-        "a row in which no completion got a reward (every one a sandbox infra error, or "
-        "masked by the reward terms): such a step trains nothing, so a broken sandbox pool "
-        "would otherwise burn the run's steps; 0: never stop",
+        "a row in which no completion got a reward (every one a sandbox infra error, or masked "
+        "by the reward terms): such a step trains nothing, so a broken sandbox pool would "
+        "otherwise burn the run's steps; 0: never stop. The checkpoint is saved at the last of "
+        "those steps (the policy did not change in them) and one line names the steps, the "
+        "cause and the `--resume` command",
     )
-    plot: bool = True
+    plot: bool = Field(True, description="write `reward_curve.png` at the end")
     save_rollouts: bool = Field(
         True,
-        description="every trained completion, its program, verdicts, rewards and advantage "
-        "in <run>/rollouts/ (launch/loop/rollouts.py reads them)",
+        description="every trained completion, its program, verdicts, rewards and advantage in "
+        "<run>/rollouts/ (launch/loop/rollouts.py reads them) (the records: "
+        "[training.md](training.md#rollout-records))",
     )
     rollouts_file_mib: float = Field(
         64, gt=0, description="a rollout file past this size is gzipped and a new one started"
@@ -61,15 +74,20 @@ class AsyncConfig(Section):
         0,
         ge=0,
         description="0: synchronous, every sample on-policy; K >= 1: rollouts and rewards run "
-        "up to K steps ahead of the learner (one-step-off-policy at 1), and samples more than K "
-        "weight versions behind the learner are dropped (async/dropped_samples)",
+        "up to K steps ahead of the learner (one-step-off-policy at 1), and samples more than K"
+        " weight versions behind the learner are dropped (async/dropped_samples). The kept "
+        "samples are corrected by the TIS weight (`learner.tis_cap`). With K = 1 the prompts "
+        "drawn are the same as in synchronous mode",
     )
     learner_threads_during_rollout: int = Field(
         0,
         ge=0,
-        description="async mode, learner and engines on the same CPU cores: the learner's torch "
-        "threads while the next batch is being generated; it returns to learner.num_cpus as "
-        "soon as the batch is in. 0: always learner.num_cpus",
+        description="async mode, learner and engines on the same CPU cores: the learner's torch"
+        " threads while the next batch is being generated; it returns to learner.num_cpus as "
+        "soon as the batch is in. 0: always learner.num_cpus. Avoids both oversubscribing the "
+        "cores and leaving one idle "
+        "([benchmarks.md](benchmarks.md#async-vs-sync-on-the-bench-workload)). Needs "
+        "`max_staleness >= 1` and fewer threads than `learner.num_cpus`",
     )
 
 
@@ -81,14 +99,18 @@ class WeightsConfig(Section):
         "every engine worker in one process group through vLLM's weight-transfer API (NCCL on "
         "GPU, gloo on CPU); 'ipc': each engine reads the weights from the learner rank on its "
         "own GPU by CUDA IPC handles, through the same API (rollout.colocate on GPUs only; the "
-        "default there when this key is not set)",
+        "default there when this key is not set); `collective` needs synchronous runs "
+        '(`async.max_staleness = 0`); with `learner.lora.export = "adapter"` the adapter '
+        "transport is used instead (see `common/transport/`)",
     )
     bucket_mib: float = Field(
         16,
         gt=0,
         description="bound on one bucket of a weight update: each engine decodes and loads one "
-        "bucket at a time, so a push never holds a second copy of the whole model there "
-        "(and small buckets load faster: docs/benchmarks.md, weight push)",
+        "bucket at a time, so a push never holds a second copy of the whole model there (and "
+        "small buckets load faster: docs/benchmarks.md, weight push). An update that fits in "
+        "one bucket skips vLLM's layerwise-reload bookkeeping; with `rollout.engine_process = "
+        '"separate"` smaller buckets load faster (`python -m launch.bench.push`)',
     )
     push_timeout_s: float = Field(
         300.0,
@@ -102,25 +124,29 @@ class WeightsConfig(Section):
         4,
         ge=0,
         description="sequences the learner and every engine score after each push "
-        "(weights/parity_probe_diff: does every engine serve the learner's weights?); 0: off",
+        "(weights/parity_probe_diff: does every engine serve the learner's weights?); 0: "
+        "off. The probe is the first completions of the run's first batch, fixed for the "
+        "run, scored at the version just pushed",
     )
 
 
 class RayConfig(Section):
     address: str = Field(
         "",
-        description="'': RAY_ADDRESS, else the cluster of the last `ray start`, else a local one",
+        description="'': RAY_ADDRESS, else the cluster of the last `ray start`, else a local "
+        "one (never another run's in-process cluster)",
     )
     placement: Literal["none", "pack", "spread", "strict_pack", "strict_spread"] = Field(
         "none",
         description="placement group for the learner and the initial rollout actors: 'pack' "
-        "keeps them on as few nodes as possible, 'spread' on as many",
+        "keeps them on as few nodes as possible, 'spread' on as many; one bundle per learner "
+        "rank and per initial rollout actor",
     )
     num_cpus: int = Field(
         0,
         ge=0,
-        description="local cluster only; 0: the machine's CPUs, or what the run's actors ask for "
-        "when that is more",
+        description="local cluster only; 0: the machine's CPUs, or what the run's actors ask "
+        "for when that is more (they then share the cores)",
     )
     gpu_memory_gib: float = Field(
         0.0,

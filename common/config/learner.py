@@ -33,30 +33,33 @@ def _auto_or_bool(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
         raise ValueError(f'expected "auto", true or false, got {value!r}') from None
 
 
-#: A switch whose default depends on the device (``"auto"``); true and false, as saved
-#: configs from before it had one wrote it, keep their meaning.
+#: A switch whose default depends on the device (``"auto"``), or true or false.
 AutoBool = Annotated[Literal["auto"] | bool, WrapValidator(_auto_or_bool)]
 
 
 class LoraConfig(Section):
-    enabled: bool = False
-    rank: int = Field(8, ge=1)
-    alpha: float = 16.0
-    dropout: float = Field(0.0, ge=0, lt=1)
+    enabled: bool = Field(
+        False,
+        description="train a LoRA adapter (peft); the reference is the base with the adapter off",
+    )
+    rank: int = Field(8, ge=1, description="LoRA rank")
+    alpha: float = Field(16.0, description="LoRA alpha")
+    dropout: float = Field(0.0, ge=0, lt=1, description="LoRA dropout")
     target_modules: list[str] = Field(
-        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"]
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
+        description="modules that get adapters",
     )
     modules_to_save: list[str] = Field(
         default_factory=list,
         description="modules trained in full beside the adapter (peft modules_to_save; a name "
-        "matches every module whose dotted name ends with it: 'model.norm' is the final RMSNorm "
-        "alone, 'norm' every norm; a tied 'embed_tokens' stays tied to the LM head); needs "
-        "export = 'merged'",
+        "matches every module whose dotted name ends with it: 'model.norm' is the final RMSNorm"
+        " alone, 'norm' every norm; a tied 'embed_tokens' stays tied to the LM head); needs "
+        "export = 'merged'. The merged export sends their trained copies",
     )
     export: Literal["merged", "adapter"] = Field(
         "merged",
         description="how LoRA updates reach vLLM: merged into the base weights, or as a LoRA "
-        "adapter with a new adapter id per weight version",
+        "adapter with a new adapter id per weight version (`adapter`: only the adapter travels)",
     )
     base_dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto",
@@ -73,25 +76,39 @@ class OptimiserKnobs(Section):
     """How the optimiser steps: AdamW, the learning rate and its schedule, gradient clipping,
     and how many optimiser steps one rollout batch makes (epochs x mini-batches)."""
 
-    lr: float = Field(1e-5, gt=0)
+    lr: float = Field(1e-5, gt=0, description="AdamW learning rate")
     lr_schedule: Literal["constant", "linear", "cosine"] = Field(
         "constant",
         description="after warmup: constant lr, or decay to min_lr at the run's last optimiser "
-        "step (linear or cosine); counted in optimiser steps, continued exactly on resume",
+        "step (linear or cosine); counted in optimiser steps, continued exactly on resume. "
+        "Logged as `train/lr`. Use a decay with warmup for long runs or larger learning rates",
     )
     warmup_steps: int = Field(
-        0, ge=0, description="optimiser steps of linear warmup from lr/warmup_steps up to lr"
+        0,
+        ge=0,
+        description="optimiser steps of linear warmup from lr/warmup_steps up to lr; for fresh "
+        "optimiser state at a large learning rate",
     )
     warmup_ratio: float = Field(
-        0.0, ge=0, lt=1, description="warmup as a fraction of the run's optimiser steps"
+        0.0,
+        ge=0,
+        lt=1,
+        description="warmup as a fraction of the run's optimiser steps (instead of `warmup_steps`)",
     )
     min_lr: float = Field(0.0, ge=0, description="where linear and cosine decay end")
     adam_betas: tuple[float, float] = Field(
-        (0.9, 0.999), description="AdamW's betas (0.9, 0.95 is common for RL fine-tuning)"
+        (0.9, 0.999),
+        description="AdamW's betas (0.9, 0.95 is common for RL fine-tuning); `[0.9, 0.95]` reacts "
+        "faster to the shifting gradients of RL",
     )
-    adam_eps: float = Field(1e-8, gt=0, description="AdamW's eps")
-    weight_decay: float = Field(0.0, ge=0)
-    max_grad_norm: float = Field(1.0, gt=0)
+    adam_eps: float = Field(
+        1e-8,
+        gt=0,
+        description="AdamW's eps; raise it (1e-6) if bf16 updates spike on near-zero second "
+        "moments",
+    )
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
+    max_grad_norm: float = Field(1.0, gt=0, description="gradient clipping")
     optimizer: Literal["adamw", "adamw_bf16", "adamw_8bit"] = Field(
         "adamw",
         description="AdamW's state: 'adamw' torch's, in the parameters' dtype; 'adamw_bf16' "
@@ -100,7 +117,11 @@ class OptimiserKnobs(Section):
         "'adamw_8bit' moments quantised blockwise to 8 bits (2 B per parameter instead of 8). "
         "Both from torchao: pip install '.[lowmem]' (docs/scaling.md)",
     )
-    ppo_epochs: int = Field(1, ge=1, description="mu: optimisation epochs over one rollout batch")
+    ppo_epochs: int = Field(
+        1,
+        ge=1,
+        description="mu: optimisation epochs over one rollout batch (ratio against the old policy)",
+    )
     mini_batches: int = Field(1, ge=1, description="optimiser steps per epoch")
 
     @model_validator(mode="after")
@@ -119,15 +140,18 @@ class SpeedKnobs(Section):
     logprob_chunk_tokens: int = Field(
         1024,
         ge=0,
-        description="LM head rows per checkpointed chunk; 0: all at once, without recompute",
+        description="LM head rows per checkpointed chunk; 0: all at once, without recompute. "
+        "Completion tokens per chunk of the LM head and log-softmax, each chunk recomputed in "
+        "backward: caps the float32 logits in memory; 0 keeps the full-vocabulary float32 "
+        "logits of the micro-batch alive for backward",
     )
     share_prompts: AutoBool = Field(
         "auto",
         description="run each distinct prompt of a micro-batch once and let its completions "
         "attend to its keys and values (off under gradient checkpointing and compile, and for "
-        "sliding-window attention). auto: on for a CPU learner (faster there: docs/benchmarks.md, "
-        "one learner step), off on CUDA, where issue 34's H200 measurements (not re-run) found "
-        "the step 18% slower and 5 GiB larger with it",
+        "sliding-window attention). auto: on for a CPU learner (faster there: "
+        "docs/benchmarks.md, one learner step), off on CUDA, where it measured slower and "
+        "larger (docs/scaling.md). The same logprobs and gradients either way",
     )
     reference: Literal["frozen_copy", "precomputed"] = Field(
         "frozen_copy",
@@ -144,7 +168,12 @@ class SpeedKnobs(Section):
     master_dtype: Literal["float32", "same"] = Field(
         "float32", description="dtype=bfloat16: fp32 master weights + autocast, or pure bf16"
     )
-    micro_batch_tokens: int = Field(8192, ge=16, description="token budget of one micro-batch")
+    micro_batch_tokens: int = Field(
+        8192,
+        ge=16,
+        description="token budget of one micro-batch; padded tokens of one micro-batch (gradient "
+        "accumulation)",
+    )
     memory_gib: float = Field(
         0.0,
         ge=0,
@@ -155,7 +184,9 @@ class SpeedKnobs(Section):
         "0: micro_batch_tokens, or fewer on a GPU whose card cannot hold them (90% of the "
         "card planned: common/memory_fit.py)",
     )
-    dtype: Literal["float32", "bfloat16"] = "float32"
+    dtype: Literal["float32", "bfloat16"] = Field(
+        "float32", description="compute dtype (`bfloat16`: autocast, see `master_dtype`)"
+    )
     gradient_checkpointing: bool | int | Literal["auto"] = Field(
         False,
         description="recompute activations in backward instead of keeping them, decoder layer "
@@ -173,11 +204,9 @@ class SpeedKnobs(Section):
         "reference copy, and the LM head's softmax math (one fused read of each chunk's "
         "logits for a plain head in chunks, learner/head_kernels.py; dynamic shapes); the "
         "first steps pay the compilation (docs/benchmarks.md, one learner step). auto: on for "
-        "a CUDA learner of one rank, whose first steps then pay it (the step after is 1.43x "
-        "faster, also under Hugging Face's gradient checkpointing, in issue 34's H200 "
-        "measurements; not re-run, nor with today's per-layer checkpointing), unless "
-        "share_prompts = true asks for the shared path it turns off; off on CPU (11% faster "
-        "there, not worth the compilation in tests and short runs)",
+        "a CUDA learner of one rank, whose first steps then pay it (the steps after are faster: "
+        "docs/scaling.md), unless share_prompts = true asks for the shared path it turns off; "
+        "off on CPU (a small gain there, not worth the compilation in tests and short runs)",
     )
     offload_optimizer: Literal["never", "while_generating"] = Field(
         "never",
@@ -232,7 +261,7 @@ class SpeedKnobs(Section):
 class ResourceKnobs(Section):
     """What the learner asks Ray for, how many ranks shard it, and how often it may restart."""
 
-    num_cpus: float = Field(1.0, ge=0, description="per learner rank")
+    num_cpus: float = Field(1.0, ge=0, description="per learner rank; also its torch threads")
     num_gpus: float = Field(0.0, ge=0, description="per learner rank")
     max_restarts: int = Field(
         3,
@@ -246,8 +275,11 @@ class ResourceKnobs(Section):
         1,
         ge=1,
         description="learner processes that shard the policy, gradients and optimiser state "
-        "(FSDP2) and split each step's samples; they step together and compute the same "
-        "update as one rank. Each gets num_cpus/num_gpus in the run's placement group",
+        "(FSDP2) and split each step's samples; they step together and compute the same update "
+        "as one rank. Each gets num_cpus/num_gpus in the run's placement group (gloo on CPU, "
+        'NCCL on GPU). `lora.export = "adapter"`, `reference = "precomputed"` and `compile` are'
+        " not available with several ranks yet; a run resumes with the rank count it was saved "
+        "with",
     )
 
     @model_validator(mode="after")

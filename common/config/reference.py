@@ -7,9 +7,8 @@ the committed file is stale. Regenerate with::
 
     python -m common.config.reference > docs/configuration.md
 
-``NOTES`` holds what the README's hand-written reference said beyond the schema's descriptions
-(units, measurements, why a default is what it is); each note is appended to its field's
-description, and the test checks that every note names a field that exists.
+Each field's ``description`` is its whole entry: what it does, its unit, and why its default
+is what it is; measurements stay in docs/benchmarks.md, which a description links.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from common.config import MOVED_KEYS, Config
+from common.config import Config
 
 REGENERATE = "python -m common.config.reference > docs/configuration.md"
 
@@ -71,155 +70,6 @@ SECTION_LINKS = {
     "ray": "the cluster and its ports: [cluster.md](cluster.md), [network.md](network.md)",
 }
 
-# What the schema's descriptions leave out; appended to the field's description.
-NOTES = {
-    "run.output_dir": "where run directories (and built-in models) go; on a cluster a file "
-    "system the driver and every learner node see (checkpoints are written by the learner, "
-    "metrics by the driver)",
-    "run.seed": "seeds prompt order, sampling seeds and the learner",
-    "run.steps": "training steps",
-    "run.checkpoint_every": "Otherwise every N steps and at the end; also on SIGTERM or Ctrl-C "
-    "(the current step finishes first)",
-    "run.max_masked_steps": "The checkpoint is saved at the last of those steps (the policy did "
-    "not change in them) and one line names the steps, the cause and the `--resume` command",
-    "run.plot": "write `reward_curve.png` at the end",
-    "run.save_rollouts": "(the records: [training.md](training.md#rollout-records))",
-    "model.path": "`builtin:tiny` is built offline on the driver's node only; on a cluster give "
-    "a hub name or a path every node can read",
-    "model.dtype": "dtype the vLLM engines serve in (and the learner exports)",
-    "model.max_model_len": "prompt + completion tokens per sequence",
-    "data.format": "`auto`: detected per row",
-    "data.split": "MBPP's task ids: `train` 601-974, `test` 11-510, `validation` 511-600, "
-    "`prompt` 1-10",
-    "data.curriculum": "prompt sampling: `uniform`, `failure_focused` (problems the model "
-    "sometimes fails), `easy_to_hard`",
-    "eval.every": "(`eval/pass@k` metrics)",
-    "eval.split": "held-out split",
-    "eval.k": "the k of pass@k (each at most `n`)",
-    "rollout.num_actors": "vLLM engines (Ray actors); independent of `sandbox.num_workers`, and "
-    "resizable while a run goes on (`python -m launch.scale`)",
-    "rollout.batch_size": "a multiple of `group_size`",
-    "rollout.group_size": "(at least 2: a group of one has no baseline)",
-    "rollout.max_new_tokens": "completion length cap",
-    "rollout.temperature": "sampling temperature (the learner divides its logits by the same)",
-    "rollout.top_p": "nucleus sampling",
-    "rollout.kv_cache_gib": "(per engine, GiB)",
-    "rollout.num_cpus": "CPUs per rollout actor",
-    "rollout.num_gpus": "GPUs per rollout actor",
-    "rollout.enforce_eager": "skip graph capture (faster start-up, slower decode on GPU)",
-    "rollout.max_num_batched_tokens": "vLLM's default is 4096 on CPU. The floor is there "
-    "because vLLM's CPU sampler cannot rewind a seeded request's generator after a partial "
-    "prefill; a batch whose prompts exceed the budget is prefilled over several steps",
-    "rollout.engine_process": "`actor` measured ~1.4x faster generation on 2 vCPUs (13.6 s to "
-    "9.4-9.6 s on the benchmark); `separate` not measured here (no GPU)",
-    "rollout.tensor_parallel_size": "At least one GPU or core per worker; with the collective "
-    "transport every worker is a member of the transfer group. Tested on CPU (2 workers); not "
-    "run on GPU here",
-    "episode.feedback_chars": "also on the failing test shown",
-    "sandbox.num_workers": "long-lived sandbox worker processes (each locks ~1 MiB with "
-    "`pin_hot_pages`)",
-    "sandbox.timeout_s": "(all its tests)",
-    "sandbox.memory_mb": "address-space limit of an execution",
-    "sandbox.max_output_bytes": "stdout/stderr cap of an execution of a function problem",
-    "sandbox.cache": "cache results by hash(code, tests)",
-    "sandbox.num_cpus": "CPUs reserved for the sandbox actor",
-    "sandbox.pin_hot_pages": "Measured 7.8-8.0x to 9.1-10.1x over one interpreter per "
-    "execution in the sandbox bench. RLIMIT_MEMLOCK is often 8 MiB for all of a user's "
-    "processes (~7 workers): raise `ulimit -l` before `ray start` for more "
-    "([sandbox.md](sandbox.md#pinned-hot-pages))",
-    "sandbox.zygote_loop": "The C loop writes only its stack between forks, where the Python "
-    "loop copied ~20 pages per execution: zygote CPU 0.50-0.57 to 0.40 ms per execution. It "
-    "is built into `~/.cache/grpo-code` (~1 s once per node and version); without a compiler "
-    "and the interpreter's headers, or without a PID namespace, the Python loop runs and the "
-    "pool's log line says why",
-    "sandbox.cpu_affinity": "Counting from the last because vLLM-CPU's OpenMP binding takes "
-    "CPUs from the first. Pinned, the pool spent 12-24% less CPU per execution on 2 vCPUs "
-    "([benchmarks.md](benchmarks.md#sandbox-pool-vs-one-interpreter-per-execution)); on a "
-    "node shared with processes pinned to the same CPUs, give a list of free CPUs or `none`",
-    "reward.terms.<name>.weight": "the term's weight in the sum",
-    "reward.terms.<name>.kind": "one of `execution`, `format`, `length`, `scorer`",
-    "reward.terms.scorer.options.dtype": "dtype the scorer runs in",
-    "reward.terms.scorer.options.step_aggregate": "process reward: how the prefixes' scores "
-    "combine (`min`: a solution is as good as its worst step)",
-    "reward.terms.scorer.options.num_cpus": "CPUs of the scorer's actor",
-    "reward.terms.scorer.options.num_gpus": "GPUs of the scorer's actor",
-    "advantage.reward_scale": "(DGRO-style variance-aware scaling)",
-    "advantage.kalman.initial_mean": "prior mean reward of a new problem",
-    "advantage.dynamic_sampling": "(DAPO)",
-    "advantage.tie_noise": 'With `scale = "group_std"` a noised group\'s advantages are of '
-    "size 1 whatever the std, as strong as a real signal's; the std sets their size only with "
-    "`none` or `batch_std`. It adds gradient variance and cost the demo reward "
-    "([benchmarks.md](benchmarks.md#optimisation-options-on-the-demo)); "
-    "`advantage/tie_noise_frac` is the share of groups it touched",
-    "advantage.scale": "with `kalman`, `group_std` divides by max(group std, `kalman.std_floor`)",
-    "advantage.max_sampling_rounds": "(with `dynamic_sampling`)",
-    "advantage.low_variance_temperature": "A hotter sampler may break the tie; training at the "
-    "sampled temperature keeps sampler and learner logprobs matched "
-    "(`advantage/resampled_groups` counts the groups)",
-    "learner.lr": "AdamW learning rate",
-    "learner.lr_schedule": "Logged as `train/lr`. Use a decay with warmup for long runs or "
-    "larger learning rates",
-    "learner.warmup_steps": "for fresh optimiser state at a large learning rate",
-    "learner.warmup_ratio": "(instead of `warmup_steps`)",
-    "learner.adam_betas": "`[0.9, 0.95]` reacts faster to the shifting gradients of RL",
-    "learner.adam_eps": "raise it (1e-6) if bf16 updates spike on near-zero second moments",
-    "learner.weight_decay": "AdamW weight decay",
-    "learner.max_grad_norm": "gradient clipping",
-    "learner.kl_estimator": "the KL estimator (Schulman's k1, k2 or k3)",
-    "learner.kl_control": "`adaptive` keeps the drift from the reference near a budget instead "
-    "of guessing beta; `linear` is a pull that loosens as training goes. Needs `beta > 0`; "
-    "the current value is `train/beta`, saved in checkpoints",
-    "learner.kl_horizon": "(a step moves beta by at most 20% x samples / horizon)",
-    "learner.clip_eps_low": "PPO ratio clip below 1",
-    "learner.clip_eps_high": "PPO ratio clip above 1 (raise it for clip-higher, DAPO)",
-    "learner.ratio_level": "`sequence` is steadier when long completions make single token "
-    'ratios noisy; needs `aggregation = "seq_mean_token_mean"`',
-    "learner.seq_clip_eps_low": "(sequence ratios sit much closer to 1 than token ratios)",
-    "learner.aggregation": "loss aggregation: `seq_mean_token_mean` (GRPO), `token_mean` "
-    "(DAPO), `seq_mean_token_sum_norm` (Dr. GRPO)",
-    "learner.entropy_coef": "entropy bonus",
-    "learner.logprob_chunk_tokens": "Completion tokens per chunk of the LM head and "
-    "log-softmax, each chunk recomputed in backward: caps the float32 logits in memory; 0 "
-    "keeps the full-vocabulary float32 logits of the micro-batch alive for backward",
-    "learner.share_prompts": "The same logprobs and gradients; G = 8 on CPU: the learner step "
-    "-42% with 256-token prompts ([benchmarks.md](benchmarks.md#one-learner-step))",
-    "learner.ppo_epochs": "(ratio against the old policy)",
-    "learner.tis_cap": "weight min(pi_old/pi_sampler, cap) on each token: corrects the engine's "
-    "numerics and, in async mode, staleness",
-    "learner.micro_batch_tokens": "padded tokens of one micro-batch (gradient accumulation)",
-    "learner.dtype": "compute dtype (`bfloat16`: autocast, see `master_dtype`)",
-    "learner.lora.enabled": "train a LoRA adapter (peft); the reference is the base with the "
-    "adapter off",
-    "learner.lora.rank": "LoRA rank",
-    "learner.lora.alpha": "LoRA alpha",
-    "learner.lora.dropout": "LoRA dropout",
-    "learner.lora.target_modules": "modules that get adapters",
-    "learner.lora.modules_to_save": "The merged export sends their trained copies",
-    "learner.lora.export": "(`adapter`: only the adapter travels)",
-    "learner.num_cpus": "also its torch threads",
-    "learner.num_ranks": '(gloo on CPU, NCCL on GPU). `lora.export = "adapter"`, '
-    '`reference = "precomputed"` and `compile` are not available with several ranks yet; a '
-    "run resumes with the rank count it was saved with",
-    "async.max_staleness": "The kept samples are corrected by the TIS weight "
-    "(`learner.tis_cap`). With K = 1 the prompts drawn are the same as in synchronous mode",
-    "async.learner_threads_during_rollout": "Avoids both oversubscribing the cores and leaving "
-    "one idle: 1.09-1.20x the synchronous samples/s on 2 vCPUs "
-    "([benchmarks.md](benchmarks.md#async-vs-sync-on-the-bench-workload)). Needs "
-    "`max_staleness >= 1` and fewer threads than `learner.num_cpus`",
-    "weights.transport": "`collective` needs synchronous runs (`async.max_staleness = 0`); with "
-    '`learner.lora.export = "adapter"` the adapter transport is used instead (see '
-    "`common/transport/`)",
-    "weights.bucket_mib": "An update that fits in one bucket skips vLLM's layerwise-reload "
-    "bookkeeping (2.6 instead of 7.0 ms for the demo's model); with `rollout.engine_process = "
-    '"separate"` 16 MiB buckets load ~1.5x faster than one on the 45 MiB bench model '
-    "(`python -m launch.bench.push`)",
-    "weights.parity_probe": "The probe is the first completions of the run's first batch, fixed "
-    "for the run, scored at the version just pushed",
-    "ray.address": "(never another run's in-process cluster)",
-    "ray.num_cpus": "(they then share the cores)",
-    "ray.placement": "one bundle per learner rank and per initial rollout actor",
-}
-
 
 def main() -> None:
     """Print the reference; ``> docs/configuration.md`` commits it."""
@@ -227,11 +77,10 @@ def main() -> None:
 
 
 def render() -> str:
-    """The whole reference: the intro, one table per TOML section, the moved keys."""
+    """The whole reference: the intro, one table per TOML section."""
     parts = [INTRO]
     for section, model in sections():
         parts.append(_render_section(section, model))
-    parts.append(_render_moved())
     return "\n".join(parts)
 
 
@@ -293,8 +142,7 @@ def _render_section(section: str, model: type[BaseModel]) -> str:
         return "\n".join(lines)
     lines += ["| key | type | default | meaning |", "|---|---|---|---|"]
     for key, info in fields:
-        path = f"{section}.{key}"
-        cells = [f"`{path}`", _type(info), _default(info), _meaning(path, info)]
+        cells = [f"`{section}.{key}`", _type(info), _default(info), _meaning(info)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -307,28 +155,8 @@ _REWARD_TERMS = (
 )
 
 
-def _render_moved() -> str:
-    lines = [
-        "## Keys that moved",
-        "",
-        "A configuration that still uses an old key is refused with its new place, e.g. "
-        "`learner.advantage_scale moved to advantage.scale`.",
-        "",
-        "| old key | new key |",
-        "|---|---|",
-    ]
-    lines += [f"| `{old}` | `{new}` |" for old, new in MOVED_KEYS.items()]
-    return "\n".join(lines) + "\n"
-
-
-def _meaning(path: str, info: FieldInfo) -> str:
-    description, note = info.description or "", NOTES.get(path, "")
-    if not (description and note):
-        return _cell(description or note)
-    # A note in parentheses continues the description's sentence, a capitalised one starts a
-    # new sentence, any other is one more clause.
-    joint = " " if note[0] == "(" else ". " if note[0].isupper() else "; "
-    return _cell(description + joint + note)
+def _meaning(info: FieldInfo) -> str:
+    return _cell(info.description or "")
 
 
 def _type(info: FieldInfo) -> str:

@@ -13,10 +13,14 @@ from common.datasets import FORMATS
 class ModelConfig(Section):
     path: str = Field(
         "builtin:tiny",
-        description="HF model directory or hub name; 'builtin:tiny' builds a tiny random model",
+        description="HF model directory or hub name; 'builtin:tiny' builds a tiny random model; "
+        "`builtin:tiny` is built offline on the driver's node only; on a cluster give a hub"
+        " name or a path every node can read",
     )
-    dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
-    max_model_len: int = Field(512, ge=16)
+    dtype: Literal["bfloat16", "float16", "float32"] = Field(
+        "bfloat16", description="dtype the vLLM engines serve in (and the learner exports)"
+    )
+    max_model_len: int = Field(512, ge=16, description="prompt + completion tokens per sequence")
 
 
 class DataConfig(Section):
@@ -27,17 +31,22 @@ class DataConfig(Section):
         "HumanEval .jsonl[.gz], generic .jsonl), a directory of Kattis problem packages "
         "(stdin/stdout; split 'all') or a Hugging Face dataset name[:config]",
     )
-    format: Literal[FORMATS] = "auto"
+    format: Literal[FORMATS] = Field("auto", description="`auto`: detected per row")
     split: str = Field(
         "train",
-        description="MBPP: train, test, validation, prompt; 'all': every row (problem "
-        "packages have no splits: 'all')",
+        description="MBPP: train, test, validation, prompt; 'all': every row (problem packages "
+        "have no splits: 'all'). MBPP's task ids: `train` 601-974, `test` 11-510, `validation` "
+        "511-600, `prompt` 1-10",
     )
     max_problems: int = Field(0, ge=0, description="0: all")
     prompt_template: Literal["auto", "chat", "plain"] = Field(
         "auto", description="auto: the model's chat template if it has one; ignored for synthetic"
     )
-    curriculum: Literal["uniform", "failure_focused", "easy_to_hard"] = "uniform"
+    curriculum: Literal["uniform", "failure_focused", "easy_to_hard"] = Field(
+        "uniform",
+        description="prompt sampling: `uniform`, `failure_focused` (problems the model sometimes "
+        "fails), `easy_to_hard`",
+    )
     curriculum_ema: float = Field(
         0.3, gt=0, le=1, description="weight of the newest group in a problem's pass rate"
     )
@@ -47,12 +56,18 @@ class DataConfig(Section):
 
 
 class EvalConfig(Section):
-    every: int = Field(0, ge=0, description="evaluate every N steps and at the end; 0: never")
+    every: int = Field(
+        0,
+        ge=0,
+        description="evaluate every N steps and at the end; 0: never (`eval/pass@k` metrics)",
+    )
     source: str = Field("", description="problems to evaluate on; '': data.source")
-    split: str = "test"
+    split: str = Field("test", description="held-out split")
     max_problems: int = Field(0, ge=0, description="0: the whole split")
     n: int = Field(1, ge=1, description="samples per problem")
-    k: list[int] = Field(default_factory=lambda: [1])
+    k: list[int] = Field(
+        default_factory=lambda: [1], description="the k of pass@k (each at most `n`)"
+    )
 
     @model_validator(mode="after")
     def _check_k(self) -> EvalConfig:
@@ -65,33 +80,56 @@ class EvalConfig(Section):
 
 
 class RolloutConfig(Section):
-    num_actors: int = Field(1, ge=1)
-    batch_size: int = Field(64, ge=2, description="completions per step (prompts x group_size)")
-    group_size: int = Field(8, description="G: completions sampled per prompt")
-    max_new_tokens: int = Field(64, ge=1)
+    num_actors: int = Field(
+        1,
+        ge=1,
+        description="vLLM engines (Ray actors); independent of `sandbox.num_workers`, and "
+        "resizable while a run goes on (`python -m launch.scale`)",
+    )
+    batch_size: int = Field(
+        64,
+        ge=2,
+        description="completions per step (prompts x group_size); a multiple of `group_size`",
+    )
+    group_size: int = Field(
+        8,
+        description="G: completions sampled per prompt (at least 2: a group of one has no "
+        "baseline)",
+    )
+    max_new_tokens: int = Field(64, ge=1, description="completion length cap")
     min_new_tokens: int = Field(0, ge=0, description="no stop (EOS or stop string) before this")
     ignore_eos: bool = Field(False, description="keep sampling past EOS (fixed-length benchmarks)")
-    temperature: float = Field(1.0, gt=0)
-    top_p: float = Field(1.0, gt=0, le=1)
+    temperature: float = Field(
+        1.0, gt=0, description="sampling temperature (the learner divides its logits by the same)"
+    )
+    top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling")
     stop: list[str] = Field(default_factory=list, description="stop strings (kept in the output)")
     kv_cache_gib: float = Field(
-        1.0, gt=0, description="the engine's KV cache size (vLLM's kv_cache_memory_bytes)"
+        1.0,
+        gt=0,
+        description="the engine's KV cache size (vLLM's kv_cache_memory_bytes) (per engine, GiB)",
     )
-    num_cpus: float = Field(1.0, ge=0)
-    num_gpus: float = Field(0.0, ge=0)
-    enforce_eager: bool = True
+    num_cpus: float = Field(1.0, ge=0, description="CPUs per rollout actor")
+    num_gpus: float = Field(0.0, ge=0, description="GPUs per rollout actor")
+    enforce_eager: bool = Field(
+        True, description="skip graph capture (faster start-up, slower decode on GPU)"
+    )
     max_num_batched_tokens: int = Field(
         0,
         ge=0,
         description="tokens one engine step processes (prefill and decode); 0: vLLM's default. "
-        "On CPU hosts prompts are never split across steps, so at least model.max_model_len",
+        "On CPU hosts prompts are never split across steps, so at least model.max_model_len; "
+        "vLLM's default is 4096 on CPU. The floor is there because vLLM's CPU sampler cannot "
+        "rewind a seeded request's generator after a partial prefill; a batch whose prompts "
+        "exceed the budget is prefilled over several steps",
     )
     engine_process: Literal["actor", "separate"] = Field(
         "actor",
         description="actor: vLLM's engine core runs inside the rollout actor's process (no "
-        "inter-process hop per engine step; on CPU hosts the two processes no longer compete "
-        "for cores); separate: vLLM's own engine-core process, which overlaps scheduling with "
-        "GPU execution",
+        "inter-process hop per engine step; on CPU hosts the two processes no longer "
+        "compete for cores); separate: vLLM's own engine-core process, which overlaps "
+        "scheduling with GPU execution; `actor` generated faster on 2 vCPUs "
+        "([benchmarks.md](benchmarks.md)); `separate` not measured here (no GPU)",
     )
     colocate: bool = Field(
         False,
@@ -112,9 +150,11 @@ class RolloutConfig(Section):
     tensor_parallel_size: int = Field(
         1,
         ge=1,
-        description="workers one engine is split across (vLLM tensor parallelism, worker "
-        "processes inside the rollout actor): on GPU they share its num_gpus GPUs, on CPU its "
-        "cores (each worker's threads bound to its own share)",
+        description="workers one engine is split across (vLLM tensor parallelism, worker processes "
+        "inside the rollout actor): on GPU they share its num_gpus GPUs, on CPU its cores "
+        "(each worker's threads bound to its own share). At least one GPU or core per "
+        "worker; with the collective transport every worker is a member of the transfer "
+        "group. Tested on CPU (2 workers); not run on GPU here",
     )
 
     @model_validator(mode="after")
@@ -178,7 +218,10 @@ class EpisodeConfig(Section):
         "the prompts' own template",
     )
     feedback_chars: int = Field(
-        300, ge=40, description="cap on the sandbox's report of the failing test in the feedback"
+        300,
+        ge=40,
+        description="cap on the sandbox's report of the failing test in the feedback; also on the "
+        "failing test shown",
     )
     show_tests: bool = Field(
         False,

@@ -185,35 +185,6 @@ def test_reference_documents_every_config_key():
     assert not missing, f"docs/configuration.md lacks {missing}"
 
 
-@pytest.mark.parametrize(
-    ("old", "value", "new"),
-    [
-        ("learner.advantage_scale", "none", "advantage.scale"),
-        ("learner.advantage_eps", "1e-3", "advantage.eps"),
-        ("learner.reward_scale", "2.0", "advantage.reward_scale"),
-        ("rollout.dynamic_sampling", "true", "advantage.dynamic_sampling"),
-        ("reward.baseline.kind", "kalman", "advantage.baseline"),
-        ("reward.baseline.scale", "group_std", "advantage.scale"),
-        ("reward.baseline.std_floor", "0.2", "advantage.kalman.std_floor"),
-        ("sandbox.reward", "binary", "reward.terms.execution.options.mode"),
-    ],
-)
-def test_a_moved_key_names_its_new_place(old, value, new):
-    with pytest.raises(ConfigError, match=rf"{old} moved to {new}"):
-        load_config(None, [f"--{old}", value])
-
-
-def test_a_moved_key_in_a_file_names_its_new_place(tmp_path):
-    path = tmp_path / "old.toml"
-    path.write_text('[sandbox]\nreward = "binary"\n[learner]\nadvantage_scale = "none"\n')
-    with pytest.raises(ConfigError) as error:
-        load_config(path)
-    assert str(error.value).splitlines()[1:] == [
-        "  learner.advantage_scale moved to advantage.scale",
-        "  sandbox.reward moved to reward.terms.execution.options.mode",
-    ]
-
-
 def test_the_kalman_baseline_refuses_batch_std():
     with pytest.raises(ConfigError, match="batch_std' is not defined for the Kalman baseline"):
         load_config(None, ["--advantage.baseline", "kalman", "--advantage.scale", "batch_std"])

@@ -183,10 +183,9 @@ def test_a_run_without_a_checkpoint_is_refused_in_one_line(tmp_path, capsys):
     [
         ("[rollout\nmax_new_tokens = 4\n", "not valid TOML"),
         ("[rollout]\nmax_new_tokns = 4\n", "invalid configuration: rollout.max_new_tokns: unknown"),
-        ("[sandbox]\nreward = 'binary'\n", "sandbox.reward moved to"),
         ("[rollout]\ntemperature = -1\n", "rollout.temperature: Input should be greater than 0"),
     ],
-    ids=["not TOML", "unknown key", "moved key", "invalid value"],
+    ids=["not TOML", "unknown key", "invalid value"],
 )
 def test_a_run_config_that_does_not_load_is_one_line_naming_it(tmp_path, capsys, text, said):
     run = make_run(tmp_path)
