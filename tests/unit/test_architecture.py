@@ -7,6 +7,8 @@
 - No import cycle between files, counting imports inside functions (they hide cycles).
 - Every actor of a run is created in ``launch/fleet/actors.py``.
 - Product files stay under 500 lines and functions under 60, unless a comment says why.
+- Growth is budgeted: lines per package (benchmarks apart) and config keys stay under
+  :data:`LINE_BUDGET` and :data:`KEY_BUDGET` (the rule: docs/testing.md, "Growth budget").
 """
 
 from __future__ import annotations
@@ -169,3 +171,68 @@ def test_files_and_functions_stay_small(package):
             if size > MAX_FUNCTION_LINES and not _explained(lines, first):
                 long.append(f"{name}:{node.lineno} {node.name}: {size} lines")
     assert not long, long
+
+
+#: Lines of Python per package, its benchmarks (``bench/``) apart, and of all benchmarks; set on
+#: 2026-12-06 at that day's size plus room for the open issues: issue 53 (hosts emulated on one
+#: machine: ~600 lines in launch, ~200 in common) and issue 54 (the optimiser step on the host:
+#: ~300 in learner, ~150 in common). Issue 52 cuts product code below 22.5k lines and lowers
+#: these as its cuts land.
+LINE_BUDGET = {
+    "actor": 1_250,
+    "algorithm": 1_700,
+    "common": 6_500,
+    "launch": 9_800,
+    "learner": 4_100,
+    "sandbox": 7_400,
+    BENCH: 3_300,
+}
+#: Keys of the configuration (``common.config.reference.field_paths``): 161 on 2026-12-06, plus
+#: room for issue 53's (the interface check, the model's shipping).
+KEY_BUDGET = 165
+
+
+def package_lines() -> dict[str, int]:
+    """Lines of Python per package, every package's ``bench/`` counted under :data:`BENCH`."""
+    counts = dict.fromkeys([*PACKAGES, BENCH], 0)
+    for path in _sources(*PACKAGES):
+        where = (
+            BENCH
+            if BENCH in path.relative_to(REPO_ROOT).parts
+            else path.parts[len(REPO_ROOT.parts)]
+        )
+        counts[where] += len(path.read_text().splitlines())
+    return counts
+
+
+def over_budget(counts: dict[str, int], budget: dict[str, int]) -> list[str]:
+    """One line per count above its budget (a package without one has none)."""
+    return [
+        f"{name}: {count} lines, budget {budget.get(name, 0)}"
+        for name, count in counts.items()
+        if count > budget.get(name, 0)
+    ]
+
+
+def test_every_package_stays_within_its_line_budget():
+    assert set(LINE_BUDGET) == {*PACKAGES, BENCH}
+    over = over_budget(package_lines(), LINE_BUDGET)
+    assert not over, f"{over}: see docs/testing.md, growth budget"
+
+
+def test_the_line_budget_check_finds_a_package_over_it():
+    counts = package_lines()
+    assert over_budget(counts, {**LINE_BUDGET, "sandbox": counts["sandbox"] - 1}) == [
+        f"sandbox: {counts['sandbox']} lines, budget {counts['sandbox'] - 1}"
+    ]
+    assert over_budget({"new": 1}, LINE_BUDGET) == ["new: 1 lines, budget 0"]
+
+
+def test_config_keys_stay_within_their_budget():
+    from common.config import reference
+
+    keys = len(reference.field_paths())
+    assert keys <= KEY_BUDGET, (
+        f"{keys} config keys, budget {KEY_BUDGET}: a new option removes or merges one, or "
+        "records a measured win (docs/testing.md, growth budget)"
+    )
