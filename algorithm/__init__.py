@@ -46,7 +46,7 @@ Variants, each off unless said:
   ``learner.entropy_coef`` adds an entropy bonus.
 - Heuristics from the users' DGRO script: noise on tied groups' rewards (``advantage.tie_noise``;
   ``algorithm.advantage.noise``) and, with dynamic sampling, tied prompts sampled again hotter
-  (``advantage.low_variance_temperature``).
+  (``advantage.low_variance_temperature``; ``algorithm.advantage.dynamic``).
 
 Rewards (``algorithm.rewards``): a weighted sum of terms, each a batch -> ``float | None``
 function (None masks the completion out of the loss): ``execution`` (binary or partial credit),

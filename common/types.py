@@ -245,6 +245,29 @@ class TrainSample:
     #: are 0 and never compared). None: every completion token is trained on.
     loss_mask: list[int] | None = None
 
+    @classmethod
+    def of(
+        cls,
+        completion: Completion,
+        advantage: float = 0.0,
+        group_index: int = 0,
+        *,
+        raw: bool = False,
+    ) -> TrainSample:
+        """The sample of ``completion``: scored at the temperature it was sampled at, on the
+        tokens the model wrote. ``raw``: at temperature 1 on every completion token, as an
+        engine's prompt logprobs are (the parity probe compares the two)."""
+        return cls(
+            prompt_token_ids=completion.prompt_token_ids,
+            completion_token_ids=completion.token_ids,
+            sampler_logprobs=completion.sampler_logprobs,
+            advantage=advantage,
+            weight_version=completion.weight_version,
+            group_index=group_index,
+            temperature=None if raw else completion.temperature,
+            loss_mask=None if raw else completion.loss_mask,
+        )
+
     @property
     def num_trained_tokens(self) -> int:
         """The completion tokens the loss sees: the model's own, without episode feedback."""

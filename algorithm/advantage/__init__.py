@@ -4,8 +4,9 @@
   a verdict, the zero-variance rule (``is_informative``, ``zero_std_fraction``) and KL-in-reward
   shaping, all in float64;
 - ``kalman``: the running per-problem baseline (``advantage.baseline = "kalman"``);
-- ``dynamic``: dynamic sampling (DAPO), which drops the groups the zero-variance rule calls
-  uninformative and samples more prompts;
+- ``dynamic``: which prompts a step samples, round by round: dynamic sampling (DAPO), which drops
+  the groups the zero-variance rule calls uninformative and samples more prompts, and hot
+  resampling of tied prompts (``advantage.low_variance_temperature``);
 - ``noise``: tie noise (``advantage.tie_noise``), a heuristic for groups whose rewards agree;
 - ``step``: one train step's advantages, the above in the order the driver applies them (KL in
   the reward, tie noise, baseline, ``reward_scale``).
@@ -13,7 +14,7 @@
 The learner only consumes advantages (``algorithm.loss`` holds the loss).
 """
 
-from algorithm.advantage.dynamic import GroupAccumulator, dynamic_sample
+from algorithm.advantage.dynamic import Draw, GroupAccumulator, Sampled, sample_groups
 from algorithm.advantage.group import (
     AdvantageScale,
     group_advantages,
@@ -34,9 +35,10 @@ from algorithm.advantage.step import kl_shaped_rewards, step_advantages
 __all__ = [
     "AdvantageScale",
     "BaselineState",
+    "Draw",
     "GroupAccumulator",
     "KalmanBaseline",
-    "dynamic_sample",
+    "Sampled",
     "group_advantages",
     "is_informative",
     "kalman_advantages",
@@ -44,6 +46,7 @@ __all__ = [
     "kl_penalised_rewards",
     "kl_shaped_rewards",
     "masked_group_advantages",
+    "sample_groups",
     "step_advantages",
     "tie_noise",
     "zero_std_fraction",

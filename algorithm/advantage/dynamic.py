@@ -1,16 +1,25 @@
-"""Dynamic sampling (DAPO, Yu et al. 2025): keep only groups that carry a learning signal.
+"""Which prompts a step samples: dynamic sampling (DAPO, Yu et al. 2025) and hot resampling.
 
 A group whose rewards are all equal gets advantage 0 for every completion: it costs a rollout
 and a backward pass and teaches nothing, and as the policy improves more and more groups are
-all-correct, so the effective batch shrinks. Dynamic sampling drops those groups and samples
-more prompts, round after round, until the batch holds ``target_groups`` informative groups or
-``max_rounds`` rounds have run (then the batch is trained on as it is, smaller: an easy or hard
-plateau must not stall training forever).
+all-correct, so the effective batch shrinks. Dynamic sampling (``advantage.dynamic_sampling``)
+drops those groups and samples more prompts, round after round, until the batch holds
+``target_groups`` informative groups or ``advantage.max_sampling_rounds`` rounds have run (then
+the batch is trained on as it is, smaller: an easy or hard plateau must not stall training
+forever). Without it a step is one round, every group kept.
 
-Pure logic, no Ray and no torch: the driver passes a function that samples and scores a given
-number of groups; tests pass a fake. Given a deterministic sampler the result is deterministic:
-groups are accepted in the order they are returned, and the surplus of the last round (more
-informative groups than still needed) is discarded from its end.
+Hot resampling (``advantage.low_variance_temperature``, a heuristic from the users' DGRO script):
+a later round first samples the previous round's tied prompts again at that temperature (a
+hotter sampler may break the tie), each prompt at most once per step so prompts that always tie
+cannot crowd new ones out, then new prompts for the rest (``advantage/resampled_groups`` counts
+the former).
+
+Pure logic, no Ray and no torch: :func:`sample_groups` asks a sampler for each round's groups
+(one :class:`Draw` per call: which prompts, at which temperature) and a draw function for new
+prompts; the driver passes its rollout, sandbox and reward, tests pass a fake. Given a
+deterministic sampler the result is deterministic: groups are accepted in the order they are
+returned, and the surplus of the last round (more informative groups than still needed) is
+discarded from its end.
 """
 
 from __future__ import annotations
@@ -18,11 +27,45 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from algorithm.advantage.group import is_informative
+from common.config import AdvantageConfig
 
-Group = TypeVar("Group")
+
+class Scored(Protocol):
+    """What the policy reads of a group: its prompt (an index into the training set) and its
+    completions' rewards."""
+
+    @property
+    def index(self) -> int: ...
+
+    @property
+    def rewards(self) -> Sequence[float | None]: ...
+
+
+Group = TypeVar("Group", bound=Scored)
+
+
+@dataclass(frozen=True)
+class Draw:
+    """One call of the sampler: G completions for each prompt of ``indices`` in round ``round``
+    (0: the ordinary rollout), at ``temperature`` (set: tied prompts sampled again hotter;
+    None: the run's ``rollout.temperature``)."""
+
+    round: int
+    indices: list[int]
+    temperature: float | None = None
+
+
+@dataclass
+class Sampled(Generic[Group]):
+    """A step's groups: ``groups`` to train on, ``sampled`` every group of every round (those
+    dynamic sampling dropped included: they were scored), and the sampling's metrics."""
+
+    groups: list[Group]
+    sampled: list[Group]
+    metrics: dict[str, float]
 
 
 @dataclass
@@ -81,29 +124,65 @@ class GroupAccumulator:
         }
 
 
-def dynamic_sample(
-    sample_round: Callable[[int, int], Sequence[Group]],
-    rewards_of: Callable[[Group], Sequence[float | None]],
+def sample_groups(
+    sample: Callable[[Draw], list[Group]],
+    draw: Callable[[int], list[int]],
     target_groups: int,
-    max_rounds: int,
+    config: AdvantageConfig,
     oversample: float = 1.0,
-) -> tuple[list[Group], dict[str, float]]:
-    """Sample rounds until ``target_groups`` informative groups are kept (or rounds run out).
+) -> Sampled[Group]:
+    """The step's groups, sampled round by round as the module docstring says.
 
-    ``sample_round(round_index, num_groups)`` samples and scores ``num_groups`` new prompts'
-    groups (round 0 is the ordinary rollout of ``target_groups``). Later rounds ask for
-    ``ceil(needed * oversample)`` groups: oversampling > 1 trades rollout work for fewer rounds
-    when many groups are uniform. Returns the kept groups in acceptance order and the metrics.
+    ``sample(draw)`` generates, executes and rewards G completions for each prompt of ``draw``
+    and returns their groups in prompt order; ``draw(count)`` picks ``count`` new prompts (the
+    curriculum's sampler). Round 0 asks for ``target_groups`` prompts, a later round for
+    ``ceil(needed * oversample)``: oversampling > 1 trades rollout work for fewer rounds when
+    many groups tie.
     """
     if oversample < 1.0:
         raise ValueError(f"oversample ({oversample}) must be >= 1: fewer groups than needed")
-    accumulator = GroupAccumulator(target_groups, max_rounds)
+    if not config.dynamic_sampling:
+        groups = _sample_round(sample, draw, Draw(0, []), target_groups)
+        return Sampled(groups, list(groups), {})
+    hot = config.low_variance_temperature
+    accumulator = GroupAccumulator(target_groups, config.max_sampling_rounds)
     kept: list[Group] = []
+    sampled: list[Group] = []
+    previous: list[Group] = []  # the last round's groups
+    resampled: list[int] = []  # prompts sampled again hot this step
     while not accumulator.done:
-        wanted = target_groups if accumulator.rounds == 0 else accumulator.needed
-        if accumulator.rounds > 0:
-            wanted = math.ceil(wanted * oversample)
-        groups = list(sample_round(accumulator.rounds, wanted))
-        accepted = accumulator.add_round([rewards_of(g) for g in groups])
-        kept.extend(groups[i] for i in accepted)
-    return kept, accumulator.metrics()
+        round_index = accumulator.rounds
+        wanted = target_groups
+        if round_index:
+            wanted = math.ceil(accumulator.needed * oversample)
+        again = _tied_prompts(previous, resampled, wanted) if hot and round_index else []
+        resampled.extend(again)
+        previous = _sample_round(sample, draw, Draw(round_index, again, hot or None), wanted)
+        sampled.extend(previous)
+        accepted = accumulator.add_round([group.rewards for group in previous])
+        kept.extend(previous[i] for i in accepted)
+    metrics = accumulator.metrics()
+    if hot:
+        metrics["advantage/resampled_groups"] = float(len(resampled))
+    return Sampled(kept, sampled, metrics)
+
+
+def _tied_prompts(previous: list[Group], resampled: list[int], count: int) -> list[int]:
+    """Up to ``count`` prompts of ``previous``'s tied groups, in order, but none sampled again
+    hot already this step (``resampled``)."""
+    tied = [group.index for group in previous if not is_informative(group.rewards)]
+    return [index for index in tied if index not in resampled][:count]
+
+
+def _sample_round(
+    sample: Callable[[Draw], list[Group]],
+    draw: Callable[[int], list[int]],
+    again: Draw,
+    wanted: int,
+) -> list[Group]:
+    """One round's ``wanted`` groups: the prompts ``again`` names first (sampled again hot),
+    then new prompts for the rest at the run's temperature."""
+    groups = list(sample(again)) if again.indices else []
+    if wanted > len(again.indices):
+        groups += sample(Draw(again.round, draw(wanted - len(again.indices))))
+    return groups

@@ -1,21 +1,28 @@
 """The training loop: it schedules, the actors compute.
 
-One step, synchronous (every completion is on-policy for the weights the learner starts from):
+One step, :meth:`Driver.step`, synchronous (every completion is on-policy for the weights the
+learner starts from):
 
-1. take ``prompts_per_step`` problems from the sampler;
-2. every rollout worker generates G completions for its share of the prompts (vLLM, one seed
-   per completion, tokens and sampler logprobs, tagged with the engine's weight version);
-3. the sandbox pool executes every completion against its problem's tests; the reward is the
-   execution reward (binary or partial credit), ``None`` when the sandbox itself failed;
-4. advantages are normalised within each group over the samples that have a reward; masked
-   samples are left out of the loss, never scored 0;
-5. the learner takes one GRPO step and exports the new weights once; every rollout worker loads
-   the same object from Ray's object store before the next step.
+1. prompts: ``prompts_per_step`` problems from the curriculum's sampler;
+2. generate: every rollout worker generates G completions for its share of the prompts (vLLM,
+   one seed per completion, tokens and sampler logprobs, tagged with the engine's weight
+   version);
+3. execute: the sandbox pool executes every completion against its problem's tests, each group
+   as soon as it is generated;
+4. reward: the configured terms' weighted sum (by default the execution reward, binary or
+   partial credit), ``None`` when the sandbox itself failed;
+5. advantages: normalised within each group over the samples that have a reward; masked samples
+   are left out of the loss, never scored 0;
+6. train: the learner takes one GRPO step and exports the new weights once;
+7. push: every rollout worker loads the same weights before the next step (``push.py``);
+8. record: the step's metrics (``metrics.jsonl``, ``docs/metrics.md``) and rollouts.
 
-With ``async.max_staleness >= 1`` steps 1-3 of the next step run while the learner does 4-5
-(see ``pipeline.py``): the batch's groups are checked against the learner's weight version,
-stale ones dropped and counted, and the rest trained on with the TIS correction. With
-``rollout.colocate`` the engines sleep while the learner does 4-5 (``colocation.py``).
+Steps 1-4 are the batch (:meth:`Driver.collect`, ``groups.py``), sampled round by round as the
+sampling policy asks (``algorithm.advantage.dynamic``: dynamic sampling, hot resampling). With
+``async.max_staleness >= 1`` steps 1-4 of the next step run while the learner does 5-7 (see
+``pipeline.py``): the batch's groups are checked against the learner's weight version, stale
+ones dropped and counted, and the rest trained on with the TIS correction. With
+``rollout.colocate`` the engines sleep while the learner does 6 (``colocation.py``).
 """
 
 from __future__ import annotations
@@ -42,7 +49,7 @@ from launch.loop.control import CONTROL_FILE, ControlFile, install_stop_handler
 from launch.loop.episodes import episode_metrics
 from launch.loop.evaluation import evaluate
 from launch.loop.flat_steps import FlatSteps
-from launch.loop.groups import GroupCollector
+from launch.loop.groups import Group, GroupCollector
 from launch.loop.masked_steps import MaskedStepLimit, MaskedStepsError
 from launch.loop.metrics import MetricsLog
 from launch.loop.parity import ParityProbe
@@ -53,6 +60,7 @@ from launch.loop.pipeline import (
     split_stale,
     staleness_metrics,
 )
+from launch.loop.push import TrainAndPush
 from launch.loop.rollouts import RolloutWriter, step_rows
 from launch.loop.telemetry import Telemetry
 
@@ -61,16 +69,25 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class StepTimer:
+    """The step's ``time/<phase>_s`` marks; :meth:`lap` times the phase that just ended."""
+
     marks: dict[str, float] = field(default_factory=dict)
     _last: float = field(default_factory=time.perf_counter)
+
+    @classmethod
+    def after(cls, seconds: dict[str, float]) -> StepTimer:
+        """A timer that starts now, holding the phases measured while collecting the batch."""
+        return cls({f"time/{name}_s": value for name, value in seconds.items()})
 
     def lap(self, name: str) -> None:
         now = time.perf_counter()
         self.marks[f"time/{name}_s"] = now - self._last
         self._last = now
 
-    def restart(self) -> None:
-        self._last = time.perf_counter()
+    def add(self, marks: dict[str, float]) -> None:
+        """Timings measured elsewhere; a phase timed in two parts adds up."""
+        for name, seconds in marks.items():
+            self.marks[name] = self.marks.get(name, 0.0) + seconds
 
 
 class Driver:
@@ -119,6 +136,7 @@ class Driver:
         self.control = ControlFile(run_dir / CONTROL_FILE, fixed_size=fixed)
         self._stop_signal: int | None = None
         self.probe = ParityProbe(config.weights.parity_probe)
+        self.train_and_push = TrainAndPush(fleet, self.probe, self.colocation)
         run = config.run
         self.rollouts = (
             RolloutWriter(
@@ -130,7 +148,7 @@ class Driver:
             if run.save_rollouts
             else None
         )
-        self._batches: OnDemandBatches | PipelinedBatches = OnDemandBatches(self._collect)
+        self._batches: OnDemandBatches | PipelinedBatches = OnDemandBatches(self.collect)
 
     def run(self) -> None:
         """Train up to ``run.steps``; checkpoint every N steps, on SIGTERM and at the end."""
@@ -181,7 +199,7 @@ class Driver:
         """
         depth = self.config.async_.max_staleness
         if depth:
-            collect = self._collect
+            collect = self.collect
             if self.config.async_.learner_threads_during_rollout:
                 collect = self._collect_beside_learner
             self._batches = PipelinedBatches(collect, first, last, depth)
@@ -190,7 +208,7 @@ class Driver:
                 yield self.step(step)
         finally:
             self._batches.close()
-            self._batches = OnDemandBatches(self._collect)
+            self._batches = OnDemandBatches(self.collect)
 
     def _request_stop(self, signum: int) -> None:
         self._stop_signal = signum
@@ -202,9 +220,10 @@ class Driver:
             logger.info("control file: resizing the rollout fleet to %d", wanted)
             self.fleet.rollout.resize(wanted)
 
-    def _collect(self, step: int) -> Batch:
-        """Step ``step``'s scored groups (runs in the producer thread in async mode)."""
-
+    def collect(self, step: int) -> Batch:
+        """Prompts, generate, execute, reward: step ``step``'s scored groups, round by round as
+        the sampling policy asks (``launch.loop.groups``). In async mode the producer thread
+        runs this ahead of the learner."""
         before = self.curriculum.state_dict()
         groups, sampling_metrics = self.collector.collect(step, self.curriculum.next_indices)
         return Batch(
@@ -218,40 +237,56 @@ class Driver:
         )
 
     def _collect_beside_learner(self, step: int) -> Batch:
-        """``_collect`` with the learner narrowed to ``async.learner_threads_during_rollout``
+        """``collect`` with the learner narrowed to ``async.learner_threads_during_rollout``
         torch threads meanwhile: on shared CPU cores the engine and the learner then each have
         their own, and the learner takes them all back once the batch is in (rather than run
         on fewer threads for the whole step, or oversubscribe the cores while both compute)."""
         learner = self.fleet.learner
         learner.set_compute_threads(self.config.async_.learner_threads_during_rollout)
         try:
-            return self._collect(step)
+            return self.collect(step)
         finally:
             learner.set_compute_threads(0)
 
     def step(self, step: int) -> dict[str, float]:
-        """One GRPO step (see the module docstring); returns the step's metric record."""
+        """One GRPO step, the recipe of the module docstring; returns the step's record."""
         start = time.perf_counter()
         with self._batches.paused():  # the producer is between batches: safe to resize
             self._apply_control()
-        batch = self._batches.take(step)
+        batch = self._batches.take(step)  # prompts, generate, execute, reward: collect(step)
         waited = time.perf_counter() - start
-        self._log_batch(step, [group.index for group in batch.groups])
-        for group in batch.groups:
-            self._observe(group)
-        self._batches.release()
-        record = self._train_on(step, batch)
+        self._observe(step, batch.groups)
+        groups, staleness = self._fresh_groups(step, batch.groups)
+        timer = StepTimer.after(batch.seconds)
+        samples, advantages, advantage_metrics = self._advantages(step, groups)
+        self.probe.choose(_completions(groups))  # once: the run's first completions
+        timer.lap("train")  # preparing the samples counts as training
+        pushed = self.train_and_push(samples, self.weight_version, self._batches.runs_ahead)
+        self.weight_version = pushed.version
+        timer.add(pushed.marks)
+        record = self._step_record(
+            step, batch, groups, pushed.metrics, staleness, advantage_metrics, timer
+        )
+        if self.rollouts is not None:
+            self.rollouts.write(step, step_rows(step, groups, advantages, self.problems))
         record["time/batch_wait_s"] = waited
         record["time/step_s"] = time.perf_counter() - start
         return record
 
-    def _train_on(self, step: int, batch: Batch) -> dict[str, float]:
-        """Drop stale groups, train on the rest, push the new weights; the step's record."""
-        timer = StepTimer()
-        timer.marks.update({f"time/{k}_s": v for k, v in batch.seconds.items()})
+    def _observe(self, step: int, groups: list[Group]) -> None:
+        """Log the batch's problems, feed the curriculum their pass rates, then let the producer
+        draw the next batch's prompts (only now: a run draws the same whatever the timing)."""
+        self._log_batch(step, [group.index for group in groups])
+        for group in groups:
+            self._feed_curriculum(group)
+        self._batches.release()
+
+    def _fresh_groups(self, step: int, groups: list[Group]) -> tuple[list[Group], dict[str, float]]:
+        """The groups to train on, the others generated more than ``async.max_staleness``
+        versions before the learner's weights (dropped, with a warning); and ``async/*``."""
         learner_version = self.weight_version
         max_staleness = self.config.async_.max_staleness
-        groups, dropped = split_stale(batch.groups, learner_version, max_staleness)
+        kept, dropped = split_stale(groups, learner_version, max_staleness)
         if dropped:
             logger.warning(
                 "step %d: dropped %d group(s) generated more than %d version(s) before the "
@@ -261,114 +296,15 @@ class Driver:
                 max_staleness,
                 learner_version,
             )
-        completions = [c for group in groups for c in group.completions]
-        rewards = [r for group in groups for r in group.rewards]
+        return kept, staleness_metrics(kept, dropped, learner_version)
 
-        timer.restart()
-        keys = [group.index for group in groups]
-        samples, advantages, kl_metrics = self._train_samples(completions, rewards, keys, step)
-        self.probe.choose(completions)
-        timer.lap("train")  # preparing the samples counts as training
-        train_metrics, sync_marks = self._train_and_sync(samples)
-        sync_marks["time/train_s"] += timer.marks["time/train_s"]
-        timer.marks.update(sync_marks)
-
-        record = self._record(step, completions, rewards, train_metrics, batch.sandbox_stats, timer)
-        judged = [r for g in groups for r in g.results if r.verdict is not Verdict.INFRA_ERROR]
-        record["reward/pass_rate"] = sum(r.passed for r in judged) / len(judged) if judged else None
-        if self.rollouts is not None:
-            self.rollouts.write(step, step_rows(step, groups, advantages, self.problems))
-        record.update(staleness_metrics(groups, dropped, learner_version))
-        if self.config.episode.max_turns > 1:  # over the groups trained on, as the records
-            ends = [(c, r) for g in groups for c, r in zip(g.completions, g.results, strict=True)]
-            record.update(episode_metrics(ends, self.config.episode.max_turns))
-        record.update(batch.sampling_metrics)
-        record.update(kl_metrics)
-        record.update(self.curriculum.stats())
-        record.update(batch.term_means)
-        if self.baseline is not None:
-            record.update(self.baseline.stats())
-        if self.colocation is not None:
-            record.update(self.colocation.metrics())
-        return record
-
-    def _train_and_sync(self, samples: list[TrainSample]) -> tuple[dict, dict[str, float]]:
-        """One learner step, then its weights loaded into every engine: (train metrics, timings).
-
-        The learner trains and exports in one call; in synchronous mode every engine's load is
-        queued on the update before that call returns (``RolloutFleet.start_push``), so the
-        push starts as soon as the export is done. ``time/train_s`` is the step without the export;
-        ``time/weight_sync_s`` is the export plus the wait for the engines after the step.
-        In async mode the push queues behind the generation in progress (an engine runs one
-        call at a time): ``time/weight_sync_s`` then counts the engines' own load time and the
-        queueing is ``time/push_wait_s``. Without samples nothing changed, nothing is pushed.
-        Colocated, the engines sleep before the step and the push (after the learner's
-        offload) wakes them.
-        """
-        if not samples:
-            marks = dict.fromkeys(
-                ("time/train_s", "time/weight_sync_s", "time/weight_export_s"), 0.0
-            )
-            return self._measure_parity(self._start_probe()), marks
-        runs_ahead, colocation = self._batches.runs_ahead, self.colocation
-        if colocation is not None:
-            colocation.before_train()  # the engines sleep while the learner steps
-        start = time.perf_counter()
-        metrics_ref, update = self.fleet.learner.train_and_export(samples)
-        # Async: queue the loads only after training. Queued early, a load could reach an
-        # engine before the producer's generation of the next batch, which would then wait
-        # for this step (no overlap). Colocated: the learner offloads before the engines wake.
-        late = runs_ahead or colocation is not None
-        pending = None if late else self.fleet.rollout.start_push(update)
-        probe = None if late else self._start_probe()
-        metrics = self.fleet.learner.get(metrics_ref)
-        if colocation is not None:
-            colocation.after_train()
-        trained = time.perf_counter()
-        if pending is None:
-            pending = self.fleet.rollout.start_push(update)
-            probe = self._start_probe()
-        pushed = self.fleet.rollout.finish_push(pending)
-        push_s = time.perf_counter() - trained
-        self.weight_version = int(pushed["version"])
-        metrics.update(self._measure_parity(probe))
-        export_s = metrics.pop("time/weight_export_s")
-        marks = {"time/train_s": trained - start - export_s, "time/weight_export_s": export_s}
-        if not runs_ahead:
-            return metrics, {**marks, "time/weight_sync_s": export_s + push_s}
-        load_s = min(push_s, pushed["load_s"])
-        marks.update({"time/weight_sync_s": export_s + load_s, "time/push_wait_s": push_s - load_s})
-        return metrics, marks
-
-    def _start_probe(self):
-        return self.probe.start(self.fleet.learner, self.fleet.rollout)
-
-    def _measure_parity(self, pending) -> dict[str, float]:
-        """The parity probe's metrics and the time its answers took after the push."""
-        start = time.perf_counter()
-        metrics = self.probe.finish(pending, self.weight_version)
-        if metrics:
-            metrics["time/parity_probe_s"] = time.perf_counter() - start
-        return metrics
-
-    def _observe(self, group) -> None:
-        """Feed the curriculum the group's pass rate (sandbox failures say nothing); a
-        self-play group posed a prompt of its own, which says nothing about its problem."""
-        if group.role != "solver":
-            return
-        judged = [r for r in group.results if r.verdict is not Verdict.INFRA_ERROR]
-        if judged:
-            self.curriculum.observe(group.index, sum(r.passed for r in judged) / len(judged))
-
-    def _train_samples(
-        self,
-        completions: list[Completion],
-        rewards: list[float | None],
-        keys: list[int],
-        step: int,
+    def _advantages(
+        self, step: int, groups: list[Group]
     ) -> tuple[list[TrainSample], list[float | None], dict[str, float]]:
         """Advantages for every rewarded completion (``algorithm.advantage.step_advantages``):
         the samples to train on, each completion's advantage (None: not trained on), metrics."""
+        completions = _completions(groups)
+        rewards = [r for group in groups for r in group.rewards]
         learner_cfg, size = self.config.learner, self.config.rollout.group_size
         beta, kl = 0.0, None
         if learner_cfg.beta > 0 and learner_cfg.kl_in == "reward":
@@ -380,24 +316,15 @@ class Driver:
             self.config.advantage,
             step=step,
             seed=self.config.run.seed,
-            keys=keys,
+            keys=[group.index for group in groups],
             baseline=self.baseline,
             sequence_kl=kl,
             beta=beta,
         )
         samples = [
-            TrainSample(
-                prompt_token_ids=c.prompt_token_ids,
-                completion_token_ids=c.token_ids,
-                sampler_logprobs=c.sampler_logprobs,
-                advantage=adv,
-                weight_version=c.weight_version,
-                group_index=i // size,
-                temperature=c.temperature,
-                loss_mask=c.loss_mask,
-            )
-            for i, (c, adv) in enumerate(zip(completions, advantages, strict=True))
-            if adv is not None
+            TrainSample.of(c, advantage, i // size)
+            for i, (c, advantage) in enumerate(zip(completions, advantages, strict=True))
+            if advantage is not None
         ]
         return samples, advantages, metrics
 
@@ -409,43 +336,42 @@ class Driver:
         kept = [
             i for i, r in enumerate(rewards) if r is not None and completions[i].num_trained_tokens
         ]
-        probes = [
-            TrainSample(
-                c.prompt_token_ids,
-                c.token_ids,
-                c.sampler_logprobs,
-                0.0,
-                c.weight_version,
-                temperature=c.temperature,
-                loss_mask=c.loss_mask,
-            )
-            for c in (completions[i] for i in kept)
-        ]
+        probes = [TrainSample.of(completions[i]) for i in kept]
         beta, kl = self.fleet.learner.sequence_kl(probes) if probes else (0.0, [])
         per_completion: list[float | None] = [None] * len(rewards)
         for i, value in zip(kept, kl, strict=True):
             per_completion[i] = value
         return beta, per_completion
 
-    def evaluate(self) -> dict[str, float]:
-        """pass@k on the held-out problems with the current weights (``eval/pass@k``)."""
-        start = time.perf_counter()
-        metrics = evaluate(
-            self.eval_problems,
-            self.tokenizer,
-            self.fleet.rollout.generate,
-            self.fleet.sandbox.execute,
-            n=self.config.eval.n,
-            ks=self.config.eval.k,
-            seed=self.config.run.seed,
-        )
-        metrics["time/eval_s"] = time.perf_counter() - start
-        return metrics
-
-    def _log_batch(self, step: int, indices: list[int]) -> None:
-        """Which problems each step trained on (what resume must reproduce)."""
-        ids = [self.problems[i].problem_id for i in indices]
-        append_jsonl(self.run_dir / "batches.jsonl", [{"step": step, "problem_ids": ids}])
+    def _step_record(
+        self,
+        step: int,
+        batch: Batch,
+        groups: list[Group],
+        train_metrics: dict,
+        staleness: dict[str, float],
+        advantage_metrics: dict[str, float],
+        timer: StepTimer,
+    ) -> dict[str, float | None]:
+        """The step's record (``docs/metrics.md``), over the groups trained on."""
+        completions = _completions(groups)
+        rewards = [r for group in groups for r in group.rewards]
+        record = self._record(step, completions, rewards, train_metrics, batch.sandbox_stats, timer)
+        judged = [r for g in groups for r in g.results if r.verdict is not Verdict.INFRA_ERROR]
+        record["reward/pass_rate"] = sum(r.passed for r in judged) / len(judged) if judged else None
+        record.update(staleness)
+        if self.config.episode.max_turns > 1:  # over the groups trained on, as the records
+            ends = [(c, r) for g in groups for c, r in zip(g.completions, g.results, strict=True)]
+            record.update(episode_metrics(ends, self.config.episode.max_turns))
+        record.update(batch.sampling_metrics)
+        record.update(advantage_metrics)
+        record.update(self.curriculum.stats())
+        record.update(batch.term_means)
+        if self.baseline is not None:
+            record.update(self.baseline.stats())
+        if self.colocation is not None:
+            record.update(self.colocation.metrics())
+        return record
 
     def _record(
         self, step, completions, rewards, train_metrics, sandbox_stats, timer: StepTimer
@@ -473,6 +399,35 @@ class Driver:
         record.update(timer.marks)
         return record
 
+    def _feed_curriculum(self, group: Group) -> None:
+        """Feed the curriculum the group's pass rate (sandbox failures say nothing); a
+        self-play group posed a prompt of its own, which says nothing about its problem."""
+        if group.role != "solver":
+            return
+        judged = [r for r in group.results if r.verdict is not Verdict.INFRA_ERROR]
+        if judged:
+            self.curriculum.observe(group.index, sum(r.passed for r in judged) / len(judged))
+
+    def evaluate(self) -> dict[str, float]:
+        """pass@k on the held-out problems with the current weights (``eval/pass@k``)."""
+        start = time.perf_counter()
+        metrics = evaluate(
+            self.eval_problems,
+            self.tokenizer,
+            self.fleet.rollout.generate,
+            self.fleet.sandbox.execute,
+            n=self.config.eval.n,
+            ks=self.config.eval.k,
+            seed=self.config.run.seed,
+        )
+        metrics["time/eval_s"] = time.perf_counter() - start
+        return metrics
+
+    def _log_batch(self, step: int, indices: list[int]) -> None:
+        """Which problems each step trained on (what resume must reproduce)."""
+        ids = [self.problems[i].problem_id for i in indices]
+        append_jsonl(self.run_dir / "batches.jsonl", [{"step": step, "problem_ids": ids}])
+
     def save_checkpoint(self, step: int) -> None:
         """Learner and driver state after ``step``; in async mode the curriculum as it was
         before the batches collected ahead drew their prompts (they are redone on resume)."""
@@ -487,3 +442,7 @@ class Driver:
         )
         path = save_checkpoint(self.run_dir, self.fleet.learner, state)
         logger.info("step %d: checkpoint saved to %s", step, path)
+
+
+def _completions(groups: list[Group]) -> list[Completion]:
+    return [c for group in groups for c in group.completions]

@@ -1,13 +1,11 @@
-"""Collecting a step's groups: rollout, execution, rewards, and dynamic sampling around them.
+"""Collecting a step's groups: prompts, generate, execute, reward, round by round.
 
-A *group* is one problem with its G completions, their sandbox results and rewards. With
-``advantage.dynamic_sampling`` a group whose rewards are all equal (no learning signal, zero
-advantage) is dropped and more prompts are sampled, up to ``advantage.max_sampling_rounds``
-rounds, until the step has ``prompts_per_step`` informative groups (DAPO's dynamic sampling).
-With ``advantage.low_variance_temperature`` a later round first samples the previous round's
-tied prompts again at that temperature (a heuristic: a hotter sampler may break the tie), each
-prompt at most once per step so prompts that always tie cannot crowd new ones out, then new
-prompts for the rest (``advantage/resampled_groups`` counts the former).
+A *group* is one problem with its G completions, their sandbox results and rewards.
+:meth:`GroupCollector.collect` draws the step's groups from the sampling policy
+(``algorithm.advantage.dynamic``: dynamic sampling and hot resampling), which calls
+:meth:`GroupCollector.sample_draw` back for each of its draws (:meth:`GroupCollector.sample`:
+prompts, generate, execute, reward); then the self-play groups, when ``selfplay.saboteur`` is on
+(``launch.loop.saboteur``).
 
 Rewards are the weighted sum of the configured terms (``algorithm.rewards``; by default the
 execution reward alone, as before). Each group keeps every term's values, so the step's
@@ -24,13 +22,16 @@ a step whose groups dynamic sampling all dropped as tied did score them.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 
 import ray
 
-from algorithm.advantage import dynamic_sample, is_informative
+from algorithm.advantage import Draw, sample_groups
 from algorithm.rewards import RewardInput, build_reward, discounted, term_metrics
 from common.config import Config
 from common.prompts import build_program, encode_prompt
@@ -94,53 +95,39 @@ class GroupCollector:
         )
 
     def collect(self, step: int, next_indices) -> tuple[list[Group], dict[str, float]]:
-        """The step's groups; ``next_indices(count)`` draws prompts (the curriculum's sampler)."""
+        """The step's groups; ``next_indices(count)`` draws prompts (the curriculum's sampler).
+
+        The solver groups as the sampling policy (``algorithm.advantage.dynamic``) asks for them,
+        round by round (:meth:`sample_draw`), then the self-play groups.
+        """
         self.seconds = {"rollout": 0.0, "reward": 0.0}
         if self.episodes is not None:
             self.seconds["episode"] = 0.0
-        rollout = self.config.rollout
-        wanted = rollout.prompts_per_step
+        wanted = self.config.rollout.prompts_per_step
         if self.saboteur is not None:
             wanted -= self.config.selfplay.saboteur_prompts
-
-        advantage = self.config.advantage
-        hot = advantage.low_variance_temperature
-        previous: list[Group] = []
-        resampled = 0
-        hot_already: set[int] = set()  # prompts resampled hot this step
-        sampled: list[Group] = []  # every group of every round, kept by dynamic sampling or not
-
-        def sample_round(round_index: int, count: int) -> list[Group]:
-            nonlocal previous, resampled
-            tag = f"{step}.{round_index}" if round_index else str(step)
-            tied = [g.index for g in previous if not is_informative(g.rewards)] if hot else []
-            again = [i for i in tied if i not in hot_already][:count] if round_index else []
-            hot_already.update(again)
-            groups = self.sample(f"{tag}.hot", again, temperature=hot) if again else []
-            if count > len(again):
-                groups += self.sample(tag, next_indices(count - len(again)))
-            previous, resampled = groups, resampled + len(again)
-            sampled.extend(groups)
-            return groups
-
-        if not advantage.dynamic_sampling:
-            groups, metrics = sample_round(0, wanted), {}
-        else:
-            groups, metrics = dynamic_sample(
-                sample_round, lambda group: group.rewards, wanted, advantage.max_sampling_rounds
-            )
-            if hot:
-                metrics["advantage/resampled_groups"] = float(resampled)
+        solved = sample_groups(
+            partial(self.sample_draw, step), next_indices, wanted, self.config.advantage
+        )
+        groups, metrics, sampled = solved.groups, solved.metrics, solved.sampled
         if self.saboteur is not None:
             drawn = next_indices(self.config.selfplay.saboteur_prompts)
             played, selfplay_metrics = self.saboteur.collect(step, drawn)
             groups, metrics = groups + played, {**metrics, **selfplay_metrics}
-            sampled.extend(played)
+            sampled = sampled + played
         metrics[SCORED] = float(sum(r is not None for g in sampled for r in g.rewards))
         self.term_means = term_metrics(
             {name: [v for g in groups for v in g.terms.get(name, [])] for name in self._names()}
         )
         return groups, metrics
+
+    def sample_draw(self, step: int, draw: Draw) -> list[Group]:
+        """The groups of one of the policy's draws in step ``step``. Its tag names the step, the
+        round and a hot draw: it seeds the rollout, so a resumed run samples the same."""
+        tag = f"{step}.{draw.round}" if draw.round else str(step)
+        if draw.temperature is not None:
+            tag = f"{tag}.hot"
+        return self.sample(tag, draw.indices, temperature=draw.temperature)
 
     def _judge(self, jobs: list[ExecutionJob]):
         """A ref of the sandbox's results for ``jobs``, stopping at the first failing test
@@ -176,29 +163,19 @@ class GroupCollector:
         ``seconds["reward"]`` is only the part after the last group arrived (what the step
         waits for).
         """
-        start = time.perf_counter()
-        size = self.config.rollout.group_size
         problems = posed or [self.problems[i] for i in indices]
-        prompt_ids = (
-            [tuple(encode_prompt(self.tokenizer, p.prompt)) for p in posed]
-            if posed
-            else [self.prompt_ids[i] for i in indices]
-        )
-        requests = self._requests(tag, prompt_ids, temperature)
-        completions, programs, arrivals = self._generate_and_judge(requests, problems)
-        self.seconds["rollout"] += time.perf_counter() - start
-
-        start = time.perf_counter()
-        results = _results_by_request(arrivals, completions)
+        with self._timed("rollout"):  # prompts, generate, and execute as groups arrive
+            requests = self._requests(tag, self._prompt_ids(indices, posed), temperature)
+            completions, programs, arrivals = self._generate_and_judge(requests, problems)
+        with self._timed("reward"):
+            results = _results_by_request(arrivals, completions)  # the last verdicts
         last = [list(group) for group in completions]  # each sample's last turn
         if self.episodes is not None:
-            self.seconds["reward"] += time.perf_counter() - start
-            start = time.perf_counter()
-            self._run_episodes(tag, problems, completions, programs, results, last)
-            self.seconds["episode"] += time.perf_counter() - start
-            start = time.perf_counter()
-        rewards, by_term = self._rewards(problems, completions, last, programs, results)
-        self.seconds["reward"] += time.perf_counter() - start
+            with self._timed("episode"):
+                self._run_episodes(tag, problems, completions, programs, results, last)
+        with self._timed("reward"):
+            rewards, by_term = self._rewards(problems, completions, last, programs, results)
+        size = self.config.rollout.group_size
 
         def part(values: list, k: int) -> list:
             return values[k * size : (k + 1) * size]
@@ -215,6 +192,13 @@ class GroupCollector:
             )
             for k, index in enumerate(indices)
         ]
+
+    @contextlib.contextmanager
+    def _timed(self, phase: str) -> Iterator[None]:
+        """Adds the block's wall time to ``seconds[phase]`` (a step's rounds add up)."""
+        start = time.perf_counter()
+        yield
+        self.seconds[phase] += time.perf_counter() - start
 
     def _generate_and_judge(
         self, requests: list[RolloutRequest], problems: list[Problem]
@@ -279,6 +263,12 @@ class GroupCollector:
             last[k][j] = episode.last_turn
             programs[k][j] = episode.program
             results[k][j] = episode.result
+
+    def _prompt_ids(self, indices: list[int], posed: list[Problem] | None) -> list:
+        """The token ids of each prompt: the training set's, encoded once, or the posed ones'."""
+        if posed:
+            return [tuple(encode_prompt(self.tokenizer, p.prompt)) for p in posed]
+        return [self.prompt_ids[i] for i in indices]
 
     def _requests(
         self, tag: str, prompt_ids: list, temperature: float | None = None

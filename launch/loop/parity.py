@@ -57,11 +57,8 @@ class ParityProbe:
         """Keep the first ``size`` non-empty completions as the probe, unless one is kept."""
         if self.samples or not self.size:
             return
-        self.samples = [
-            TrainSample(c.prompt_token_ids, c.token_ids, c.sampler_logprobs, 0.0, c.weight_version)
-            for c in completions
-            if c.token_ids
-        ][: self.size]
+        chosen = [c for c in completions if c.token_ids][: self.size]
+        self.samples = [TrainSample.of(c, raw=True) for c in chosen]
 
     def start(self, learner: LearnerClient, rollout: RolloutFleet) -> PendingProbe | None:
         """Queue the probe on the learner and on every engine, behind the push just queued

@@ -47,15 +47,10 @@ def test_two_turn_layout_trains_the_model_tokens_and_masks_the_feedback():
     assert episode.text == "3\n# fb\n7\n" and episode.turns == 2
     assert episode.weight_version == 4  # the oldest turn's: what staleness is judged by
 
-    sample = TrainSample(
-        episode.prompt_token_ids,
-        episode.token_ids,
-        episode.sampler_logprobs,
-        1.0,
-        episode.weight_version,
-        loss_mask=episode.loss_mask,
-    )
-    assert sample.num_trained_tokens == 4
+    sample = TrainSample.of(episode, 1.0)
+    assert sample.num_trained_tokens == 4 and sample.weight_version == 4
+    # the parity probe's sample is scored on every token, as an engine's prompt logprobs are
+    assert TrainSample.of(episode, raw=True).num_trained_tokens == 7
     batch = collate([sample], [0])
     # position t holds token t; the prompt and the feedback are context (mask 0)
     assert batch.input_ids[0].tolist() == [1, 2, 3, 10, 11, 20, 21, 22, 30, 31]
