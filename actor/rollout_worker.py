@@ -37,6 +37,7 @@ from actor.receivers import make_receiver
 from common.config import ModelConfig, RolloutConfig
 from common.engine_memory import engine_memory
 from common.memory import ModelShape
+from common.model_files import ModelFiles, local_path
 from common.transport import collective, ipc
 from common.transport.collective import backend_for
 from common.types import Completion, RolloutRequest, TrainSample, WeightUpdate
@@ -61,7 +62,7 @@ class RolloutWorker:
 
     def __init__(
         self,
-        model_path: str,
+        model_path: str | ModelFiles,
         rollout: RolloutConfig,
         model: ModelConfig,
         seed: int = 0,
@@ -71,6 +72,7 @@ class RolloutWorker:
     ) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
+        model_path = local_path(model_path)  # fetched once per host that lacks it
         # Read by vLLM when the engine is built; rollout.engine_process says where it runs.
         in_actor = rollout.engine_process == "actor"
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if in_actor else "1"

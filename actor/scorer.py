@@ -27,6 +27,7 @@ from safetensors import safe_open
 
 from algorithm.rewards.steps import aggregate_steps, step_prefixes
 from common.config import ScorerOptions
+from common.model_files import ModelFiles, local_path
 
 logger = logging.getLogger(__name__)
 
@@ -36,11 +37,12 @@ _V_HEAD_KEY = re.compile(r"(^|\.)v_head(\.summary)?\.(weight|bias)$")
 class RewardScorer:
     """Hosts one scoring model and scores completions in batches."""
 
-    def __init__(self, model_path: str, options: ScorerOptions) -> None:
+    def __init__(self, model_path: str | ModelFiles, options: ScorerOptions) -> None:
         # lazy: transformers loads in the scorer's actor, not in the driver, which imports this
         # class to create that actor
         from transformers import AutoTokenizer
 
+        model_path = local_path(model_path)  # fetched once per host that lacks it
         self.options = options
         self.dtype = getattr(torch, options.dtype)
         self.device = "cuda" if options.num_gpus > 0 and torch.cuda.is_available() else "cpu"

@@ -32,7 +32,7 @@ from vllm.model_executor.model_loader.reload import (
 )
 
 from actor.tied_lm_head import refresh_tied_lm_head
-from common.rendezvous import use_interface
+from common.rendezvous import join_interface
 from common.transport.collective import GROUP_TIMEOUT, UpdateInfo, buckets, nbytes, unpack
 
 
@@ -56,8 +56,10 @@ class GlooUpdateInfo(UpdateInfo, WeightTransferUpdateInfo):
 
 def receiver_group(init_info: GlooWorkerInitInfo, rank: int) -> Any:
     """An engine worker's gloo group with the learner, at group rank ``rank``: a client of
-    rank 0's store, its own gloo sockets on the group's interface."""
-    use_interface(init_info.interface)
+    rank 0's store, its own gloo sockets on the group's interface (checked to reach the store
+    first: ``common.rendezvous.join_interface``)."""
+    address = f"{init_info.master_address}:{init_info.master_port}"
+    join_interface(address, init_info.interface)
     return stateless_init_torch_distributed_process_group(
         init_info.master_address,
         init_info.master_port,

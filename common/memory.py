@@ -22,7 +22,7 @@ input once per linear).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from common.config import LearnerConfig
@@ -64,6 +64,11 @@ SHARED_PROMPTS_FACTOR = 1.16
 #: LoRA); the largest is used, so a plan over-counts the others rather than under-counts one.
 #: Not applied on CPU, where it is not measured (compile is off there by default).
 COMPILED_ACTIVATION_FACTOR = 0.65
+#: Decoder layers whose parameters (and then gradients) are whole on the device at once under
+#: ``learner.offload_optimizer = "step"``: the one computing and the next, whose copy FSDP2
+#: issues ahead of it (its implicit prefetch, forward and backward). Read from FSDP2's design,
+#: not measured.
+IN_FLIGHT_LAYERS = 2
 #: Rows the attention mask is counted at when the caller does not know (model.max_model_len is
 #: better): HF turns a padding mask into a (rows, 1, T, T) bias per layer, 2 B x T per token.
 DEFAULT_ROW_TOKENS = 2048
@@ -192,6 +197,12 @@ class LearnerState:
     # weights.transport = "ipc": the serving-dtype copy of the whole model each rank keeps from
     # one export to the next, for its engine to read (learner/ipc_sender.py)
     export_copy: int = 0
+    # offload_optimizer = "step": the FSDP2 units' parameters copied to the device for the
+    # pass computing them (the root unit and IN_FLIGHT_LAYERS layers), and what stays in host
+    # memory for the whole run (master weights, gradients, AdamW's moments); weights,
+    # gradients and optimiser then count only what is on the device
+    in_flight: int = 0
+    host: int = 0
 
     @property
     def resident(self) -> int:
@@ -201,7 +212,8 @@ class LearnerState:
     @property
     def backward(self) -> int:
         """Held through the backward pass, activations aside."""
-        return self.resident + self.gradients + self.autocast_copies + self.tied_gradients
+        held = self.gradients + self.autocast_copies + self.tied_gradients + self.in_flight
+        return self.resident + held
 
     @property
     def optimiser_step(self) -> int:
@@ -264,7 +276,7 @@ def learner_state(
         # reduce-scatters
         tied = TIED_GRADIENT_EXTRA_COPIES * shape.embedding_parameters * p
     base = DTYPE_BYTES["bfloat16"] if learner.bf16_lora_base(device) else p
-    return LearnerState(
+    state = LearnerState(
         weights=(params * base + lora_count * p) // ranks,
         gradients=trainable * p // ranks,
         optimiser=int(2 * trainable * MOMENT_BYTES.get(learner.optimizer, p)) // ranks,
@@ -274,6 +286,31 @@ def learner_state(
         optimiser_temporaries=ADAMW_TEMPORARIES * trainable * p // ranks,
         tied_gradients=tied,
         export_copy=export_copy,
+    )
+    return on_the_host(state, shape, ranks) if learner.offload_optimizer == "step" else state
+
+
+def on_the_host(state: LearnerState, shape: ModelShape, ranks: int) -> LearnerState:
+    """``state`` with ``learner.offload_optimizer = "step"`` (learner/sharding.py): the sharded
+    weights, gradients, moments and the optimiser's temporaries in host memory; on the device
+    the units a pass computes, whole: the root unit (embedding, final norm, an untied head),
+    alive through forward and backward, and IN_FLIGHT_LAYERS decoder layers, with their
+    gradients until each is copied to the host. The frozen reference, autocast's bf16 copies
+    and a tied embedding's summed gradients stay on the device as without it. On the host
+    torch's AdamW takes its single-tensor path (foreach is for accelerators), whose temporaries
+    are one parameter's: not counted."""
+    layers = shape.layers * shape.layer_parameters
+    whole = (shape.parameters - layers + IN_FLIGHT_LAYERS * shape.layer_parameters) / (
+        shape.parameters
+    )  # the fraction of the parameters whole on the device at once
+    return replace(
+        state,
+        weights=0,
+        gradients=int(state.gradients * ranks * whole),
+        optimiser=0,
+        optimiser_temporaries=0,
+        in_flight=int(state.weights * ranks * whole),
+        host=state.weights + state.gradients + state.optimiser,
     )
 
 
@@ -361,8 +398,9 @@ def logit_bytes(shape: ModelShape, learner: LearnerConfig, micro_batch_tokens: i
     lora = learner.lora
     wrapped = lora.enabled and "lm_head" in [*lora.target_modules, *lora.modules_to_save]
     tensors = LOGIT_TENSORS_AT_PEAK
-    if learner.num_ranks == 1 and not wrapped:
-        tensors = HEAD_FUNCTION_LOGIT_TENSORS  # a plain head: learner/lm_head.py
+    # one rank outside FSDP2 (no offload_optimizer = "step"), a plain head: learner/lm_head.py
+    if learner.num_ranks == 1 and learner.offload_optimizer != "step" and not wrapped:
+        tensors = HEAD_FUNCTION_LOGIT_TENSORS
     return tensors * 4 * shape.vocab * min(chunk, micro_batch_tokens)
 
 

@@ -83,9 +83,16 @@ def micro_batch_budget(
             f"{MIN_MICRO_BATCH_TOKENS} tokens: the state alone is {gib(state.backward)} GiB "
             f"(weights {gib(state.weights)}, gradients {gib(state.gradients)}, AdamW "
             f"{gib(state.optimiser)}, reference {gib(state.reference)}); it needs at least "
-            f"{gib(need)} GiB, or LoRA / master_dtype = 'same'"
+            f"{gib(need)} GiB, or LoRA / master_dtype = 'same'{_or_step(learner, ' / ')}"
         )
     return int(min(tokens, MAX_MICRO_BATCH_TOKENS))
+
+
+def _or_step(learner: LearnerConfig, separator: str) -> str:
+    """The advice to keep the state on the host, where it is not there already."""
+    if learner.offload_optimizer == "step" or learner.lora.enabled:
+        return ""
+    return f"{separator}offload_optimizer = 'step'"
 
 
 def _step_bytes(
@@ -207,8 +214,8 @@ def fit_card(
         raise MemoryTargetError(
             f"the learner's card ({card_gib:.1f} GiB, {target:g} of it planned) cannot hold "
             f"its step: the state alone is {gib(held)} GiB; it needs a card of more than "
-            f"{need:.1f} GiB, LoRA, master_dtype = 'same', more learner.num_ranks, or "
-            f"an explicit learner.memory_gib"
+            f"{need:.1f} GiB, LoRA, master_dtype = 'same'{_or_step(learner, ', learner.')}, "
+            "more learner.num_ranks, or an explicit learner.memory_gib"
         ) from None
     return MicroBatchFit(fit.checkpointed, min(fit.tokens, learner.micro_batch_tokens))
 

@@ -61,6 +61,48 @@ def interface_of(address: str) -> str:
     raise ValueError(f"no network interface of {socket.gethostname()} holds {address}")
 
 
+#: How long a member tries to reach its group's store before it stops the run: a store that is
+#: up answers a connect in milliseconds; one that cannot be reached would otherwise hold the
+#: group's formation for its whole timeout (half an hour) and then fail without saying where.
+REACH_TIMEOUT_S = 10.0
+
+
+class GroupUnreachable(ConfigError):
+    """A member of a process group cannot reach the group's store from its interface."""
+
+
+def route_interface(host: str) -> tuple[str, str]:
+    """The interface, and its address, this machine's routes reach ``host`` through (what a
+    member's sockets use when nothing names one)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect((host, 9))  # no packet: UDP's connect only picks the route
+        source = probe.getsockname()[0]
+    return interface_of(source), source
+
+
+def join_interface(address: str, interface: str, timeout_s: float = REACH_TIMEOUT_S) -> str:
+    """The interface a member joins the group at ``address`` through: ``interface``
+    (``ray.group_interface``), else the one that routes to the store, which every member so
+    picks for itself (interface names differ between machines); checked first to reach the
+    store within ``timeout_s``, else :class:`GroupUnreachable` names this host, the interface
+    and the address. gloo's and NCCL's sockets then use it (:func:`use_interface`)."""
+    host, port = split_address(address)
+    # an interface with no address is a ConfigError of its own, naming the ones there are
+    name, source = (interface, interface_address(interface)) if interface else route_interface(host)
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s, source_address=(source, 0)):
+            pass
+    except OSError as exc:
+        through = f"interface {name!r} ({source})"
+        raise GroupUnreachable(
+            f"ray.group_interface: {socket.gethostname()} cannot reach the group's store at "
+            f"{address} through {through} within {timeout_s:.0f} s ({exc.strerror or exc}); "
+            "name the interface of the cluster's network (docs/cluster.md, Networking)"
+        ) from None
+    use_interface(name)
+    return name
+
+
 def use_interface(interface: str) -> None:
     """Make the gloo and NCCL groups this process creates from now on open their sockets on
     ``interface`` (nothing when empty: their own choice, the address the host name resolves

@@ -10,6 +10,11 @@ the trained weights (full model or adapter), the optimiser state, the step and t
 version. Building on the original path keeps the reference (frozen copy, initial weights or
 LoRA base) equal to the run's initial policy; a learner built on the checkpoint directory
 itself also resumes, but its reference is then the checkpoint's weights.
+
+One rank whose state lives on the host (``learner.offload_optimizer = "step"``) runs inside
+FSDP2 with a group of one: its parameters and AdamW's moments are DTensors of one shard. Its
+checkpoint is the one-rank layout all the same, plain tensors in ``optimizer.pt``, so a run
+may switch ``offload_optimizer`` across a resume.
 """
 
 from __future__ import annotations
@@ -19,13 +24,14 @@ from pathlib import Path
 
 import torch
 import torch.distributed.checkpoint as dcp
-from torch import nn
+from torch import Tensor, nn
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
     get_optimizer_state_dict,
     set_optimizer_state_dict,
 )
+from torch.distributed.tensor import DTensor
 
 from common.durable import fsync_tree
 from learner.export import tied_output_name
@@ -58,7 +64,7 @@ def save_training_state(
     """
     ranks = ranks or Ranks(None)
     weights = None
-    if ranks.sharded:  # gathered tensor by tensor onto rank 0's CPU memory only
+    if ranks.wrapped:  # gathered tensor by tensor onto rank 0's CPU memory only
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         weights = get_model_state_dict(model, options=options)
     if ranks.rank == 0:
@@ -70,7 +76,7 @@ def save_training_state(
         shards = {"optimizer": get_optimizer_state_dict(model, optimizer)}
         dcp.save(shards, checkpoint_id=str(out / SHARDED_OPTIMIZER_DIR))
     else:
-        torch.save(optimizer.state_dict(), out / OPTIMIZER_FILE)
+        torch.save(_plain(optimizer.state_dict()), out / OPTIMIZER_FILE)
     if ranks.rank == 0:
         (out / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
     # On disk before the driver marks the checkpoint complete (``launch/loop/checkpoint.py``):
@@ -107,9 +113,12 @@ def load_optimizer(
         )
     if not sharded:
         # Tensors and plain containers only: torch's restricted unpickler, so the file cannot
-        # run code (an optimiser's state dict needs nothing more).
-        state = torch.load(out / OPTIMIZER_FILE, map_location=device, weights_only=True)
+        # run code (an optimiser's state dict needs nothing more). State kept on the host is
+        # read there, never through the device.
+        where = "cpu" if ranks.host_state else device
+        state = torch.load(out / OPTIMIZER_FILE, map_location=where, weights_only=True)
         optimizer.load_state_dict(state)
+        _one_shard_dtensors(optimizer)
         return
     shards = {"optimizer": get_optimizer_state_dict(model, optimizer)}
     # torch's distributed checkpoint reads its ``.metadata`` file with plain pickle (no
@@ -117,6 +126,32 @@ def load_optimizer(
     # trusted like code (docs/cluster.md, "A run directory is code").
     dcp.load(shards, checkpoint_id=str(out / SHARDED_OPTIMIZER_DIR))
     set_optimizer_state_dict(model, optimizer, shards["optimizer"])
+
+
+def _plain(state: dict) -> dict:
+    """An optimiser state dict with each one-shard DTensor (one rank inside FSDP2) as the plain
+    tensor it holds whole: the layout of a learner without FSDP2."""
+    return {
+        **state,
+        "state": {
+            key: {k: v.full_tensor() if isinstance(v, DTensor) else v for k, v in entry.items()}
+            for key, entry in state["state"].items()
+        },
+    }
+
+
+def _one_shard_dtensors(optimizer: torch.optim.Optimizer) -> None:
+    """After ``load_state_dict`` of a plain file into the optimiser of DTensor parameters (one
+    rank inside FSDP2): each state tensor of its parameter's shape back as a DTensor laid out
+    as the parameter, as AdamW made it (its ``step`` count stays a plain scalar)."""
+    for param, entry in optimizer.state.items():
+        if not isinstance(param, DTensor):
+            continue
+        for key, value in entry.items():
+            plain = isinstance(value, Tensor) and not isinstance(value, DTensor)
+            if plain and value.shape == param.shape:
+                local = value.to(param.to_local().device)
+                entry[key] = DTensor.from_local(local, param.device_mesh, param.placements)
 
 
 def _load_adapter(out: Path, model: nn.Module) -> None:

@@ -31,6 +31,7 @@ from algorithm.loss import sequence_kl
 from common.config import LearnerConfig
 from common.memory import GIB, ModelShape
 from common.memory_fit import MicroBatchFit, fit_card, learner_step_peak
+from common.model_files import ModelFiles, local_path
 from common.transport import DEFAULT_BUCKET_BYTES, transport_for
 from common.types import ProcessGroupSpec, TrainSample, WeightUpdate
 from learner import checkpoint
@@ -51,7 +52,7 @@ from learner.policy import (
     precision,
     serving_dtype_and_pad,
 )
-from learner.reference import Reference
+from learner.reference import Reference, frozen_copy
 from learner.senders import make_sender
 from learner.sharding import Ranks
 from learner.step import Trainer
@@ -73,7 +74,7 @@ class Learner:
 
     def __init__(
         self,
-        model_path: str,
+        model_path: str | ModelFiles,
         config: LearnerConfig,
         temperature: float = 1.0,
         seed: int = 0,
@@ -91,7 +92,7 @@ class Learner:
         self.threads = ComputeThreads(config.num_cpus)
         self.threads.apply()
         torch.manual_seed(seed)
-        self.config, self.model_path = config, model_path
+        self.config, self.model_path = config, local_path(model_path)  # fetched if not here
         # what another process keeps on this learner's card while it steps (a colocated
         # engine asleep): left out of the card a step without learner.memory_gib is fitted to
         self.card_reserve_gib = card_reserve_gib
@@ -100,9 +101,10 @@ class Learner:
         self.device = torch.device(
             "cuda" if config.num_gpus > 0 and torch.cuda.is_available() else "cpu"
         )
-        self.export_dtype, pad_token_id = serving_dtype_and_pad(model_path, export_dtype)
-        self.ranks = Ranks(group)
-        state = self._build_models(model_path, config, resume_from)
+        self.export_dtype, pad_token_id = serving_dtype_and_pad(self.model_path, export_dtype)
+        host_state = config.offload_optimizer == "step"  # FSDP2's CPU offload (sharding.py)
+        self.ranks = Ranks(group, host_state=host_state, device_type=self.device.type)
+        state = self._build_models(self.model_path, config, resume_from)
         self.trainer = Trainer(
             self.model,
             config,
@@ -138,7 +140,8 @@ class Learner:
         the learner state of the checkpoint resumed from, if any."""
         param_dtype, self.autocast_dtype = precision(config)
         policy = build_policy(model_path, config, param_dtype, self.device.type)
-        self.model = policy.to(self.device)
+        # state on the host: FSDP2 moves each unit's shards there as it wraps it
+        self.model = policy if self.ranks.host_state else policy.to(self.device)
         self.reference = self._build_reference(model_path)
         # A checkpoint's weights go in after the reference took the initial ones and before
         # the policy is sharded, through the same loaders for any number of ranks.
@@ -214,9 +217,12 @@ class Learner:
             return None
         dtype = DTYPES[config.reference_dtype_on(self.device.type)]
         frozen = None
-        if self.ranks.sharded and config.reference == "frozen_copy" and not config.lora.enabled:
-            copy = load_causal_lm(model_path, dtype).to(self.device)
-            frozen = self.ranks.shard(copy.eval().requires_grad_(False), self.device)
+        if config.reference == "frozen_copy" and not config.lora.enabled:
+            if self.ranks.sharded:  # its shards stay on the device, whatever the policy's do
+                copy = load_causal_lm(model_path, dtype).to(self.device)
+                frozen = self.ranks.shard(copy.eval().requires_grad_(False), self.device, False)
+            elif self.ranks.host_state:  # the policy waits on the host; the copy runs here
+                frozen = frozen_copy(self.model, dtype).to(self.device)
         return Reference(self.model, config.reference, config.lora.enabled, frozen, dtype)
 
     def set_compute_threads(self, threads: int) -> None:
@@ -463,8 +469,8 @@ class Learner:
         initial policy (see ``checkpoint.py``). A sharded learner resumes through its
         constructor's ``resume_from`` instead: weights go in before sharding.
         """
-        if self.ranks.sharded:
-            raise ValueError("a sharded learner resumes through Learner(..., resume_from=path)")
+        if self.ranks.wrapped:  # FSDP2 units take the weights before they wrap them
+            raise ValueError("an FSDP2 learner resumes through Learner(..., resume_from=path)")
         self._restore(Path(path), checkpoint.load_weights(Path(path), self.model))
 
     def _restore(self, path: Path, state: dict) -> None:

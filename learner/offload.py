@@ -1,5 +1,7 @@
 """The optimiser state's trips to host memory while a colocated engine generates
-(``learner.offload_optimizer = "while_generating"``, with ``rollout.colocate``).
+(``learner.offload_optimizer = "while_generating"``, with ``rollout.colocate``). A state that
+lives on the host for the whole run, stepped there, is ``"step"``: FSDP2's CPU offload
+(``sharding.py``), which needs no trips.
 
 AdamW keeps two moments per trainable parameter, in fp32 twice the policy's fp32 master weights
 (8 B per parameter: 12 GiB of a 1.5B model's learner). Between steps the learner needs none of

@@ -15,6 +15,14 @@ forward, the reduce-scatter in each backward, ``full_tensor()`` when weights are
 export or a checkpoint. So every rank runs the same number of micro-batches (a rank dealt fewer
 runs a copy of one with weight 0: same collectives, no gradient), and gathers parameters in the
 module's own order.
+
+``learner.offload_optimizer = "step"`` puts the same units under FSDP2's ``CPUOffloadPolicy``,
+one rank or several: each unit's sharded fp32 parameters, its gradients and so AdamW's state
+live in host memory; a unit's parameters are copied to the device for its forward and again
+for its backward, its gradient copied back to the host after the backward, where the gradients
+are clipped and AdamW steps. One rank then needs a process group too: a group of one over an
+in-process store (gloo on CPU; on CUDA gloo for the host tensors' collectives, which
+clipping's norm makes, and NCCL for the device's).
 """
 
 from __future__ import annotations
@@ -28,10 +36,10 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, OffloadPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
-from common.rendezvous import store_client, use_interface
+from common.rendezvous import join_interface, store_client
 from common.types import ProcessGroupSpec, TrainSample
 from learner.batching import pack_micro_batches, prompt_groups, sample_length
 from learner.policy import decoder_layers
@@ -78,16 +86,31 @@ class Deal:
 
 
 class Ranks:
-    """This process's place in the learner group; a group of one is a plain single learner."""
+    """This process's place in the learner group; a group of one is a plain single learner,
+    unless its state lives on the host (``host_state``: ``offload_optimizer = "step"``),
+    which wraps it in FSDP2 all the same."""
 
-    def __init__(self, spec: ProcessGroupSpec | None, timeout_s: float = 1800) -> None:
+    def __init__(
+        self,
+        spec: ProcessGroupSpec | None,
+        timeout_s: float = 1800,
+        *,
+        host_state: bool = False,
+        device_type: str = "cpu",
+    ) -> None:
         self.rank = spec.rank if spec else 0
         self.size = spec.world_size if spec else 1
+        self.host_state = host_state
+        # FSDP2's mesh needs a default group, also of one process: an in-process store
+        self._own_group = self.size == 1 and host_state and not dist.is_initialized()
+        if self._own_group:
+            backend = "cpu:gloo,cuda:nccl" if device_type == "cuda" else "gloo"
+            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
         if self.size > 1 and not dist.is_initialized():
             # With NCCL, CPU tensors (metric sums, gathered rows) still go over gloo.
             backend = "cpu:gloo,cuda:nccl" if spec.backend == "nccl" else spec.backend
             timeout = datetime.timedelta(seconds=timeout_s)
-            use_interface(spec.interface)
+            join_interface(spec.address, spec.interface)  # reachable, or one line why not
             # Every rank is a client of the store whoever picked the address serves
             # (common/rendezvous.py), not torch's tcp:// store, which rank 0 would serve on
             # every interface.
@@ -101,17 +124,29 @@ class Ranks:
 
     @property
     def sharded(self) -> bool:
+        """Several ranks: their collectives must pair, and checkpoints are sharded."""
         return self.size > 1
 
-    def shard(self, model: nn.Module, device: torch.device) -> nn.Module:
+    @property
+    def wrapped(self) -> bool:
+        """The policy runs inside FSDP2 units: several ranks, or its state on the host."""
+        return self.sharded or self.host_state
+
+    def shard(self, model: nn.Module, device: torch.device, offload: bool = True) -> nn.Module:
         """``fully_shard`` each decoder layer, then a :class:`Root` around the model (returned;
-        the model itself when there is one rank); gradients summed across ranks."""
-        if not self.sharded:
+        the model itself when :attr:`wrapped` is false); gradients summed across ranks. With
+        ``host_state`` and ``offload`` the shards live in host memory (pinned for a CUDA
+        learner's copies; a CPU-only build cannot pin); ``offload = False`` keeps a frozen
+        reference's on the device."""
+        if not self.wrapped:
             return model
         mesh = init_device_mesh(device.type, (self.size,))
+        policy = OffloadPolicy()
+        if self.host_state and offload:
+            policy = CPUOffloadPolicy(pin_memory=device.type == "cuda")
         for layer in decoder_layers(model):
-            fully_shard(layer, mesh=mesh)
-        root = fully_shard(Root(model), mesh=mesh)
+            fully_shard(layer, mesh=mesh, offload_policy=policy)
+        root = fully_shard(Root(model), mesh=mesh, offload_policy=policy)
         for module in root.modules():
             if isinstance(module, FSDPModule):
                 module.set_gradient_divide_factor(1.0)
@@ -182,7 +217,7 @@ class Ranks:
     def close(self) -> None:
         """Leave the group once every rank is done. A process that exits with the group alive
         can abort in gloo's teardown (``terminate called without an active exception``) while
-        a peer still talks to it."""
-        if self.sharded and dist.is_initialized():
+        a peer still talks to it. A group of one this learner opened is closed too."""
+        if (self.sharded or self._own_group) and dist.is_initialized():
             dist.barrier()
             dist.destroy_process_group()

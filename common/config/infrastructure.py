@@ -172,8 +172,10 @@ class RayConfig(Section):
         "project's own process groups meet and talk: the learner ranks' and the collective "
         "transport's store listens on its address, and gloo and NCCL use it "
         "(GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME); '': loopback while the Ray cluster has one "
-        "node, else the node's address as Ray knows it (gloo and NCCL then pick their own). "
-        "Their traffic is unauthenticated plaintext: name a private interface",
+        "node, else the store on the node's address as Ray knows it and each member on the "
+        "interface its routes reach the store through. Every member first checks it reaches "
+        "the store within 10 s, else the run stops with one line naming its host, the interface "
+        "and the address. Their traffic is unauthenticated plaintext: name a private interface",
     )
 
     @field_validator("group_interface")

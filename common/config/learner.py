@@ -204,16 +204,23 @@ class SpeedKnobs(Section):
         "reference copy, and the LM head's softmax math (one fused read of each chunk's "
         "logits for a plain head in chunks, learner/head_kernels.py; dynamic shapes); the "
         "first steps pay the compilation (docs/benchmarks.md, one learner step). auto: on for "
-        "a CUDA learner of one rank, whose first steps then pay it (the steps after are faster: "
+        "a CUDA learner of one rank without offload_optimizer = 'step', whose first steps then "
+        "pay it (the steps after are faster: "
         "docs/scaling.md), unless share_prompts = true asks for the shared path it turns off; "
         "off on CPU (a small gain there, not worth the compilation in tests and short runs)",
     )
-    offload_optimizer: Literal["never", "while_generating"] = Field(
+    offload_optimizer: Literal["never", "while_generating", "step"] = Field(
         "never",
-        description="rollout.colocate: move the AdamW state (its moments) to pinned host "
-        "memory after each step and back before the next, so the engine sharing the GPU has "
-        "that memory while it generates (colocate/offload_s, colocate/reload_s). On CPU "
-        "learners the state already lives in host memory: nothing moves",
+        description="'while_generating' (needs rollout.colocate): move the AdamW state (its "
+        "moments) to pinned host memory after each step and back before the next, so the "
+        "engine sharing the GPU has that memory while it generates (colocate/offload_s, "
+        "colocate/reload_s). 'step' (no engine needed): keep the fp32 master weights, "
+        "gradients and AdamW state in host memory for the whole run and step the optimiser "
+        "there (FSDP2's CPU offload, also for one rank): the device holds the units being "
+        "computed and their gradients until copied back, activations and the reference, so a "
+        "full fine-tune fits a much smaller card (docs/gpus.md), at the price of host-device "
+        "copies each micro-batch and a CPU optimiser step; torch's AdamW only, compile off. "
+        "On CPU learners the state already lives in host memory: nothing moves",
     )
 
     peak_tflops: float = Field(
@@ -372,6 +379,7 @@ class LearnerConfig(LossKnobs, OptimiserKnobs, SpeedKnobs, ResourceKnobs):
                 "learner.num_ranks > 1 sends merged weights: lora.export = 'adapter' is not "
                 "implemented for a sharded learner yet"
             )
+        self._check_host_step()  # first: it refuses the low-precision optimisers outright
         self._check_optimizer()
         self._check_lora_base()
         if self.num_ranks > 1 and self.reference == "precomputed" and not self.lora.enabled:
@@ -390,6 +398,34 @@ class LearnerConfig(LossKnobs, OptimiserKnobs, SpeedKnobs, ResourceKnobs):
             raise ValueError(
                 "lora.base_dtype = 'bfloat16' needs lora.enabled = true and learner.dtype = "
                 "'bfloat16'"
+            )
+
+    def _check_host_step(self) -> None:
+        """``offload_optimizer = 'step'``: what runs inside FSDP2's CPU offload, as tested."""
+        if self.offload_optimizer != "step":
+            return
+        step = "learner.offload_optimizer = 'step'"
+        if self.optimizer != "adamw":
+            raise ValueError(
+                f"{step} steps torch's AdamW on the host: learner.optimizer = "
+                f"{self.optimizer!r} (torchao's compiled low-precision step) is not supported "
+                "there; use 'adamw' (host memory holds its full moments)"
+            )
+        if self.compile is True:  # "auto" resolves to off there
+            raise ValueError(
+                f"learner.compile = true is not available with {step}: compiled layers inside "
+                "FSDP2's units have not been tested (compile = 'auto', the default, is off there)"
+            )
+        if self.lora.enabled and self.lora.export == "adapter":
+            raise ValueError(
+                f"{step} sends merged weights: lora.export = 'adapter' is not implemented for a "
+                "policy inside FSDP2 yet"
+            )
+        if self.reference == "precomputed" and not self.lora.enabled:
+            raise ValueError(
+                f"reference = 'precomputed' swaps the initial weights into the policy's own "
+                f"parameters, which {step} keeps on the host inside FSDP2: use 'frozen_copy' "
+                "(on the device, in learner.reference_dtype)"
             )
 
     def _check_optimizer(self) -> None:
@@ -412,11 +448,13 @@ class LearnerConfig(LossKnobs, OptimiserKnobs, SpeedKnobs, ResourceKnobs):
 
     def compile_on(self, device_type: str) -> bool:
         """``compile`` with ``auto`` resolved for a learner on ``device_type`` (``"cuda"`` or
-        ``"cpu"``): on for one CUDA rank, unless ``share_prompts = true`` asks for the path
-        compiled layers cannot run; see the field's description."""
+        ``"cpu"``): on for one CUDA rank outside FSDP2 (no ``offload_optimizer = 'step'``),
+        unless ``share_prompts = true`` asks for the path compiled layers cannot run; see the
+        field's description."""
         if self.compile != "auto":
             return self.compile
-        return device_type == "cuda" and self.num_ranks == 1 and self.share_prompts is not True
+        one_rank = self.num_ranks == 1 and self.offload_optimizer != "step"  # no FSDP2 units
+        return device_type == "cuda" and one_rank and self.share_prompts is not True
 
     def share_prompts_on(self, device_type: str) -> bool:
         """``share_prompts`` with ``auto`` resolved for a learner on ``device_type``, and off

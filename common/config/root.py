@@ -144,10 +144,12 @@ class Config(Section):
     def _check_colocation(self) -> Config:
         rollout, learner = self.rollout, self.learner
         if not rollout.colocate:
-            if learner.offload_optimizer != "never":
+            # "step" keeps the state on the host for the learner's own sake: no engine needed
+            if learner.offload_optimizer == "while_generating":
                 raise ValueError(
                     "learner.offload_optimizer = 'while_generating' needs rollout.colocate = "
-                    "true: only an engine on the learner's own GPU uses the memory it frees"
+                    "true: only an engine on the learner's own GPU uses the memory it frees "
+                    "('step' keeps the state on the host without one)"
                 )
             return self
         if self.async_.max_staleness:

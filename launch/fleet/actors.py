@@ -19,11 +19,15 @@ from typing import Any
 
 import ray
 from ray.util.placement_group import placement_group
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+from ray.util.scheduling_strategies import (
+    NodeAffinitySchedulingStrategy,
+    PlacementGroupSchedulingStrategy,
+)
 
 from actor.rollout_worker import RolloutWorker
 from actor.scorer import RewardScorer
 from common.config import Config
+from common.model_files import ModelFiles, describe, read_piece
 from common.rendezvous import LOOPBACK, GroupStore, hold, interface_address, interface_of
 from common.transport import transport_for
 from common.types import ProcessGroupSpec
@@ -149,6 +153,27 @@ def wait_until_gone(names: list[str], timeout_s: float = 120) -> None:
             time.sleep(0.1)
 
 
+_read_piece = ray.remote(num_cpus=0, max_retries=3)(read_piece)
+
+
+@dataclass(frozen=True)
+class DriverFiles:
+    """Reads a piece of a file on the driver's host, for an actor on a host without the model
+    (``common/model_files.py``): a task pinned to the driver's node."""
+
+    node_id: str
+
+    def __call__(self, root: str, relative: str, offset: int, size: int) -> bytes:
+        pinned = NodeAffinitySchedulingStrategy(self.node_id, soft=False)
+        task = _read_piece.options(scheduling_strategy=pinned)
+        return ray.get(task.remote(root, relative, offset, size))
+
+
+def model_files(model_path: str) -> ModelFiles:
+    """The driver's model directory as actors on any host get it."""
+    return describe(model_path, DriverFiles(ray.get_runtime_context().get_node_id()))
+
+
 def learner_actor_class():
     """The learner as a Ray actor class. Its ``control`` concurrency group lets
     ``set_compute_threads`` reach it while a ``train_step`` runs (every other method runs one at
@@ -186,7 +211,7 @@ def start_learner(
             learner_actor_class()
             .options(**options)
             .remote(
-                model_path,
+                model_files(model_path),
                 learner,
                 temperature=config.rollout.temperature,
                 seed=config.run.seed,
@@ -243,7 +268,7 @@ def start_rollout_worker(
     )
     cls = ray.remote(max_restarts=-1, max_task_retries=0)(RolloutWorker)
     return cls.options(**options).remote(
-        model_path,
+        model_files(model_path),
         rollout,
         config.model,
         seed=config.run.seed,
@@ -267,7 +292,7 @@ def start_scorers(config: Config, run_id: str) -> dict[str, Any]:
         remote_cls = ray.remote(**SERVICE_RESTARTS)(RewardScorer).options(
             **actor_options(actor, options.num_cpus, options.num_gpus)
         )
-        handle = handles[name] = remote_cls.remote(path, options)
+        handle = handles[name] = remote_cls.remote(model_files(path), options)
         asks = asks_text(options.num_cpus, options.num_gpus)
         starting.append(Starting(actor, handle.__ray_ready__.remote(), handle, asks))
     wait_started(starting, config.ray.start_timeout_s)

@@ -9,7 +9,8 @@ engine and a learner rank share each GPU) peaks at the larger of
   its KV cache freed; its CUDA context and runtime stay), and
 - the engine awake (weights + KV cache + runtime) + what the learner keeps between steps
   (weights, the reference, and AdamW's moments unless ``learner.offload_optimizer`` moves them
-  to the host while the engine generates);
+  to the host while the engine generates; with ``"step"`` the weights and moments live on the
+  host for the whole run, and the plan prints the host memory they take);
 
 a colocated config whose peak exceeds ``ray.gpu_memory_gib`` is refused in one line that says
 what to change. A learner or engine on a GPU of its own that exceeds the card is a warning.
@@ -242,15 +243,22 @@ def _learner_line(
     per_token = activation_bytes_per_token(
         shape, learner, checkpointed=fit.checkpointed, device=terms["device"]
     )
+    in_flight = f"units in flight {gib(state.in_flight)}, " if state.host else ""
+    host = (
+        f"; in host memory {gib(state.host)} GiB (master weights, gradients, AdamW: "
+        "learner.offload_optimizer = 'step')"
+        if state.host
+        else ""
+    )
     return (
         f"learner rank: state {gib(state.backward)} GiB (weights {gib(state.weights)}, "
-        f"gradients {gib(state.gradients)}, AdamW {gib(state.optimiser)}, reference "
+        f"{in_flight}gradients {gib(state.gradients)}, AdamW {gib(state.optimiser)}, reference "
         f"{gib(state.reference)}, autocast copies {gib(state.autocast_copies)}, "
         f"{f'tied gradients {gib(state.tied_gradients)}, ' if state.tied_gradients else ''}"
         f"{f'IPC export copy {gib(copy)}, ' if copy else ''}CUDA context "
         f"{gib(state.context)}); activations {gib(tokens * per_token)} at {tokens} tokens per "
         f"micro-batch ({fit.checkpointed} of {shape.layers} layers checkpointed) + LM head "
-        f"{gib(logit_bytes(shape, learner, tokens))}; step peak {gib(peak)} GiB"
+        f"{gib(logit_bytes(shape, learner, tokens))}; step peak {gib(peak)} GiB{host}"
     )
 
 
@@ -302,6 +310,8 @@ def _advice(config: Config, sides: _Sides, learning: int, card: float) -> str:
             changes.insert(0, "learner.gradient_checkpointing = true")
         if not learner.lora.enabled:
             changes.append("learner.lora.enabled = true")
+            if learner.offload_optimizer != "step":
+                changes.append("learner.offload_optimizer = 'step'")
         if learner.dtype == "bfloat16" and learner.master_dtype == "float32":
             changes.append("learner.master_dtype = 'same'")
         return "try " + ", ".join(changes) + ", or a bigger card"
@@ -346,8 +356,9 @@ def check_memory_plan(config: Config, model_path: str) -> None:
 # ---- docs/scaling.md's table -------------------------------------------------------------
 
 #: torch's total memory of each card (``torch.cuda.get_device_properties``): A100 40GB and
-#: H100 80GB as their datasheets' MiB, H200 as issue 34's run reported it.
-CARDS = {"40 GB": 39.4, "80 GB": 79.1, "141 GB": 139.8}
+#: H100 80GB as their datasheets' MiB, H200 as issue 34's run reported it; a 24 GB card (RTX
+#: 3090 / 4090, L4, A10: torch reports 22 to 23.6 GiB) at the least of them.
+CARDS = {"24 GB": 22.0, "40 GB": 39.4, "80 GB": 79.1, "141 GB": 139.8}
 #: The shapes of the public models (their config.json; tests/unit/model_configs/).
 PUBLIC_SHAPES = {
     "Qwen2.5-Coder-0.5B": ModelShape(896, 24, 14, 2, 64, 4864, 151936, True),
@@ -360,11 +371,20 @@ ALL_LINEARS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "
 TABLE_TOKENS, TABLE_ROW, TABLE_KV_GIB = 8192, 640, 8.0
 
 
-def _table_learner(lora: bool, beta: float) -> LearnerConfig:
+#: The table's kinds of training: (label, LoRA, learner.offload_optimizer).
+TABLE_TRAINING = (
+    ("full", False, "never"),
+    ("full, state on host", False, "step"),
+    ("LoRA r16", True, "never"),
+)
+
+
+def _table_learner(lora: bool, beta: float, offload: str = "never") -> LearnerConfig:
     return LearnerConfig(
         dtype="bfloat16",
         gradient_checkpointing=True,
         beta=beta,
+        offload_optimizer=offload,
         lora={"enabled": lora, "rank": 16, "target_modules": ALL_LINEARS},
     )
 
@@ -375,9 +395,9 @@ def fit_table() -> str:
     rows = [head, "|" + "---|" * (4 + len(CARDS))]
     for name, shape in PUBLIC_SHAPES.items():
         engine = engine_memory(shape, "bfloat16", TABLE_KV_GIB)
-        for lora in (False, True):
+        for training, lora, offload in TABLE_TRAINING:
             for beta in (0.04, 0.0):
-                learner = _table_learner(lora, beta)
+                learner = _table_learner(lora, beta, offload)
                 step = learner_step_peak(shape, learner, TABLE_TOKENS, row_tokens=TABLE_ROW)
                 between = learner_state(shape, learner).between_steps()
                 colocated = max(step + engine.asleep, engine.awake + between)
@@ -385,7 +405,6 @@ def fit_table() -> str:
                     "both" if colocated <= c * GIB else "alone" if step <= c * GIB else "no"
                     for c in CARDS.values()
                 ]
-                training = "LoRA r16" if lora else "full"
                 rows.append(
                     f"| {name} | {training} | {'yes' if beta else 'no'} | {gib(step)} | "
                     + " | ".join(cells)

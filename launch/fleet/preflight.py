@@ -387,8 +387,26 @@ def wait_started(starting: list[Starting], timeout_s: float) -> None:
         if not done:
             late = [(item.name, item.asks, actor_state(item.handle)) for item in pending.values()]
             raise PlacementError(start_timeout_message(late, timeout_s))
-        ray.get(done[0])
+        try:
+            ray.get(done[0])
+        except ray.exceptions.RayActorError as exc:
+            raise user_error(pending[done[0]].name, exc) or exc from None
         del pending[done[0]]
+
+
+#: The errors an actor's constructor raises for a setting the user can change: the driver ends
+#: the run with their one line (exit status 2), not Ray's stack trace.
+USER_ERRORS = ("ConfigError", "GroupUnreachable")
+
+
+def user_error(name: str, exc: Exception) -> ConfigError | None:
+    """``exc`` (an actor that died in its constructor) as one line naming actor ``name``, when
+    the constructor raised one of :data:`USER_ERRORS` (Ray passes on its type's name and message
+    as the last line of its text, not the exception)."""
+    last = str(getattr(exc, "error_msg", "") or exc).strip().splitlines()[-1:]
+    kind, _, message = (last[0] if last else "").partition(": ")
+    kind = kind.rsplit(".", 1)[-1]  # ``common.rendezvous.GroupUnreachable``: its module's
+    return ConfigError(f"{name} could not start: {message}") if kind in USER_ERRORS else None
 
 
 def actor_state(handle: Any) -> str:

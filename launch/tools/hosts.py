@@ -267,7 +267,8 @@ def alive_nodes(hosts: Hosts) -> list[str]:
     """The addresses of the cluster's live nodes, as the head sees them."""
     probe = (
         "import json, ray; ray.init(address='auto', logging_level='ERROR'); "
-        "print(json.dumps(sorted(n['NodeManagerAddress'] for n in ray.nodes() if n['Alive'])))"
+        "print('NODES', json.dumps(sorted(n['NodeManagerAddress'] for n in ray.nodes() "
+        "if n['Alive'])))"
     )
     python = str(Path(sys.prefix) / "bin" / "python")
     done = hosts.run(
@@ -279,7 +280,8 @@ def alive_nodes(hosts: Hosts) -> list[str]:
     )
     if done.returncode:
         raise RuntimeError(f"cannot list the cluster's nodes: {done.stderr.strip()[-2000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    line = next(x for x in done.stdout.splitlines() if x.startswith("NODES "))
+    return json.loads(line.removeprefix("NODES "))
 
 
 def wait_for_nodes(hosts: Hosts, count: int, timeout_s: float) -> list[str]:
@@ -288,13 +290,14 @@ def wait_for_nodes(hosts: Hosts, count: int, timeout_s: float) -> list[str]:
     to report, not a reason to wait forever."""
     deadline = time.monotonic() + timeout_s
     while True:
-        nodes = alive_nodes(hosts)
+        try:  # the head's own view may fail to come while a node dies: asked again
+            nodes, seen = alive_nodes(hosts), ""
+        except RuntimeError as exc:
+            nodes, seen = [], f" ({exc})"
         if len(nodes) == count:
             return nodes
         if time.monotonic() > deadline:
-            raise RuntimeError(
-                f"{len(nodes)} of {count} nodes alive after {timeout_s:.0f} s: {nodes}"
-            )
+            raise RuntimeError(f"not {count} nodes alive after {timeout_s:.0f} s: {nodes}{seen}")
         time.sleep(1.0)
 
 

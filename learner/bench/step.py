@@ -76,6 +76,7 @@ what the JSON reports:
                         counter; CPU: live tensor bytes, the same tensors without CUDA's kernel
                         workspaces and 512-byte rounding (neither counts the allocator's cache)
   learner               the learner config the step ran with
+  memory_cap_gib        --memory-cap-gib, or 0: torch's allocator on the card was capped there
   resolved              share_prompts and compile as they ran on this device ("auto"
                         resolved: LearnerConfig.share_prompts_on, compile_on), and the
                         micro-batch token budget and checkpointed layers the learner fitted
@@ -84,6 +85,11 @@ what the JSON reports:
                         kernels' own time on CUDA; operators' on CPU), those per kind of work
                         (matmul, attention, fused, log_softmax, optimizer, copy, other) and
                         the 12 largest; the full operator table in FILE
+
+With learner.offload_optimizer = "step" state_gib is in host memory, not on the card.
+--memory-cap-gib N lets one large card measure a smaller one: the step runs with torch's
+allocations capped at N GiB (torch.cuda.set_per_process_memory_fraction; the CUDA context is
+outside it), and a learner without learner.memory_gib fits its micro-batches to N GiB.
 
 With --ranks N each rank is a process holding 1/N of the state (gloo on CPU, NCCL on GPU); the
 numbers are the slowest rank's, peak_memory_gib and state_gib the largest rank's, and "ranks"
@@ -241,9 +247,37 @@ def _rank_main(rank: int, args, config, path: Path, address: str, root: Path) ->
     (root / f"rank{rank}.json").write_text(json.dumps(result))
 
 
+def cap_memory(cap_gib: float | None) -> float:
+    """Cap this process's CUDA allocations at ``cap_gib`` GiB of its card (``--memory-cap-gib``);
+    the GiB the cap leaves out, which the learner treats as held by another process, so that it
+    fits its micro-batches to the cap as it would to a card of that size (0 without a cap)."""
+    if not cap_gib:
+        return 0.0
+    device = torch.device("cuda", torch.cuda.current_device())
+    total = torch.cuda.get_device_properties(device).total_memory / 2**30
+    torch.cuda.set_per_process_memory_fraction(cap_gib / total, device)
+    return total - cap_gib
+
+
+def check_memory_cap(cap_gib: float | None) -> None:
+    """Refuse (ConfigError, one line) a cap without CUDA or beyond the card."""
+    if not cap_gib:
+        return
+    if not torch.cuda.is_available():
+        raise ConfigError(
+            "--memory-cap-gib caps torch's allocations on a CUDA card "
+            "(torch.cuda.set_per_process_memory_fraction): there is none here, and a CPU "
+            "learner's memory is the host's"
+        )
+    total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory / 2**30
+    if cap_gib > total:
+        raise ConfigError(f"--memory-cap-gib ({cap_gib:g}) is more than the card's {total:.1f} GiB")
+
+
 def measure(args: argparse.Namespace, config, path: Path, group) -> dict[str, Any]:
     """Warm-up and timed ``train_step`` calls of one learner (rank); its numbers."""
-    learner = Learner(str(path), config, group=group)
+    reserve = cap_memory(args.memory_cap_gib)  # before the learner allocates anything
+    learner = Learner(str(path), config, group=group, card_reserve_gib=reserve)
     vocab = PRESETS[args.preset]["vocab_size"]
     shape = (args.prompts, args.group, args.prompt_len, args.completion_len)
     samples = random_batch(*shape, vocab)
@@ -287,6 +321,7 @@ def measure(args: argparse.Namespace, config, path: Path, group) -> dict[str, An
         "utilisation": flops / step_s / peak,
         "mfu": needed / step_s / peak,
         "phase_peak_gib": phases.gib(),
+        "memory_cap_gib": args.memory_cap_gib or 0.0,
         "resolved": {
             "share_prompts": learner.share_prompts,
             "compile": learner.compiled,
@@ -377,6 +412,13 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     add("--warmup", type=non_negative_int, default=1, help="untimed steps before them")
     add("--out", help="also write the JSON result to this file")
     add(
+        "--memory-cap-gib",
+        type=positive_float,
+        metavar="N",
+        help="CUDA only: run the step with torch's allocations capped at N GiB of the card "
+        "(torch.cuda.set_per_process_memory_fraction), so one card measures a smaller one",
+    )
+    add(
         "--profile",
         metavar="FILE",
         help="run one more step under torch.profiler: its operator table to FILE, its time per "
@@ -446,6 +488,7 @@ def main(argv: list[str] | None = None) -> int:
         for flag, value in (("--out", args.out), ("--profile", args.profile)):
             if value:  # before the steps, not after
                 check_output_file(value, flag)
+        check_memory_cap(args.memory_cap_gib)
         result = run(args, overrides)
     except (ConfigError, OutputPathError) as exc:
         print(f"error: {exc}", file=sys.stderr)

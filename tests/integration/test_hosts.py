@@ -1,6 +1,8 @@
 """Hosts emulated on one machine (``launch/tools/hosts.py``): a head and two workers, each with its
 own address and disk, joined by ``ray start`` and given a job by ``ray job submit`` from a client
-host; a host killed whole leaves the cluster; ``down`` leaves nothing behind.
+host; the demo trains across them, its engines on the workers, which fetch the model the driver
+built (``common/model_files.py``); a host killed whole leaves the cluster (last: it takes a host
+away from the others); ``down`` leaves nothing behind.
 
 Marked ``cluster``: it runs last (``ray stop`` in another test ends every Ray process here).
 Needs root, as namespaces and interfaces do; CI runs as root.
@@ -10,14 +12,17 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import statistics
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from common.model_files import COMPLETE
 from launch.tools import hosts as emulated
-from tests.integration.helpers import REPO
+from tests.integration.helpers import REPO, read_jsonl
 
 pytestmark = [
     pytest.mark.integration,
@@ -63,6 +68,44 @@ def test_each_host_has_its_own_address_name_and_disk(cluster):
         assert seen[name]["checkout_write"] == "Read-only file system"
     # The driver's file is on the head's disk, and only there.
     assert [seen[n]["sees_marker"] for n in ("head", *WORKERS)] == [True, False, False]
+
+
+def test_the_demo_learns_across_hosts_that_share_nothing_but_ray(cluster):
+    out = Path.home().resolve() / "grpo-runs"  # on the head: the driver's host's own home
+    job = ["python", "-m", "launch.train", "--config", "configs/demo.toml", "--overwrite"]
+    job += ["--run.output_dir", str(out), "--ray.placement", "spread"]
+    job += ["--rollout.num_actors", "2"]  # three bundles, three hosts: the engines elsewhere
+    done = _submit(cluster, *job)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for name in WORKERS:  # each engine's host fetched the model the driver built
+        caches = cluster.hosts[name].home / ".cache" / "grpo-code" / "models"
+        assert len(list(caches.glob(f"*/{COMPLETE}"))) == 1, name
+    head_home = cluster.hosts[emulated.HEAD].home
+    records = read_jsonl(head_home / out.relative_to(Path.home().resolve()) / "demo/metrics.jsonl")
+    # The demo's rule (tests/integration/test_demo.py): the exact-answer rate of the last 10
+    # steps at least 0.5, and 3x the 0.1 the best constant answer earns.
+    exact = statistics.fmean(r["reward/pass_rate"] for r in records[-10:])
+    assert len(records) == 300 and exact >= 0.5, exact
+
+
+def test_an_unreachable_interface_ends_the_run_in_one_line(cluster):
+    # The group's store on the head's loopback: a learner rank on another host reaches its own
+    # loopback instead, and stops the run within seconds; before the check it waited for the
+    # store for the group's timeout, half an hour, and failed without saying where.
+    job = ["python", "-m", "launch.train", "--config", "configs/demo.toml", "--overwrite"]
+    job += ["--run.steps", "3", "--learner.num_ranks", "2", "--ray.placement", "spread"]
+    job += ["--ray.group_interface", "lo"]  # two ranks, one engine: a host each
+    done = _submit(cluster, *job)
+    assert done.returncode != 0
+    errors = [line for line in done.stdout.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, done.stdout[-3000:]
+    assert re.fullmatch(
+        r"error: learner-demo\S* could not start: ray\.group_interface: (w1|w2) cannot reach "
+        r"the group's store at 127\.0\.0\.1:\d+ through interface 'lo' \(127\.0\.0\.1\) within "
+        r"10 s \(Connection refused\); name the interface of the cluster's network "
+        r"\(docs/cluster\.md, Networking\)",
+        errors[0],
+    ), errors[0]
 
 
 def test_a_host_killed_whole_leaves_the_cluster(cluster):

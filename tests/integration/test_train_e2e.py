@@ -38,11 +38,11 @@ REQUIRED_METRICS = {
 }
 
 
-@pytest.fixture(scope="module")
-def short_run(tmp_path_factory, tiny_model_path):
+def _demo_run(out, tiny_model_path: str, *flags: str):
+    """40 steps of the demo on the tiny model, with ``flags`` on top; (config, run directory,
+    sandbox directories it left behind)."""
     from launch.train import train
 
-    out = tmp_path_factory.mktemp("runs")
     config = load_config(
         "configs/demo.toml",
         [
@@ -61,19 +61,7 @@ def short_run(tmp_path_factory, tiny_model_path):
             "3e-3",
             "--reward.terms.execution.options.mode",
             "partial",
-            # Periodic held-out evaluation through the same rollout fleet and sandbox.
-            "--eval.every",
-            "20",
-            "--eval.n",
-            "4",
-            "--eval.k",
-            "[1, 4]",
-            # The engine and the learner in one placement-group bundle, taking turns (the
-            # engine asleep while the learner steps): it must learn as well.
-            "--rollout.colocate",
-            "true",
-            "--learner.offload_optimizer",
-            "while_generating",
+            *flags,
         ],
     )
     before = set(glob.glob(os.path.join(tempfile.gettempdir(), "sandbox-*")))
@@ -82,6 +70,35 @@ def short_run(tmp_path_factory, tiny_model_path):
     # A directory whose pool process still runs is another run's on this machine (a shared /tmp),
     # not one this run left behind: the run's own pools have ended when ``train`` returns.
     return config, run_dir, {path for path in new if not alive(_pool_pid(path))}
+
+
+@pytest.fixture(scope="module")
+def short_run(tmp_path_factory, tiny_model_path):
+    return _demo_run(
+        tmp_path_factory.mktemp("runs"),
+        tiny_model_path,
+        # Periodic held-out evaluation through the same rollout fleet and sandbox.
+        "--eval.every",
+        "20",
+        "--eval.n",
+        "4",
+        "--eval.k",
+        "[1, 4]",
+        # The engine and the learner in one placement-group bundle, taking turns (the
+        # engine asleep while the learner steps): it must learn as well.
+        "--rollout.colocate",
+        "true",
+        "--learner.offload_optimizer",
+        "while_generating",
+    )
+
+
+def _assert_learned(run_dir) -> None:
+    records = read_metrics(run_dir / "metrics.jsonl")
+    first = statistics.fmean(r["reward/mean"] for r in records[:10])
+    last = statistics.fmean(r["reward/mean"] for r in records[-10:])
+    assert last > first + 0.2, (first, last)
+    assert max(r["train/logprob_diff_mean"] for r in records) < 0.05
 
 
 def _pool_pid(path: str) -> int:
@@ -109,11 +126,16 @@ def test_run_directory_has_config_checkpoint_and_curve(short_run):
 
 def test_rewards_rise_and_sampler_matches_learner(short_run):
     _, run_dir, _ = short_run
-    records = read_metrics(run_dir / "metrics.jsonl")
-    first = statistics.fmean(r["reward/mean"] for r in records[:10])
-    last = statistics.fmean(r["reward/mean"] for r in records[-10:])
-    assert last > first + 0.2, (first, last)
-    assert max(r["train/logprob_diff_mean"] for r in records) < 0.05
+    _assert_learned(run_dir)
+
+
+def test_the_demo_learns_with_its_optimiser_step_on_the_host(tmp_path, tiny_model_path):
+    """learner.offload_optimizer = "step": the policy inside FSDP2's CPU offload on one rank,
+    no colocated engine needed; the demo learns as much, and its checkpoint is one rank's."""
+    _, run_dir, leaked = _demo_run(tmp_path, tiny_model_path, "--learner.offload_optimizer", "step")
+    _assert_learned(run_dir)
+    assert (run_dir / "checkpoint" / "optimizer.pt").is_file()
+    assert not leaked
 
 
 def test_periodic_evaluation_reports_pass_at_k(short_run):

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from learner.bench.step import (
     PRESETS,
@@ -117,6 +118,25 @@ def test_the_shipped_config_runs_on_cpu_with_its_8_bit_optimiser(tmp_path):
     assert result["phase_peak_gib"]["optimizer_step"] > 0
 
 
+def test_the_24gb_config_runs_on_cpu_with_its_state_on_the_host(tmp_path):
+    """configs/qwen2.5-coder-1.5b-mbpp-24gb.toml: plain AdamW stepped on the host
+    (learner.offload_optimizer = "step"), the policy inside FSDP2 on one rank, not compiled;
+    its phases are counted as any learner's."""
+    out = tmp_path / "result.json"
+    config = Path(__file__).resolve().parents[2] / "configs/qwen2.5-coder-1.5b-mbpp-24gb.toml"
+    argv = ["--preset", "tiny", "--config", str(config), "--prompts", "2", "--group", "2",
+            "--prompt-len", "4", "--completion-len", "8", "--steps", "2", "--warmup", "0",
+            "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    result = json.loads(out.read_text())
+    assert (result["learner"]["offload_optimizer"], result["learner"]["optimizer"]) == (
+        "step",
+        "adamw",
+    )
+    assert result["resolved"]["compile"] is False and result["memory_cap_gib"] == 0.0
+    assert result["phase_peak_gib"]["optimizer_step"] > 0
+
+
 def test_a_profiled_step_says_where_its_time_goes(tmp_path):
     out, table = tmp_path / "result.json", tmp_path / "ops.txt"
     argv = ["--preset", "tiny", "--prompts", "2", "--group", "2", "--prompt-len", "4",
@@ -219,6 +239,19 @@ def test_an_out_that_is_a_directory_is_refused_before_any_step(tmp_path, capsys,
     assert main(["--preset", "tiny", "--out", str(tmp_path)]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert lines == [f"error: --out: {tmp_path} is a directory; give the path of a file"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is a CPU machine's")
+def test_a_memory_cap_without_cuda_is_refused_before_any_step(capsys, monkeypatch):
+    import learner.bench.step as step
+
+    def too_soon(*_args, **_kwargs):
+        raise AssertionError("the bench ran before --memory-cap-gib was checked")
+
+    monkeypatch.setattr(step, "run", too_soon)
+    assert main(["--preset", "tiny", "--memory-cap-gib", "22"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: --memory-cap-gib caps torch's allocations on a CUDA card")
 
 
 def test_every_step_reports_its_model_flops(tmp_path):

@@ -15,6 +15,7 @@ from common.memory import (
     COMPILED_ACTIVATION_FACTOR,
     GIB,
     HEAD_FUNCTION_LOGIT_TENSORS,
+    IN_FLIGHT_LAYERS,
     LOGIT_TENSORS_AT_PEAK,
     ModelShape,
     activation_bytes_per_token,
@@ -97,6 +98,35 @@ def test_pure_bf16_halves_the_state_and_ranks_shard_it():
     assert pure.weights * 2 == mixed.weights and pure.autocast_copies == 0
     sharded = learner_state(model, learner("num_ranks", "4", "num_gpus", "1"))
     assert sharded.optimiser == mixed.optimiser // 4
+
+
+def test_the_state_on_the_host_leaves_the_device_the_units_in_flight_and_the_reference():
+    """learner.offload_optimizer = "step": the fp32 master weights, gradients and moments (16 B
+    per parameter) in host memory; on the device the root unit (the tied embedding, the final
+    norm) and two decoder layers whole, their gradients, and what stays as without it."""
+    model = shape("qwen2.5-coder-1.5b")
+    params, layer = model.parameters, model.layer_parameters
+    on_device = learner_state(model, learner())
+    host = learner_state(model, learner("offload_optimizer", "step"))
+    assert host.host == 16 * params
+    assert (host.weights, host.optimiser, host.optimiser_temporaries) == (0, 0, 0)
+    whole = params - model.layers * layer + IN_FLIGHT_LAYERS * layer  # root + two layers
+    assert host.in_flight == pytest.approx(4 * whole, abs=4)
+    assert host.gradients == pytest.approx(4 * whole, abs=4)
+    assert host.reference == on_device.reference and host.tied_gradients > 0
+    # between steps (an engine awake beside it) only the reference and the context stay
+    assert host.between_steps() == host.reference + host.context
+    # compile is off inside FSDP2, so autocast keeps its bf16 copies of every weight, which
+    # compiled layers on the device would not
+    compiled = learner_state(model, learner("compile", "true"))
+    assert host.autocast_copies == 2 * params > compiled.autocast_copies
+    # the step fits a 24 GB card's 22 GiB, the on-device one does not
+    peak = learner_step_peak(
+        model, learner("offload_optimizer", "step", "gradient_checkpointing", "true"), 8192
+    )
+    assert (
+        peak < 20 * GIB < learner_step_peak(model, learner("gradient_checkpointing", "true"), 8192)
+    )
 
 
 def test_lora_state_is_the_base_plus_the_adapters_training_state():

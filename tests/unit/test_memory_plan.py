@@ -25,6 +25,7 @@ from tests.unit.test_memory import CONFIGS, shape
 
 ONE_GPU = {
     "qwen2.5-coder-1.5b-mbpp-1gpu.toml": ("qwen2.5-coder-1.5b", 80),
+    "qwen2.5-coder-1.5b-mbpp-24gb.toml": ("qwen2.5-coder-1.5b", 22),
     "qwen2.5-coder-0.5b-lora-mbpp-1gpu.toml": ("qwen2.5-coder-0.5b", 10),
 }
 
@@ -112,9 +113,29 @@ def test_the_table_says_the_users_40_gb_card_holds_1_5b_with_a_reference():
         tuple(cell.strip() for cell in row.split("|")[1:4]): row
         for row in fit_table().splitlines()[2:]
     }
-    assert len(rows) == 12
+    assert len(rows) == 18
     assert rows[("Qwen2.5-Coder-1.5B", "full", "yes")].rstrip(" |").split("|")[-3].strip() == "both"
     assert rows[("Qwen2.5-7B", "LoRA r16", "yes")].split("|")[-2].strip() == "both"
+
+
+def test_the_table_says_a_24_gb_card_holds_1_5b_with_a_reference_only_with_the_state_on_the_host():
+    """Issue 54: 22 GiB of a 24 GB card hold the 1.5B full fine-tune with a reference and an
+    engine beside it when the master weights and AdamW live in host memory, not without."""
+    lines = fit_table().splitlines()
+    assert lines[0].split("|")[5].strip() == "24 GB"
+    rows = {tuple(cell.strip() for cell in row.split("|")[1:4]): row for row in lines[2:]}
+
+    def on_24_gb(training: str) -> str:
+        return rows[("Qwen2.5-Coder-1.5B", training, "yes")].split("|")[5].strip()
+
+    assert (on_24_gb("full, state on host"), on_24_gb("full")) == ("both", "no")
+
+
+def test_the_plan_prints_the_host_memory_the_state_takes():
+    config = load_config(REPO_ROOT / "configs" / "qwen2.5-coder-1.5b-mbpp-24gb.toml")
+    assert config.learner.offload_optimizer == "step" and config.learner.optimizer == "adamw"
+    line = plan_memory(config, shape("qwen2.5-coder-1.5b")).lines[0]
+    assert "AdamW 0.0" in line and "in host memory 23.0 GiB (master weights" in line
 
 
 def test_config_errors_come_back_as_config_errors(tmp_path):

@@ -15,8 +15,19 @@ import torch
 import torch.multiprocessing as mp
 
 from common.config import ConfigError, load_config
-from common.rendezvous import LOOPBACK, GroupStore, hold, interface_address, interface_of, take
+from common.rendezvous import (
+    LOOPBACK,
+    GroupStore,
+    GroupUnreachable,
+    hold,
+    interface_address,
+    interface_of,
+    join_interface,
+    listen,
+    take,
+)
 from common.types import ProcessGroupSpec
+from launch.fleet.preflight import user_error
 
 LISTEN = "0A"  # the state column of /proc/net/tcp
 
@@ -179,3 +190,40 @@ def test_the_transfer_group_serves_its_held_address_on_the_given_interface_only(
     assert (LOOPBACK, int(port)) in own_sockets
     assert {ip for ip, _ in own_sockets + engine_sockets} == {LOOPBACK}
     assert listeners_on_port(int(port)) == [LOOPBACK]
+
+
+def test_a_member_finds_its_interface_and_reaches_the_store_first():
+    store = GroupStore(LOOPBACK)
+    assert join_interface(store.address, "") == "lo"  # the route to the store picks it
+    assert os.environ["GLOO_SOCKET_IFNAME"] == "lo"
+    assert join_interface(store.address, "lo") == "lo"
+
+
+def test_a_member_that_cannot_reach_the_store_says_where_in_one_line():
+    closed = listen(LOOPBACK)
+    address = f"{LOOPBACK}:{closed.getsockname()[1]}"
+    closed.close()  # nothing listens there now: the connect is refused at once
+    with pytest.raises(GroupUnreachable) as refused:
+        join_interface(address, "lo", timeout_s=5)
+    assert str(refused.value) == (
+        f"ray.group_interface: {socket.gethostname()} cannot reach the group's store at "
+        f"{address} through interface 'lo' (127.0.0.1) within 5 s (Connection refused); name "
+        "the interface of the cluster's network (docs/cluster.md, Networking)"
+    )
+    with pytest.raises(ConfigError, match="has no network interface 'nope0'"):
+        join_interface(address, "nope0")
+
+
+def test_an_actor_that_died_of_a_user_error_is_one_line_naming_it():
+    class Died(Exception):
+        error_msg = (
+            "The actor died because of an error raised in its creation task, ray::Learner...\n"
+            '  File "learner/sharding.py", line 113, in __init__\n'
+            "common.rendezvous.GroupUnreachable: ray.group_interface: w1 cannot reach ..."
+        )
+
+    assert str(user_error("learner-demo-1", Died())) == (
+        "learner-demo-1 could not start: ray.group_interface: w1 cannot reach ..."
+    )
+    Died.error_msg = Died.error_msg.replace("common.rendezvous.GroupUnreachable", "KeyError")
+    assert user_error("learner-demo-1", Died()) is None  # a bug keeps its stack trace
