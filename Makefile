@@ -11,7 +11,7 @@ TORCH_INDEX ?=
 CONFIG ?= configs/demo.toml
 STAMP  := $(VENV)/.installed-$(EXTRA)
 
-.PHONY: setup demo test test-unit test-quick lint format clean
+.PHONY: setup demo test test-unit test-quick test-cluster lint format clean
 
 setup: $(STAMP)
 
@@ -28,17 +28,21 @@ demo: setup
 	$(PY) -m launch.train --config $(CONFIG) --overwrite
 
 test: setup
-	$(PY) -m pytest -q -rs --durations=25
+	$(PY) -m pytest -q -rs --durations=25 -m "not hosts_run"
+
+# Several hosts emulated on this machine (root only): the quick checks run in `make test` too;
+# the training runs across them only here (minutes each; docs/cluster.md).
+test-cluster: setup
+	$(PY) -m pytest -q -rs tests/integration/test_hosts.py
 
 test-unit: setup
 	$(PY) -m pytest -q -m "not integration"
 
 # The contributor's loop, under 3 minutes on 2 cores: the loss, advantages, config, the judge
 # (a real pool), one tiny learner step, the layout rules.
-QUICK = tests/unit/test_grpo_loss.py tests/unit/test_advantage.py \
-	tests/unit/test_advantage_step.py tests/unit/test_config.py \
-	tests/unit/test_config_reference.py tests/unit/test_answers.py tests/unit/test_rewards.py \
-	tests/unit/sandbox_pool/test_verdicts.py tests/unit/test_learner_step.py \
+QUICK = tests/unit/algorithm tests/unit/common/test_config.py \
+	tests/unit/common/config/test_reference.py tests/unit/sandbox/trusted/test_answers.py \
+	tests/unit/sandbox/pool/test_verdicts.py tests/unit/learner/test_learner.py \
 	tests/unit/test_architecture.py
 
 test-quick: setup

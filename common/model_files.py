@@ -106,15 +106,31 @@ def _fetch(model: ModelFiles, target: Path) -> None:
     shutil.rmtree(partial, ignore_errors=True)
     shutil.rmtree(target, ignore_errors=True)
     for name, size in model.files:
-        path = partial / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "wb") as file:
-            for offset in range(0, size, PIECE_BYTES):
-                piece = model.read(model.path, name, offset, min(PIECE_BYTES, size - offset))
-                if len(piece) != min(PIECE_BYTES, size - offset):
-                    raise OSError(f"model: {model.path}/{name} changed on the driver's host")
-                file.write(piece)
-            file.flush()
-            os.fsync(file.fileno())
+        _copy(model, name, size, partial / name)
     (partial / COMPLETE).touch()
     partial.rename(target)
+
+
+def fill(model: ModelFiles, target: Path) -> int:
+    """The files of ``model`` that ``target`` lacks (or holds at another size) fetched into it,
+    fsynced; how many. A driver gathers so what a learner on another host wrote of a
+    checkpoint into the checkpoint's own directory on its disk."""
+    missing = [
+        (name, size) for name, size in model.files if not _has_files(target, ((name, size),))
+    ]
+    for name, size in missing:
+        _copy(model, name, size, target / name)
+    return len(missing)
+
+
+def _copy(model: ModelFiles, name: str, size: int, path: Path) -> None:
+    """File ``name`` of ``model`` (``size`` bytes) to ``path``, piece by piece, fsynced."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as file:
+        for offset in range(0, size, PIECE_BYTES):
+            piece = model.read(model.path, name, offset, min(PIECE_BYTES, size - offset))
+            if len(piece) != min(PIECE_BYTES, size - offset):
+                raise OSError(f"model: {model.path}/{name} changed on the host it is read from")
+            file.write(piece)
+        file.flush()
+        os.fsync(file.fileno())

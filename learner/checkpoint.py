@@ -34,6 +34,7 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.tensor import DTensor
 
 from common.durable import fsync_tree
+from common.model_files import describe, read_piece
 from learner.export import tied_output_name
 from learner.policy import base_model_of
 from learner.sharding import Ranks
@@ -84,6 +85,15 @@ def save_training_state(
     # other rank its own shard, which may be on another machine's view of a shared disk.
     fsync_tree(out if ranks.rank == 0 else out / SHARDED_OPTIMIZER_DIR)
     ranks.barrier()
+
+
+def written(out: Path) -> dict:
+    """What this host holds of checkpoint ``out`` (its files and their sizes) and which Ray node
+    it is ('' outside Ray), for a driver on another host to fetch (``common/model_files.py``)."""
+    import ray  # lazy: learners are built without Ray in unit tests
+
+    node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
+    return {"node": node, "files": list(describe(str(out), read_piece).files)}
 
 
 def load_weights(out: Path, model: nn.Module) -> dict:

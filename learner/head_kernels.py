@@ -89,7 +89,7 @@ def _compiled(kernel: Callable) -> Callable:
     or without the entropy's part, and a one-row chunk, which dynamic shapes specialise), under
     dynamo's limit of 8 per function. Not ``fullgraph``, which turns that limit into an error
     in the middle of a run: past it the kernel runs eagerly, the same math. That each kernel
-    is one graph is a test's (tests/unit/test_head_kernels.py)."""
+    is one graph is a test's (tests/unit/learner/test_head_kernels.py)."""
     return torch.compile(kernel, dynamic=True)
 
 

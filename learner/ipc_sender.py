@@ -2,8 +2,8 @@
 trainer engine (``IPCTrainerWeightTransferEngine``), run on every learner rank.
 
 GPU only, and **not run here**: the machines this project is built and tested on have no GPU,
-so only what runs without CUDA is tested (``tests/unit/test_ipc_transport.py``: the capture of
-the update, the copies kept and released, with vLLM's engine replaced by a stand-in). The
+so only what runs without CUDA is tested (``tests/unit/common/transport/test_ipc.py``: the
+capture of the update, the copies kept and released, with vLLM's engine replaced by a stand-in). The
 config allows this transport only with the engines and the learner ranks on the same GPUs.
 
 vLLM's trainer engines drive the engines through a client. Here the driver does (as for the

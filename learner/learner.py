@@ -19,6 +19,7 @@ sender reads the policy through ``export_tensors``, ``iter_export`` or ``save_ad
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -85,7 +86,7 @@ class Learner:
         bucket_bytes: int = DEFAULT_BUCKET_BYTES,
         total_steps: int = 0,
         group: ProcessGroupSpec | None = None,
-        resume_from: str | None = None,
+        resume_from: str | ModelFiles | None = None,
         card_reserve_gib: float = 0.0,
     ) -> None:
         # torch threads: learner.num_cpus, fewer while a rollout shares the cores (threads.py)
@@ -93,9 +94,8 @@ class Learner:
         self.threads.apply()
         torch.manual_seed(seed)
         self.config, self.model_path = config, local_path(model_path)  # fetched if not here
-        # what another process keeps on this learner's card while it steps (a colocated
-        # engine asleep): left out of the card a step without learner.memory_gib is fitted to
-        self.card_reserve_gib = card_reserve_gib
+        resume_from = resume_from and local_path(resume_from)  # the same
+        self.card_reserve_gib = card_reserve_gib  # a sleeping engine's: not the step's to fit
         name = transport_for(transport, config.lora)
         self.sender = make_sender(name, bucket_bytes=bucket_bytes, adapter_dir=adapter_dir)
         self.device = torch.device(
@@ -446,10 +446,11 @@ class Learner:
         """The LoRA adapter alone, in peft's format (``lora.export = "adapter"``)."""
         checkpoint.save_adapter(self.model, directory)
 
-    def save_checkpoint(self, path: str) -> None:
+    def save_checkpoint(self, path: str) -> dict:
         """HF directory (full model, or the adapter with LoRA) + tokenizer + optimiser + state;
         with several ranks every rank calls it (rank 0 writes the weights, each its optimiser
-        shard), on a file system they all reach."""
+        shard). Written on this host's disk; returns what it wrote there and where (this
+        host's Ray node), for a driver on another host to fetch (``common/model_files.py``)."""
         state = {
             "weight_version": self._weight_version,
             "step": self.step,
@@ -461,6 +462,11 @@ class Learner:
         checkpoint.save_training_state(
             Path(path), self.model, self.optimizer, tokenizer, state, self.ranks
         )
+        return checkpoint.written(Path(path))
+
+    def discard(self, path: str) -> None:
+        """Delete this host's copy of checkpoint ``path``: the driver fetched it to its own."""
+        shutil.rmtree(path, ignore_errors=True)
 
     def load_training_state(self, path: str) -> None:
         """Restore weights (full model or LoRA adapter), optimiser, step and weight version.

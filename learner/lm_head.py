@@ -30,7 +30,7 @@ keeps each row's logsumexp beside its entropy, backward writes g_z / T in the he
 one pass. The eager passes above move 48-72 bytes per logit in forward and about 90 in
 backward, the kernels 4-6 each: on a GPU more time than the head's matmuls take, by the
 arithmetic in docs/benchmarks.md ("The LM head's softmax math compiled"). The values are the
-same math (tests/unit/test_head_kernels.py).
+same math (tests/unit/learner/test_head_kernels.py).
 
 Only where calling ``F.linear`` on the head's own weight is what its module would do
 (:func:`head_is_plain`); elsewhere logprobs.py keeps its checkpointed module path.

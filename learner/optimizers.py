@@ -18,7 +18,7 @@ The two low-precision ones are torchao's (``torchao.optim._AdamW`` with
 '.[lowmem]'``): they work on FSDP2's DTensor shards, and their step is one ``torch.compile``d
 function per parameter shape, so the first step pays the compilation (on CPU inductor needs a
 C++ compiler, as ``learner.compile`` does). Their tolerance against torch's AdamW, measured:
-tests/unit/test_optimizers.py.
+tests/unit/learner/test_optimizers.py.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ Precision (``learner.reference_dtype``): a frozen copy or the CPU copy of the in
 may be kept in bfloat16 while the policy keeps float32 master weights. Under bf16 autocast the
 reference's matmuls read bf16 weights either way, so what changes is the rest: the embedding
 rows, the norms' scales and the residual stream, which then run in bf16 (the KL term's
-difference from a float32 reference, measured: tests/unit/test_reference_dtype.py). The LoRA
+difference from a float32 reference, measured: tests/unit/learner/test_reference.py). The LoRA
 reference has no copy to shrink: it is the base weights, whatever dtype the policy keeps them.
 """
 

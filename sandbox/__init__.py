@@ -6,7 +6,7 @@
 - ``sandbox/isolated/``: what runs in each worker's processes, started by the front as
   ``python -I``: the server, the zygote and its C loop, the child's harness, the namespaces,
   limits, seccomp filter, process reaping and scratch cleaning. It imports the standard library,
-  itself and ``sandbox/wire/`` only (``tests/unit/test_sandbox_boundary.py``).
+  itself and ``sandbox/wire/`` only (``tests/unit/sandbox/test_boundary.py``).
 - ``sandbox/wire/``: what both sides exchange: frames, canonical values, isolation levels.
 - Here: the tools (``python -m sandbox.check``, ``python -m sandbox.bench``,
   ``python -m sandbox.verify_problem``), the problem files they read, and

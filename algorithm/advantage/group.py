@@ -3,7 +3,7 @@
 Rewards arrive as Python floats (float64); they stay float64 until the advantage is stored in a
 ``TrainSample``. With the KL charged in the reward and a group that all passes, the rewards are
 1 - beta * KL_i, nearly equal, and a float32 pass loses ~3e-4 on advantages of size 1 (checked
-against a float64 reference in tests/unit/test_advantage.py).
+against a float64 reference in tests/unit/algorithm/advantage/test_group.py).
 
 Where this departs from DeepSeekMath's GRPO (section 4.1), and why:
 

@@ -21,9 +21,9 @@ class RunConfig(Section):
     )
     output_dir: str = Field(
         "runs",
-        description="where run directories (and built-in models) go; on a cluster a file system"
-        " the driver and every learner node see (checkpoints are written by the learner, "
-        "metrics by the driver)",
+        description="where run directories (and built-in models) go, on the driver's host: "
+        "learner ranks on other hosts write checkpoints on their own disks and the driver "
+        "fetches them here (no shared file system needed: docs/cluster.md, Paths)",
     )
     seed: int = Field(0, description="seeds prompt order, sampling seeds and the learner")
     steps: int = Field(100, ge=1, description="training steps")

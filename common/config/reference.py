@@ -2,8 +2,8 @@
 
 Every table row is read from :class:`common.config.Config`: the key, its type and bounds, its
 default and the field's ``description``, so a renamed key, a new default or a new field shows up
-the next time the reference is generated, and ``tests/unit/test_config_reference.py`` fails while
-the committed file is stale. Regenerate with::
+the next time the reference is generated, and ``tests/unit/common/config/test_reference.py``
+fails while the committed file is stale. Regenerate with::
 
     python -m common.config.reference > docs/configuration.md
 

@@ -4,7 +4,7 @@ learner's GPU memory by CUDA IPC handles, through vLLM 0.32's IPC weight-transfe
 GPU (``rollout.colocate``). GPU only: CUDA IPC handles exist only for CUDA memory, and are
 opened only by a process on the same GPU (the config refuses it elsewhere,
 ``common/config/root.py``). **It has not run here**: the machines this project is built and
-tested on have no GPU; its CPU-testable parts are (``tests/unit/test_ipc_transport.py``).
+tested on have no GPU; its CPU-testable parts are (``tests/unit/common/transport/test_ipc.py``).
 
 Learner side (``learner/ipc_sender.py``): vLLM's trainer engine
 (``IPCTrainerWeightTransferEngine``) runs on **every** learner rank, as vLLM designs it for

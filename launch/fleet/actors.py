@@ -27,7 +27,7 @@ from ray.util.scheduling_strategies import (
 from actor.rollout_worker import RolloutWorker
 from actor.scorer import RewardScorer
 from common.config import Config
-from common.model_files import ModelFiles, describe, read_piece
+from common.model_files import ModelFiles, describe, fill, read_piece
 from common.rendezvous import LOOPBACK, GroupStore, hold, interface_address, interface_of
 from common.transport import transport_for
 from common.types import ProcessGroupSpec
@@ -157,9 +157,10 @@ _read_piece = ray.remote(num_cpus=0, max_retries=3)(read_piece)
 
 
 @dataclass(frozen=True)
-class DriverFiles:
-    """Reads a piece of a file on the driver's host, for an actor on a host without the model
-    (``common/model_files.py``): a task pinned to the driver's node."""
+class NodeFiles:
+    """Reads a piece of a file on Ray node ``node_id``'s host: the driver's, for an actor on a
+    host without the model or a checkpoint; a learner's, for the driver gathering a checkpoint
+    written there (``common/model_files.py``). A task pinned to that node."""
 
     node_id: str
 
@@ -171,7 +172,19 @@ class DriverFiles:
 
 def model_files(model_path: str) -> ModelFiles:
     """The driver's model directory as actors on any host get it."""
-    return describe(model_path, DriverFiles(ray.get_runtime_context().get_node_id()))
+    return describe(model_path, NodeFiles(ray.get_runtime_context().get_node_id()))
+
+
+def gather_checkpoint(path: Path, written: list[dict]) -> list[str]:
+    """What the learner ranks wrote of checkpoint ``path`` (``Learner.save_checkpoint``'s
+    reports) fetched into ``path`` on this host where it is not there already (a rank on
+    another host without a shared file system); the nodes fetched from."""
+    fetched = []
+    for report in written:
+        files = ModelFiles(str(path), tuple(map(tuple, report["files"])), NodeFiles(report["node"]))
+        if report["node"] and fill(files, path):
+            fetched.append(report["node"])
+    return fetched
 
 
 def learner_actor_class():
@@ -221,7 +234,7 @@ def start_learner(
                 bucket_bytes=config.bucket_bytes,
                 total_steps=config.run.steps,
                 group=group[rank] if group else None,
-                resume_from=resume_from,
+                resume_from=model_files(resume_from) if resume_from else None,
                 card_reserve_gib=card_reserve_gib(config),
             )
         )

@@ -132,10 +132,16 @@ class LearnerClient:
         """Every rank's cached device memory back to the driver; the slowest rank's seconds."""
         return max(self.get(call) for call in self._fan_out("release_memory"))
 
-    def save_checkpoint(self, path: str) -> None:
-        """Every rank writes its part (rank 0 the weights, each its optimiser shard)."""
-        for call in self._fan_out("save_checkpoint", path):
-            self.get(call)
+    def save_checkpoint(self, path: str) -> list[dict]:
+        """Every rank writes its part (rank 0 the weights, each its optimiser shard) on its
+        host; what each wrote there, and on which node, by rank."""
+        return [self.get(call) for call in self._fan_out("save_checkpoint", path)]
+
+    def discard(self, path: str, ranks: list[int]) -> None:
+        """Ranks ``ranks`` delete their host's copy of checkpoint ``path`` (the driver has
+        its own)."""
+        for rank in ranks:
+            self.get(self.handles[rank].discard.remote(path))
 
     def kill(self) -> None:
         for handle in self.handles:

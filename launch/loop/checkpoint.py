@@ -27,8 +27,7 @@ save die, see :data:`CRASH_ENV`):
 So a crash at any point leaves at least one complete checkpoint once one was saved, and resume
 takes the newest complete one: the highest ``step-N`` holding ``driver_state.json`` (the
 pointer can lag it by one crash; resume moves it). Leftovers (``*.partial``, ``*.pruning``)
-are deleted by the next save. Run directories of the previous layout (one ``checkpoint/``
-directory swapped through ``checkpoint.tmp`` and ``checkpoint.old``) are still resumed.
+are deleted by the next save.
 """
 
 from __future__ import annotations
@@ -102,10 +101,16 @@ def save_checkpoint(
     final = step_dir(run_dir, state.step)
     partial = final.with_name(final.name + ".partial")
     partial.mkdir()
-    learner.save_checkpoint(str(partial.resolve()))
+    from launch.fleet.actors import gather_checkpoint  # lazy: Ray, not for `--help`
+
+    written = learner.save_checkpoint(str(partial.resolve()))
+    fetched = gather_checkpoint(partial.resolve(), written)  # ranks on other hosts' disks
     _reached("learner_written")
     (partial / DRIVER_STATE).write_text(json.dumps(asdict(state), indent=2) + "\n")
     fsync_tree(partial)  # the learner fsynced its files; this covers ours and the directories
+    learner.discard(
+        str(partial.resolve()), [i for i, w in enumerate(written) if w["node"] in fetched]
+    )
     _reached("state_written")
     if not final.exists():
         partial.rename(final)
@@ -125,9 +130,6 @@ def save_checkpoint(
 def _point_latest(run_dir: Path, target: Path) -> None:
     """Switch the ``checkpoint`` symlink to ``target`` atomically (rename over the old link)."""
     link = run_dir / LATEST
-    if link.is_dir() and not link.is_symlink():  # the previous layout's directory
-        link.rename(run_dir / CHECKPOINTS / "legacy.pruning")
-        fsync_dir(run_dir / CHECKPOINTS)
     new = run_dir / f".{LATEST}.{uuid.uuid4().hex}.tmp"
     os.symlink(target.relative_to(run_dir), new)  # fails rather than follow an existing name
     os.replace(new, link)
@@ -136,11 +138,9 @@ def _point_latest(run_dir: Path, target: Path) -> None:
 
 def _prune(run_dir: Path, saved: Path, keep: int) -> None:
     """Delete all but the ``keep`` newest complete checkpoints (never ``saved``, the one the
-    pointer names) and the previous layout's, each renamed first so a half-deleted one never
-    looks complete."""
+    pointer names), each renamed first so a half-deleted one never looks complete."""
     root = run_dir / CHECKPOINTS
     old = [path for _, path in _complete(root)[:-keep] if path != saved]
-    old += [run_dir / name for name in ("checkpoint.old", "checkpoint.tmp")]
     renamed = False
     for path in old:
         if path.is_dir() and not path.is_symlink():
@@ -172,20 +172,15 @@ def _complete(root: Path) -> list[tuple[int, Path]]:
 
 
 def latest_checkpoint(run_dir: Path) -> Checkpoint:
-    """The newest complete checkpoint of the run (either layout); ``FileNotFoundError`` when
-    there is none. Reads only: see :func:`resume_checkpoint` for what resume also repairs."""
+    """The newest complete checkpoint of the run; ``FileNotFoundError`` when there is none.
+    Reads only: see :func:`resume_checkpoint` for what resume also repairs."""
     complete = _complete(run_dir / CHECKPOINTS)
-    if complete:
-        path = complete[-1][1]
-    else:  # the previous layout: checkpoint/, or checkpoint.old after a crash mid-swap
-        legacy = [run_dir / "checkpoint", run_dir / "checkpoint.old"]
-        found = [p for p in legacy if not p.is_symlink() and (p / DRIVER_STATE).is_file()]
-        if not found:
-            raise FileNotFoundError(
-                f"{run_dir} has no complete checkpoint (no {CHECKPOINTS}/step-N/{DRIVER_STATE}):"
-                " nothing to resume"
-            )
-        path = found[0]
+    if not complete:
+        raise FileNotFoundError(
+            f"{run_dir} has no complete checkpoint (no {CHECKPOINTS}/step-N/{DRIVER_STATE}):"
+            " nothing to resume"
+        )
+    path = complete[-1][1]
     return Checkpoint(path, _read_state(path / DRIVER_STATE))
 
 
@@ -201,10 +196,9 @@ def resume_checkpoint(run_dir: Path) -> Checkpoint:
     """:func:`latest_checkpoint`, with the pointer moved to it when a crash came between a
     save's rename and its pointer switch (by the run's driver, which holds the run lock)."""
     found = latest_checkpoint(run_dir)
-    if found.path.parent == run_dir / CHECKPOINTS:
-        link = run_dir / LATEST
-        if not link.is_symlink() or link.resolve() != found.path.resolve():
-            _point_latest(run_dir, found.path)
+    link = run_dir / LATEST
+    if not link.is_symlink() or link.resolve() != found.path.resolve():
+        _point_latest(run_dir, found.path)
     return found
 
 
@@ -219,5 +213,5 @@ def clear_checkpoints(run_dir: Path) -> None:
     link = run_dir / LATEST
     if link.is_symlink():
         link.unlink()
-    for name in (CHECKPOINTS, LATEST, "checkpoint.old", "checkpoint.tmp"):
+    for name in (CHECKPOINTS, LATEST):
         shutil.rmtree(run_dir / name, ignore_errors=True)

@@ -225,16 +225,19 @@ def token_env(host: Host) -> dict[str, str]:
     return {"RAY_AUTH_MODE": "token", "HOME": str(Path.home().resolve())}
 
 
-def start_cluster(hosts: Hosts, cpus: int, timeout_s: float = 120.0) -> None:
+def start_cluster(
+    hosts: Hosts, cpus: int, timeout_s: float = 120.0, more: dict[str, int] | None = None
+) -> None:
     """The head through ``launch.head`` on the head host, the token copied to every other
-    host's home, each worker joined with ``ray start --address``; returns once every worker
-    is a live node of the cluster (or raises ``RuntimeError`` naming the ones that are not)."""
-    head = hosts.hosts[HEAD]
+    host's home, each worker joined with ``ray start --address``, each node offering ``cpus``
+    CPUs (``more``: another count for the hosts it names); returns once every worker is a
+    live node of the cluster (or raises ``RuntimeError`` naming the ones that are not)."""
+    head, counts = hosts.hosts[HEAD], {name: cpus for name in hosts.hosts} | (more or {})
     python = str(Path(sys.prefix) / "bin" / "python")
     started = hosts.run(
         HEAD,
         [python, "-m", "launch.head", "start", "--dashboard-host", "0.0.0.0",
-         f"--num-cpus={cpus}", "--", f"--node-ip-address={head.address}",
+         f"--num-cpus={counts[HEAD]}", "--", f"--node-ip-address={head.address}",
          '--resources={"host_head": 1}'],
         env={"PYTHONPATH": str(REPO)}, capture_output=True, text=True,
     )  # fmt: skip
@@ -253,7 +256,8 @@ def start_cluster(hosts: Hosts, cpus: int, timeout_s: float = 120.0) -> None:
             continue
         joined = hosts.run(
             host.name,
-            [ray, "start", f"--address={head.address}:{RAY_PORT}", f"--num-cpus={cpus}",
+            [ray, "start", f"--address={head.address}:{RAY_PORT}",
+             f"--num-cpus={counts[host.name]}",
              f"--node-ip-address={host.address}", f"--resources={{\"host_{host.name}\": 1}}",
              "--disable-usage-stats"],
             env=token_env(host), capture_output=True, text=True,

@@ -31,8 +31,8 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$OUT/card
 python3 -c "import torch; print(torch.__version__, torch.cuda.get_device_name())" >>"$OUT/card.txt"
 # 0. the tests that need CUDA (pytest -m gpu; the modules import neither Ray nor vLLM): seconds
 wanted tests && timeout 120 python3 -m pytest -q -rs -p no:cacheprovider -m gpu \
-    tests/unit/test_colocation.py tests/unit/test_learner_step.py tests/unit/test_memory_card.py \
-    tests/unit/test_offload_step.py \
+    tests/unit/launch/loop/test_colocation.py tests/unit/learner/test_learner.py \
+    tests/unit/common/test_memory_fit.py tests/unit/learner/test_offload.py \
     >"$OUT/gpu_tests.txt" 2>&1
 
 row() {  # row NAME DIR ARGS...: learner.bench in DIR (this checkout or the baseline's)

@@ -22,7 +22,7 @@ larger attack surfaces:
 A process of another architecture's system-call table (the 32-bit x86 or x32 entry points,
 whose numbers differ) is killed: numbers checked against one table must not be reachable
 through another. Built as a classic BPF program with ``ctypes``: no library or compiler is
-needed. Tables exist for x86-64 and AArch64 (tests/unit/test_sandbox_seccomp.py checks them
+needed. Tables exist for x86-64 and AArch64 (tests/unit/sandbox/isolated/test_seccomp.py checks them
 against the kernel headers where those are installed); elsewhere :func:`install` raises, the
 worker reports a weaker isolation level, and the pool refuses it unless
 ``sandbox.min_isolation`` accepts it.

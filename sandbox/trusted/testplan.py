@@ -224,7 +224,7 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # former ``^\s*NAME\s*=`` (re.M) scanned a run of blank lines again from each of its line
 # starts, quadratic: 100k blank lines cost the front ~16 s. The names found are those the
 # former ``(\bdef|\bclass|\bimport|\bas)\s+NAME\b|^\s*NAME\s*=`` found, in any text
-# (``tests/unit/test_sandbox_trusted_bounds.py`` compares the two).
+# (``tests/unit/sandbox/test_trusted_bounds.py`` compares the two).
 _DEFINED = re.compile(r"(?:d(?<!\wd)ef|c(?<!\wc)lass|i(?<!\wi)mport|a(?<!\wa)s)(?=\s+(\w+))")
 _ASSIGNED = re.compile(r"\n(?=[^\S\n]*(\w+)\s*=)")
 

@@ -18,8 +18,8 @@ from common.types import Completion, Problem, Verdict
 from launch.fleet.actors import start_sandbox
 from launch.loop.groups import GroupCollector
 from tests.integration.helpers import private_ray
-from tests.unit.sandbox_helpers import GOOD_F
-from tests.unit.test_sandbox_hostile_values import RETURNS, WRITE, WRITES
+from tests.unit.sandbox.helpers import GOOD_F
+from tests.unit.sandbox.hostile_values import RETURNS, WRITE, WRITES
 
 pytestmark = pytest.mark.integration
 

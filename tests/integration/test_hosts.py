@@ -5,7 +5,9 @@ built (``common/model_files.py``); a host killed whole leaves the cluster (last:
 away from the others); ``down`` leaves nothing behind.
 
 Marked ``cluster``: it runs last (``ray stop`` in another test ends every Ray process here).
-Needs root, as namespaces and interfaces do; CI runs as root.
+Needs root, as namespaces and interfaces do; CI runs as root. The two training runs are marked
+``hosts_run`` (about five minutes together): ``make test-cluster`` runs them, ``make test`` (and
+so CI) the rest.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ def cluster():
     hosts = emulated.Hosts()
     try:
         hosts.make(len(WORKERS))
-        emulated.start_cluster(hosts, cpus=1, timeout_s=NODE_TIMEOUT_S)
+        # w2 alone offers 2 CPUs: a learner asking for 2 lands there, off the driver's host
+        emulated.start_cluster(hosts, cpus=1, timeout_s=NODE_TIMEOUT_S, more={"w2": 2})
         yield hosts
     finally:
         hosts.down()
@@ -70,10 +73,11 @@ def test_each_host_has_its_own_address_name_and_disk(cluster):
     assert [seen[n]["sees_marker"] for n in ("head", *WORKERS)] == [True, False, False]
 
 
+@pytest.mark.hosts_run
 def test_the_demo_learns_across_hosts_that_share_nothing_but_ray(cluster):
     out = Path.home().resolve() / "grpo-runs"  # on the head: the driver's host's own home
     job = ["python", "-m", "launch.train", "--config", "configs/demo.toml", "--overwrite"]
-    job += ["--run.output_dir", str(out), "--ray.placement", "spread"]
+    job += ["--run.output_dir", str(out), "--ray.placement", "strict_spread"]
     job += ["--rollout.num_actors", "2"]  # three bundles, three hosts: the engines elsewhere
     done = _submit(cluster, *job)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -93,11 +97,12 @@ def test_an_unreachable_interface_ends_the_run_in_one_line(cluster):
     # loopback instead, and stops the run within seconds; before the check it waited for the
     # store for the group's timeout, half an hour, and failed without saying where.
     job = ["python", "-m", "launch.train", "--config", "configs/demo.toml", "--overwrite"]
-    job += ["--run.steps", "3", "--learner.num_ranks", "2", "--ray.placement", "spread"]
+    job += ["--run.steps", "3", "--learner.num_ranks", "2", "--ray.placement", "strict_spread"]
     job += ["--ray.group_interface", "lo"]  # two ranks, one engine: a host each
     done = _submit(cluster, *job)
     assert done.returncode != 0
-    errors = [line for line in done.stdout.splitlines() if line.startswith("error: ")]
+    # ray job submit prints the job's output, then its tail again with the job's status
+    errors = sorted({line for line in done.stdout.splitlines() if line.startswith("error: ")})
     assert len(errors) == 1, done.stdout[-3000:]
     assert re.fullmatch(
         r"error: learner-demo\S* could not start: ray\.group_interface: (w1|w2) cannot reach "
@@ -106,6 +111,35 @@ def test_an_unreachable_interface_ends_the_run_in_one_line(cluster):
         r"\(docs/cluster\.md, Networking\)",
         errors[0],
     ), errors[0]
+
+
+@pytest.mark.hosts_run
+def test_checkpoints_reach_the_drivers_host_and_a_resume_elsewhere_reads_them(cluster):
+    out = Path.home().resolve() / "grpo-runs"  # the head's own home, as above
+    run = ["python", "-m", "launch.train"]
+    first = [*run, "--config", "configs/demo.toml", "--overwrite", "--run.name", "ckpt"]
+    first += ["--run.output_dir", str(out), "--run.steps", "6", "--run.checkpoint_every", "3"]
+    first += ["--learner.num_cpus", "2"]  # only w2 offers 2 CPUs: the learner is there
+    done = _submit(cluster, *first)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    head, w2 = cluster.hosts[emulated.HEAD].home, cluster.hosts["w2"].home
+    run_dir = head / out.relative_to(Path.home().resolve()) / "ckpt"
+    saved = run_dir / "checkpoints" / "step-0000006"
+    assert {"model.safetensors", "optimizer.pt", "learner_state.json"} <= {
+        p.name for p in saved.iterdir()
+    }
+    assert not [p for p in (w2 / "grpo-runs").rglob("*") if p.is_file()]  # no copy left there
+    resumed = _submit(cluster, *run, "--resume", str(out / "ckpt"), "--run.steps", "9")
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    records = read_jsonl(run_dir / "metrics.jsonl")
+    assert [r["step"] for r in records] == list(range(1, 10))
+    # w2 fetched the checkpoint it resumed from into its cache (beside the models it fetched)
+    cache = w2 / ".cache" / "grpo-code" / "models"
+    fetched = [
+        p.parent for p in cache.glob(f"*/{COMPLETE}") if (p.parent / "driver_state.json").exists()
+    ]
+    assert len(fetched) == 1
+    assert json.loads((fetched[0] / "learner_state.json").read_text())["step"] == 6
 
 
 def test_a_host_killed_whole_leaves_the_cluster(cluster):

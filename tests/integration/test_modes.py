@@ -268,8 +268,8 @@ def test_lora_merged_kl_in_reward_dynamic_sampling_resumed(tmp_path, tiny_model_
     assert all("train/seq_kl_mean" in m for m in metrics)
     # a linear beta from 0.04 to 0.02 over the first invocation's 2 steps: after one trained
     # step it is at its end, and a resumed run continues from the saved 0.02 (its exact
-    # continuation is tests/unit/test_optimisation.py's). A step where dynamic sampling found
-    # nothing to learn from trains nothing and has no beta.
+    # continuation is tests/unit/learner/test_learner_optimisation.py's). A step where dynamic
+    # sampling found nothing to learn from trains nothing and has no beta.
     betas = [m["train/beta"] for m in metrics if "train/beta" in m]
     assert betas and betas == pytest.approx([0.04] + [0.02] * (len(betas) - 1))
     assert all(1 <= m["train/sampling_rounds"] <= 2 for m in metrics)

@@ -16,7 +16,7 @@ from common.types import Problem, Verdict
 from launch.fleet.actors import start_sandbox
 from sandbox.bench.stdio import table_program
 from tests.integration.helpers import private_ray
-from tests.unit.sandbox_helpers import GOOD_F
+from tests.unit.sandbox.helpers import GOOD_F
 
 pytestmark = pytest.mark.integration
 
