@@ -163,7 +163,7 @@ def test_resuming_with_another_learner_rank_count_is_refused(tmp_path, capsys, t
         ["--model.path", tiny_model_path, "--run.output_dir", str(tmp_path), "--learner.num_ranks",
          "2", "--learner.num_cpus", "0.5"],
     )  # fmt: skip
-    checkpoint = config.run_dir / "checkpoint"
+    checkpoint = config.run_dir / "checkpoints" / "step-0000002"
     (checkpoint / "optimizer").mkdir(parents=True)
     (config.run_dir / "config.toml").write_text(config.to_toml())
     (checkpoint / "driver_state.json").write_text(
