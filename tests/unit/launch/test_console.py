@@ -143,7 +143,9 @@ if sys.argv[2] == "broken":  # the classifier fails on the first line
     console.Classifier.shown = lambda self, line: 1 / 0
 if sys.argv[2] == "dead":  # the reader thread dies at once (it waits with poll)
     console.select.poll = None
-console.start()
+started = console.start()
+if sys.argv[2] == "dead":  # dead, fds 1 and 2 given back, before the first write: else lines
+    started._thread.join(60)  # written before the give-back reach the terminal after later ones
 logging.getLogger("launch.demo").info("the run's own line")
 logging.getLogger("vllm.engine").info("an info of vLLM's")
 logging.getLogger("torchao").warning("a warning of torchao's")
@@ -185,7 +187,7 @@ def _program(tmp_path: Path, how: str) -> tuple[list[str], list[str], list[str]]
 
 TRACEBACK = [
     "Traceback (most recent call last):",
-    '  File "<string>", line 25, in <module>',
+    '  File "<string>", line 27, in <module>',
     "ValueError: the end",
 ]
 
