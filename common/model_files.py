@@ -90,8 +90,17 @@ def local_path(model: str | ModelFiles, cache: Path | None = None) -> str:
 
 
 def _has_files(root: Path, files: tuple[tuple[str, int], ...]) -> bool:
+    return not _missing(root, files)
+
+
+def _missing(root: Path, files: tuple[tuple[str, int], ...]) -> list[tuple[str, int]]:
+    """The ``files`` that ``root`` lacks, or holds at another size."""
+    return [(name, size) for name, size in files if not _sized(root / name, size)]
+
+
+def _sized(path: Path, size: int) -> bool:
     try:
-        return all((root / name).stat().st_size == size for name, size in files)
+        return path.stat().st_size == size
     except OSError:
         return False
 
@@ -115,9 +124,7 @@ def fill(model: ModelFiles, target: Path) -> int:
     """The files of ``model`` that ``target`` lacks (or holds at another size) fetched into it,
     fsynced; how many. A driver gathers so what a learner on another host wrote of a
     checkpoint into the checkpoint's own directory on its disk."""
-    missing = [
-        (name, size) for name, size in model.files if not _has_files(target, ((name, size),))
-    ]
+    missing = _missing(target, model.files)
     for name, size in missing:
         _copy(model, name, size, target / name)
     return len(missing)
@@ -128,8 +135,9 @@ def _copy(model: ModelFiles, name: str, size: int, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "wb") as file:
         for offset in range(0, size, PIECE_BYTES):
-            piece = model.read(model.path, name, offset, min(PIECE_BYTES, size - offset))
-            if len(piece) != min(PIECE_BYTES, size - offset):
+            wanted = min(PIECE_BYTES, size - offset)
+            piece = model.read(model.path, name, offset, wanted)
+            if len(piece) != wanted:
                 raise OSError(f"model: {model.path}/{name} changed on the host it is read from")
             file.write(piece)
         file.flush()
