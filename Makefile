@@ -33,7 +33,7 @@ test: setup
 # Several hosts emulated on this machine (root only): the quick checks run in `make test` too;
 # the training runs across them only here (minutes each; docs/cluster.md).
 test-cluster: setup
-	$(PY) -m pytest -q -rs tests/integration/test_hosts.py
+	$(PY) -m pytest -q -rs tests/integration/test_hosts.py tests/integration/test_host_faults.py
 
 test-unit: setup
 	$(PY) -m pytest -q -m "not integration"

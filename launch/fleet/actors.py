@@ -49,9 +49,10 @@ from sandbox.trusted.pool import SandboxPool
 
 logger = logging.getLogger(__name__)
 
-#: For the stateless services, the sandbox pool and the reward scorers: Ray restarts a process
-#: that died and re-runs the call it was serving on the new one, which is safe because their
-#: calls are pure functions of their arguments (the pool's result cache only saves work).
+#: For the stateless services, the sandbox pool, the reward scorers and the dashboard metrics
+#: actor: Ray restarts a process that died and re-runs the call it was serving on the new one,
+#: which is safe because their calls are pure functions of their arguments (the pool's result
+#: cache only saves work; the gauges are set again by every record).
 #: Bounded, so a call that kills its service every time fails the run instead of looping.
 SERVICE_RESTARTS = {"max_restarts": -1, "max_task_retries": 3}
 
@@ -318,4 +319,5 @@ def start_metrics(run_name: str) -> Any:
     # After a learner restart the driver starts it again, moments after killing the last one.
     wait_until_gone([name], timeout_s=10)
     options = actor_options(name, num_cpus=0)
-    return ray.remote(DashboardMetrics).options(**options).remote(run_name)
+    # A service too: it only mirrors each record into gauges, which the next record sets again.
+    return ray.remote(**SERVICE_RESTARTS)(DashboardMetrics).options(**options).remote(run_name)

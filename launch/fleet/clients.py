@@ -154,6 +154,7 @@ class SandboxClient:
     def __init__(self, handle: Any) -> None:
         self.handle = handle
         self._refs = SpecRefs(ray.put)
+        self.pool_restarts = 0  # since the job started: a pool reports its own restart once
 
     def ready(self) -> ObjectRef:
         return self.handle.__ray_ready__.remote()
@@ -173,7 +174,12 @@ class SandboxClient:
         return ray.get(self.run(jobs, stop_at_first_failure=False))
 
     def stats(self) -> dict[str, float]:
-        return ray.get(self.handle.stats.remote())
+        """The pool's counters since the last call, ``sandbox/pool_restarts`` since the job
+        started: kept here, a restart counted in a step that is then redone (after a learner
+        restart) is not lost with that step's record."""
+        out = ray.get(self.handle.stats.remote())
+        self.pool_restarts += int(out.get("sandbox/pool_restarts", 0))
+        return {**out, "sandbox/pool_restarts": float(self.pool_restarts)}
 
     def describe(self) -> str:
         return ray.get(self.handle.describe.remote())

@@ -9,6 +9,10 @@ Guarantees the driver relies on:
   generation call carries the version the fleet last confirmed loaded everywhere, so an actor
   Ray restarted quietly between two calls refuses it (``StaleWeightsError``) instead of
   sampling from the base model, and is recovered like a crashed one;
+- a lost node costs its engines' share of the work, not the run: an actor Ray reports not alive
+  (its node died, and Ray restarts it only once a node can take it) is left out of generation
+  and pushes while the others go on, and taken back, with the current weights, when Ray has
+  brought it back (:meth:`RolloutFleet.check`, before every generation; ``rollout/live_actors``);
 - every fault is logged and counted (``faults/rollout_restarts``, ``faults/rollout_retries``).
 """
 
@@ -25,7 +29,13 @@ from actor.rollout_worker import StaleWeightsError
 from common.config import Config
 from common.types import Completion, RolloutRequest, TrainSample
 from launch.fleet.actors import rollout_name, start_rollout_worker
-from launch.fleet.preflight import PlacementError, Starting, asks_text, wait_started
+from launch.fleet.preflight import (
+    PlacementError,
+    Starting,
+    actor_state,
+    asks_text,
+    wait_started,
+)
 from launch.fleet.weight_sync import LearnerTransmitError
 
 if TYPE_CHECKING:
@@ -34,6 +44,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _RETRIES = 3
+#: Ray's states (:func:`actor_state`) of an actor that cannot serve until Ray brings it back.
+_GONE = ("RESTARTING", "DEAD", "unplaced")
 
 
 class RolloutFleet:
@@ -49,6 +61,8 @@ class RolloutFleet:
         self.version = 0  # the weight version every actor has confirmed loading
         self.counters = {"faults/rollout_restarts": 0, "faults/rollout_retries": 0}
         self._next_index = 0
+        # Actors left out until Ray brings them back: index -> their pending ``ready`` call.
+        self.out: dict[int, Any] = {}
         # weights.transport = "collective": the group each push goes through, formed again
         # whenever the actors change (launch/fleet/weight_sync.py); None for the object store.
         self.transfer: TransferGroup | None = None
@@ -85,8 +99,9 @@ class RolloutFleet:
             for actor in self.actors[count:]:
                 ray.kill(actor, no_restart=True)
             self.actors = self.actors[:count]
+            self.out = {i: ref for i, ref in self.out.items() if i < count}
             if self.transfer is not None:  # the rest keep their weights: a smaller group
-                self.transfer.form(self.actors)
+                self.transfer.form(self.serving)
         else:
             first = self._next_index
             new = [self._spawn() for _ in range(count - len(self.actors))]
@@ -121,7 +136,7 @@ class RolloutFleet:
         give every actor the learner's current weights through it (after a push, as a load
         record: the version and the slowest load)."""
         assert self.transfer is not None
-        self.transfer.form(self.actors)
+        self.transfer.form(self.serving)
         if self.latest_update is None:
             return {"version": 0.0, "seconds": 0.0}
         pushed = self.push(self.transfer.learner.export_weights())
@@ -149,7 +164,7 @@ class RolloutFleet:
         exists, so a push queued while the learner exports costs no round trip after it.
         """
         self.latest_update = update_ref
-        pending = {i: self._queue_load(i, update_ref) for i in range(len(self.actors))}
+        pending = {i: self._queue_load(i, update_ref) for i in self.live()}
         self.asleep = False
         if self.transfer is not None:  # the learner's side of the same broadcast
             self._transmits = self.transfer.transmit()
@@ -174,7 +189,7 @@ class RolloutFleet:
         it), and the next push recovers it."""
         self.asleep = True
         self.sleeps += 1
-        seconds = _values([actor.sleep.remote(level) for actor in self.actors], self._turn_s)
+        seconds = _values([actor.sleep.remote(level) for actor in self.serving], self._turn_s)
         return max(seconds, default=0.0)
 
     @property
@@ -187,7 +202,7 @@ class RolloutFleet:
         they sleep); the slowest engine's seconds."""
         self.asleep = False
         self.wakes += 1
-        calls = [actor.wake.remote(None) for actor in self.actors]
+        calls = [actor.wake.remote(None) for actor in self.serving]
         return max(_values(calls, self._turn_s), default=0.0)
 
     def _finish_wakes(self) -> None:
@@ -241,7 +256,12 @@ class RolloutFleet:
             self._wakes = {}  # the learner's restart pushes again and wakes them anew
             raise broke  # the learner's side: restarting it re-forms the group and pushes
         for index in lost:
-            loads.append(self._recover(index))  # it reloads latest_update, this update
+            if len(self.live()) > 1:  # the others go on; check() takes it back later
+                self._leave_out(index, "its load failed")
+                if self.transfer is not None:  # the group lost a member: formed again
+                    loads.append(self.reform())
+            else:
+                loads.append(self._recover(index))  # it reloads latest_update, this update
         self._finish_wakes()
         version = max(load["version"] for load in loads)
         self.version = int(version)
@@ -250,7 +270,7 @@ class RolloutFleet:
     def start_score(self, samples: list[TrainSample]) -> dict[int, Any]:
         """Queue ``RolloutWorker.score`` of fixed sequences on every actor (the parity probe);
         each answers ``(weight version, logprobs)`` once its earlier calls are done."""
-        return {i: actor.score.remote(samples) for i, actor in enumerate(self.actors)}
+        return {i: self.actors[i].score.remote(samples) for i in self.live()}
 
     def generate(self, requests: list[RolloutRequest]) -> list[Completion]:
         """Every completion of ``requests``, in no particular order (:meth:`generate_stream`
@@ -265,12 +285,13 @@ class RolloutFleet:
         A share whose actor fails mid-stream is retried, after recovery, for the requests
         whose groups had not arrived yet; groups already yielded are kept.
         """
+        self.check()
         if self.asleep:
             self.wake()
-        count = len(self.actors)
+        live = self.live()
         streams = {}
-        for index in range(count):
-            share = requests[index::count]
+        for k, index in enumerate(live):
+            share = requests[k :: len(live)]
             if share:
                 actor = self.actors[index]
                 call = actor.generate_stream.options(num_returns="streaming")
@@ -296,16 +317,66 @@ class RolloutFleet:
     def _retry_share(
         self, index: int, share: list[RolloutRequest], error: Exception
     ) -> list[Completion]:
+        """``share`` again after actor ``index`` failed it: on another serving actor, the
+        failed one left out (a lost node's actor may not come back for long); on the same one
+        after its recovery when it is the only one."""
         for _ in range(_RETRIES):
-            logger.warning("rollout actor %d failed (%s); recovering", index, type(error).__name__)
+            logger.warning("rollout actor %d failed (%s); retrying", index, type(error).__name__)
             self.counters["faults/rollout_retries"] += 1
             index %= len(self.actors)
-            self._recover(index)
+            others = [i for i in self.live() if i != index]
+            if others and not isinstance(error, StaleWeightsError):
+                self._leave_out(index, type(error).__name__)
+                index = others[0]
+            else:
+                self._recover(index)
             try:
                 return ray.get(self.actors[index].generate.remote(share, self.version))
             except _recoverable() as exc:
                 error = exc
         raise RuntimeError(f"rollout actor {index} failed {_RETRIES + 1} times: {error}") from error
+
+    # -- health -------------------------------------------------------------------------------
+    def live(self) -> list[int]:
+        """The indices of the actors serving (all but those left out)."""
+        return [i for i in range(len(self.actors)) if i not in self.out]
+
+    @property
+    def serving(self) -> list[Any]:
+        return [self.actors[i] for i in self.live()]
+
+    def check(self) -> None:
+        """Leave out the actors Ray reports restarting (their node died: Ray restarts them once
+        a node can take them), and take back, with the current weights, those whose ``ready``
+        call has answered since. Never waits, unless no actor serves: then it waits for one
+        as a restart does (``ray.start_timeout_s``)."""
+        for index in self.live():
+            state = actor_state(self.actors[index])
+            if state in _GONE:
+                self._leave_out(index, f"Ray reports it {state}")
+        for index, ready in list(self.out.items()):
+            if not ray.wait([ready], timeout=0)[0]:
+                continue
+            try:
+                version = ray.get(ready)
+            except _recoverable():
+                self.out[index] = self.actors[index].ready.remote()  # it died again: wait on
+                continue
+            if self.out.pop(index, None) is not None:  # (an async run's push may race it)
+                self._reload(index, version)
+        if self.actors and not self.live():
+            index = min(self.out)
+            self.out.pop(index, None)
+            self._recover(index)
+
+    def _leave_out(self, index: int, why: str) -> None:
+        if index in self.out:
+            return
+        logger.warning(
+            "rollout actor %d left out (%s): %d of %d serve until Ray brings it back",
+            index, why, len(self.actors) - len(self.out) - 1, len(self.actors),
+        )  # fmt: skip
+        self.out[index] = self.actors[index].ready.remote()
 
     def _recover(self, index: int) -> dict[str, float]:
         """Wait for Ray to restart actor ``index`` and give it the current weights; the load's
@@ -331,6 +402,12 @@ class RolloutFleet:
                         "(ray.start_timeout_s)"
                     ) from exc
                 time.sleep(1.0)
+        return self._reload(index, version)
+
+    def _reload(self, index: int, version: int) -> dict[str, float]:
+        """Give actor ``index``, back from a restart at weight ``version``, the current
+        weights; the load's record."""
+        actor = self.actors[index]
         self.counters["faults/rollout_restarts"] += 1
         load = {"version": float(version), "seconds": 0.0}
         if self.transfer is not None:

@@ -396,6 +396,7 @@ class Driver:
         record.update(self.fleet.rollout.counters)
         record.update(self.fleet.counters)
         record["rollout/num_actors"] = len(self.fleet.rollout.actors)
+        record["rollout/live_actors"] = len(self.fleet.rollout.live())
         record.update(timer.marks)
         return record
 

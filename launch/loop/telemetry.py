@@ -115,8 +115,14 @@ class Telemetry:
             self._writer.flush()
 
     def close(self) -> None:
+        """Wait for the last record to reach the gauges; a metrics actor lost for good (its
+        node died, and with it the calls Ray would have retried) costs the gauges, not the run
+        nor the error that may be ending it."""
         if self._pending is not None:
-            ray.get(self._pending)
+            try:
+                ray.get(self._pending)
+            except ray.exceptions.RayActorError as exc:
+                logger.warning("the dashboard metrics actor is gone: %s", type(exc).__name__)
         ray.kill(self._actor)
         if self._writer is not None:
             self._writer.close()

@@ -18,8 +18,9 @@ give each emulated host what a machine has of its own:
 ``up`` builds them, starts the head with ``launch.head`` (token authentication, the dashboard on
 the head's address), copies the token to every other host's home as a user copies it, and joins
 each worker with ``ray start --address``; each worker has a custom resource ``host_<name>`` so a
-test can place an actor on it. ``exec HOST -- CMD`` runs a command on one host, ``down`` kills
-every process of every host and removes the namespaces, the interfaces and the hosts' disks.
+test can place an actor on it. ``add`` makes one more worker and joins it to the running cluster
+(a machine added mid-run), ``exec HOST -- CMD`` runs a command on one host, ``down`` kills every
+process of every host and removes the namespaces, the interfaces and the hosts' disks.
 Root only (namespaces and interfaces need it); docs/cluster.md has the recipe.
 """
 
@@ -141,10 +142,21 @@ class Hosts:
         _ip("link", "add", f"{PREFIX}-br", "type", "bridge")
         _ip("addr", "add", f"{SUBNET}.1/24", "dev", f"{PREFIX}-br")
         _ip("link", "set", f"{PREFIX}-br", "up")
-        names = [HEAD, *(f"w{i}" for i in range(1, workers + 1))]
-        for index, name in enumerate(names):
-            self._add(name, address_of(index), sees_checkout=False)
+        self._add(HEAD, address_of(0), sees_checkout=False)
+        for _ in range(workers):
+            self.add_worker()
         self._add(CLIENT, f"{SUBNET}.2", sees_checkout=True)
+        self._save()
+
+    def add_worker(self) -> Host:
+        """One more worker host (``w<N>``, the next address), as a machine added to a running
+        cluster is: :func:`join` makes it a Ray node."""
+        index = sum(1 for name in self.hosts if name.startswith("w")) + 1
+        self._add(f"w{index}", address_of(index), sees_checkout=False)
+        self._save()
+        return self.hosts[f"w{index}"]
+
+    def _save(self) -> None:
         (self.state / "hosts.json").write_text(json.dumps([asdict(h) for h in self.hosts.values()]))
 
     def _add(self, name: str, address: str, sees_checkout: bool) -> None:
@@ -243,28 +255,38 @@ def start_cluster(
     )  # fmt: skip
     if started.returncode:
         raise RuntimeError(f"the head did not start: {started.stderr.strip()[-2000:]}")
-    token = (head.home / ".ray" / "auth_token").read_bytes()
+    _copy_token(hosts, CLIENT)
     for host in hosts.hosts.values():
-        if host.name != HEAD:
-            (host.home / ".ray").mkdir(mode=0o700, exist_ok=True)
-            path = host.home / ".ray" / "auth_token"
-            path.write_bytes(token)
-            path.chmod(0o600)
-    ray = str(Path(sys.prefix) / "bin" / "ray")
-    for host in hosts.hosts.values():
-        if host.name in (HEAD, CLIENT):
-            continue
-        joined = hosts.run(
-            host.name,
-            [ray, "start", f"--address={head.address}:{RAY_PORT}",
-             f"--num-cpus={counts[host.name]}",
-             f"--node-ip-address={host.address}", f"--resources={{\"host_{host.name}\": 1}}",
-             "--disable-usage-stats"],
-            env=token_env(host), capture_output=True, text=True,
-        )  # fmt: skip
-        if joined.returncode:
-            raise RuntimeError(f"{host.name} did not join: {joined.stderr.strip()[-2000:]}")
+        if host.name not in (HEAD, CLIENT):
+            join(hosts, host.name, counts[host.name])
     wait_for_nodes(hosts, len(hosts.hosts) - 1, timeout_s)
+
+
+def _copy_token(hosts: Hosts, name: str) -> None:
+    """The head's token into host ``name``'s home, as a user copies it."""
+    token = (hosts.hosts[HEAD].home / ".ray" / "auth_token").read_bytes()
+    (hosts.hosts[name].home / ".ray").mkdir(mode=0o700, exist_ok=True)
+    path = hosts.hosts[name].home / ".ray" / "auth_token"
+    path.write_bytes(token)
+    path.chmod(0o600)
+
+
+def join(hosts: Hosts, name: str, cpus: int) -> None:
+    """Worker ``name`` joins the head's cluster with ``ray start --address``, offering ``cpus``
+    CPUs and its custom resource ``host_<name>`` (returns once ``ray start`` has; the node is
+    live when :func:`wait_for_nodes` counts it)."""
+    host, head = hosts.hosts[name], hosts.hosts[HEAD]
+    _copy_token(hosts, name)
+    ray = str(Path(sys.prefix) / "bin" / "ray")
+    joined = hosts.run(
+        name,
+        [ray, "start", f"--address={head.address}:{RAY_PORT}", f"--num-cpus={cpus}",
+         f"--node-ip-address={host.address}", f"--resources={{\"host_{name}\": 1}}",
+         "--disable-usage-stats"],
+        env=token_env(host), capture_output=True, text=True,
+    )  # fmt: skip
+    if joined.returncode:
+        raise RuntimeError(f"{name} did not join: {joined.stderr.strip()[-2000:]}")
 
 
 def alive_nodes(hosts: Hosts) -> list[str]:
@@ -315,6 +337,8 @@ def main(argv: list[str] | None = None) -> int:
     up = sub.add_parser("up", help="make the hosts and start the cluster on them")
     up.add_argument("--workers", type=int, default=2, help="worker hosts beside the head")
     up.add_argument("--cpus", type=int, default=2, help="CPUs each Ray node offers")
+    add = sub.add_parser("add", help="one more worker host, joined to the running cluster")
+    add.add_argument("--cpus", type=int, default=2, help="CPUs its Ray node offers")
     sub.add_parser("down", help="kill every host's processes, remove namespaces and disks")
     run = sub.add_parser("exec", help="run a command on one host: exec HOST -- CMD...")
     run.add_argument("host")
@@ -338,6 +362,14 @@ def main(argv: list[str] | None = None) -> int:
         host = hosts.hosts[args.host]
         cwd = Path.cwd() if host.sees_checkout else None  # the client: where the user is
         return hosts.run(args.host, argv, env=token_env(host), cwd=cwd).returncode
+    if args.action == "add":
+        if HEAD not in hosts.hosts:
+            print("error: no cluster to add a host to: run up first", file=sys.stderr)
+            return 2
+        host = hosts.add_worker()
+        join(hosts, host.name, args.cpus)
+        print(f"{host.name} {host.address} joined")
+        return 0
     hosts.make(args.workers)
     start_cluster(hosts, args.cpus)
     head = hosts.hosts[HEAD]

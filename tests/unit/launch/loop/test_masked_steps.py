@@ -106,13 +106,15 @@ def test_groups_dynamic_sampling_dropped_as_tied_were_scored(monkeypatch):
 
 def test_the_step_record_has_no_reward_mean_without_a_reward():
     config = Config.model_validate({"rollout": {"group_size": 2, "batch_size": 4}})
-    fleet = SimpleNamespace(rollout=SimpleNamespace(counters={}, actors=[None]), counters={})
+    rollout = SimpleNamespace(counters={}, actors=[None, None], live=lambda: [1])
+    fleet = SimpleNamespace(rollout=rollout, counters={})
     driver = SimpleNamespace(config=config, weight_version=3, fleet=fleet)
     timer = StepTimer(marks={"time/rollout_s": 1.0})
     completions = [Completion("r", 0, [1], [2], [0.0], "x", "stop", 3)] * 4
     record = Driver._record(driver, 5, completions, [None] * 4, {}, {}, timer)
     assert record["reward/mean"] is None and record["reward/std"] is None
     assert record["reward/masked_frac"] == 1.0
+    assert (record["rollout/num_actors"], record["rollout/live_actors"]) == (2, 1)
     one = Driver._record(driver, 5, completions, [None, 0.5, None, None], {}, {}, timer)
     assert one["reward/mean"] == 0.5 and one["reward/std"] == 0.0
 
