@@ -6,7 +6,9 @@ write them); a receiver loads an update into its rollout worker's live vLLM engi
 
 from __future__ import annotations
 
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 from common.transport import (
@@ -47,14 +49,16 @@ class LoraAdapterReceiver:
 
     def __init__(self) -> None:
         self._adapter = None
+        self._dir = Path(tempfile.mkdtemp(prefix="grpo-adapters-"))  # this engine's own disk
 
     def receive(self, llm: Any, update: WeightUpdate) -> dict[str, float]:
         # lazy: importing vLLM reads its environment, which the rollout worker sets first
         # (actor/rollout_worker.py), and the driver imports this module to build the actors
         from vllm.lora.request import LoRARequest
 
+        path = lora_adapter.write(self._dir, update.version, update.payload)
         # vLLM adapter ids must be positive; one per weight version.
-        self._adapter = LoRARequest(f"v{update.version}", update.version + 1, update.payload)
+        self._adapter = LoRARequest(f"v{update.version}", update.version + 1, str(path))
         return {"direct_load": 0.0}
 
     def adapter(self) -> Any:

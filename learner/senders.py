@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
 from common.transport import (
@@ -24,9 +23,6 @@ from common.transport import (
     lora_adapter,
 )
 from common.types import WeightUpdate
-
-#: Adapter versions kept on disk (``common/transport/lora_adapter.py`` says why two).
-KEEP = 2
 
 
 class CpuSafetensorsSender:
@@ -60,23 +56,15 @@ class LoraAdapterSender:
 
     def send(self, source: WeightSource) -> WeightUpdate:
         version = source.weight_version
+        # newer ones: from a longer run before; older ones: past the KEEP both sides hold
+        gone = lambda v: v >= version or v <= version - lora_adapter.KEEP  # noqa: E731
+        for path in lora_adapter.versions(self.adapter_dir, gone):
+            shutil.rmtree(path, ignore_errors=True)
         path = self.adapter_dir / f"v{version:06d}"
-        for stale in self._versions(lambda v: v >= version):  # from a longer run before
-            shutil.rmtree(stale, ignore_errors=True)
         source.save_adapter(str(path))
-        for old in self._versions(lambda v: v <= version - KEEP):
-            shutil.rmtree(old, ignore_errors=True)
-        size = sum(f.stat().st_size for f in path.iterdir())
-        return WeightUpdate(version, self.name, str(path), num_bytes=size)
-
-    def _versions(self, wanted: Callable[[int], bool]) -> list[Path]:
-        """Adapter directories ``v<version>`` whose version satisfies ``wanted``."""
-        found = []
-        for path in self.adapter_dir.glob("v*"):
-            digits = path.name[1:]
-            if path.is_dir() and digits.isdigit() and wanted(int(digits)):
-                found.append(path)
-        return found
+        files = {f.name: f.read_bytes() for f in sorted(path.iterdir()) if f.is_file()}
+        size = sum(len(data) for data in files.values())
+        return WeightUpdate(version, self.name, files, num_bytes=size)
 
 
 def make_sender(
@@ -94,7 +82,7 @@ def make_sender(
 
         return IpcSender()
     # lazy: the collective sender is vLLM's trainer engine, and vLLM is absent where the
-    # learner runs alone (the GPU host of `python -m learner.bench`)
+    # learner runs alone (the GPU host of `python -m bench.learner`)
     from learner.collective_sender import CollectiveSender
 
     return CollectiveSender(bucket_bytes)

@@ -14,8 +14,8 @@ The transports:
 
 - ``cpu_safetensors``: the full (LoRA-merged) weights in bounded safetensors buckets, loaded
   bucket by bucket inside one vLLM reload session; works on any host, across nodes.
-- ``lora_adapter``: only the LoRA adapter, as a directory on a file system every engine can
-  read; the engines serve it as a vLLM LoRA adapter (``learner.lora.export = "adapter"``).
+- ``lora_adapter``: only the LoRA adapter's files, which each engine writes to its own disk
+  and serves as a vLLM LoRA adapter (``learner.lora.export = "adapter"``); across nodes too.
 - ``collective``: learner rank 0 broadcasts to every engine worker in one process group,
   through vLLM's native weight-transfer API (NCCL on GPU, the project's gloo engine on CPU);
   the update the driver moves is metadata only, and the driver pairs each engine's receive with

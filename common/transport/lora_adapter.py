@@ -1,22 +1,53 @@
 """The ``lora_adapter`` transport's wire format: only the LoRA adapter travels
 (``learner.lora.export = "adapter"``), a few MB a step instead of the whole model.
 
-An update's payload is the path of a directory holding one weight version's adapter in peft's
-format, on a file system every rollout node can read (the run directory by default).
+An update's payload is one weight version's adapter in peft's format, its files by name
+(``adapter_config.json``, ``adapter_model.safetensors``: a few MB), carried by Ray's object
+store like any update, so no file system need be shared between the learner and the engines.
 
-Sender (``learner/senders.py``): the learner saves the adapter to ``<adapter_dir>/v{version:06d}``,
-one directory per weight version and never overwritten, so an engine still loading version k is
-not handed half of version k + 1. The one just written and the one before it are kept (an
-engine may still be reading the previous one); older ones go, and so do newer ones, which a
-resumed run (its version back at the checkpoint's) or an overwritten one left behind.
+Sender (``learner/senders.py``): the learner saves the adapter to ``<adapter_dir>/v{version:06d}``
+and sends its files. Receiver (``actor/receivers.py``): the engine writes them into a directory
+of its own, one per weight version and never overwritten, so a request still reading version k
+is not handed half of version k + 1; the one just written and the one before it are kept (the
+engine may still be reading the previous one), older ones go. The learner keeps its own copies
+the same way, and removes newer ones a resumed run (its version back at the checkpoint's) or an
+overwritten one left behind.
 
-Receiver (``actor/receivers.py``): the engine (started with LoRA enabled,
-``Config.served_lora_rank``) serves the adapter as a vLLM ``LoRARequest`` named in every
-request from then on, with a new adapter id per version so vLLM never serves a cached copy of
-an older one. Nothing is loaded at receive time: vLLM reads the adapter with the first request
-that names it.
+The engine (started with LoRA enabled, ``Config.served_lora_rank``) serves the adapter as a
+vLLM ``LoRARequest`` named in every request from then on, with a new adapter id per version so
+vLLM never serves a cached copy of an older one. Nothing is loaded at receive time: vLLM reads
+the adapter with the first request that names it.
 """
 
 from __future__ import annotations
 
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
 NAME = "lora_adapter"
+#: Adapter versions kept on disk, on each side (the module docstring says why two).
+KEEP = 2
+
+
+def versions(directory: Path, wanted: Callable[[int], bool]) -> list[Path]:
+    """Adapter directories ``v<version>`` in ``directory`` whose version satisfies ``wanted``."""
+    found = []
+    for path in directory.glob("v*"):
+        digits = path.name[1:]
+        if path.is_dir() and digits.isdigit() and wanted(int(digits)):
+            found.append(path)
+    return found
+
+
+def write(directory: Path, version: int, files: dict[str, bytes]) -> Path:
+    """Weight ``version``'s adapter ``files`` into ``directory/v<version>``, the versions
+    before the last :data:`KEEP` removed; the new directory."""
+    path = directory / f"v{version:06d}"
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    for name, data in files.items():
+        (path / Path(name).name).write_bytes(data)  # a bare name: nothing written elsewhere
+    for old in versions(directory, lambda v: v <= version - KEEP):
+        shutil.rmtree(old, ignore_errors=True)
+    return path

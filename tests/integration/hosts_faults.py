@@ -9,13 +9,14 @@ Events, each once (a learner restarted from a checkpoint redoes the steps after 
 
 - ``engine``: the host of an engine not on the head is killed whole;
 - ``back``: a new host joins, and Ray restarts the lost engine there;
-- ``grow``: a new host joins, then ``launch.scale``'s request grows the fleet by one engine,
+- ``grow``: a new host joins, then ``python -m launch.scale`` grows the fleet by one engine,
   which only that host can take;
 - ``learner``: the learner's host, with the sandbox pool, is killed whole and a host that can
   take both joins.
 """
 
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -25,7 +26,6 @@ import ray
 from launch import train
 from launch.fleet.actors import learner_name
 from launch.fleet.preflight import actor_state
-from launch.loop.control import request_resize
 from tests.integration.helpers import before_steps
 
 WAIT_S = 600.0  # for the test or Ray; a step that never comes fails the test, not hangs it
@@ -110,7 +110,9 @@ class Events:
 
     def grow(self, driver, step: int) -> None:
         _ask(self.events, step, {"add": 1})
-        request_resize(driver.run_dir, len(driver.fleet.rollout.actors) + 1)
+        wanted = str(len(driver.fleet.rollout.actors) + 1)
+        scale = [sys.executable, "-m", "launch.scale", str(driver.run_dir), "--rollout-actors"]
+        subprocess.run([*scale, wanted], check=True)  # as a user types it, on the driver's host
 
     def learner(self, driver, step: int) -> None:
         config = driver.config

@@ -8,7 +8,7 @@ for each and waits), never on a timer:
   after ``ray.start_timeout_s``);
 - before step ``back`` a new host joins: Ray restarts the lost engine there, which fetches the
   model, and the fleet takes it back with the current weights;
-- before step ``grow`` another host joins and ``launch.scale``'s request grows the fleet by one
+- before step ``grow`` another host joins and ``python -m launch.scale`` grows the fleet by one
   engine, which only that host can take;
 - before step ``learner`` the learner's host, with the sandbox pool, is killed whole and a host
   that can take both joins: the learner restarts there from the last checkpoint, which it

@@ -1,7 +1,10 @@
 """Weight transports: bucketed updates are bounded, complete, in order and decode to the same
-tensors; the adapter transport keeps one directory per version; each transport is a pair."""
+tensors; the adapter transport ships its files, one directory per version on each side; each
+transport is a pair."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 import torch
@@ -73,22 +76,28 @@ def test_update_decodes_to_the_same_tensors_bucket_by_bucket():
 def test_adapter_sender_writes_one_directory_per_version_and_keeps_two(tmp_path):
     sender = make_sender("lora_adapter", adapter_dir=str(tmp_path))
     updates = [sender.send(_Source({}, version)) for version in range(4)]
-    assert [u.payload for u in updates] == [str(tmp_path / f"v{v:06d}") for v in range(4)]
+    # the files travel, not a path: no file system need be shared with the engines
+    assert [u.payload for u in updates] == [
+        {"adapter_model.safetensors": f"v{v}".encode()} for v in range(4)
+    ]
     assert all(u.transport == "lora_adapter" and u.num_bytes == 2 for u in updates)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["v000002", "v000003"]
     assert (tmp_path / "v000003" / "adapter_model.safetensors").read_text() == "v3"
 
 
-def test_adapter_receiver_names_a_new_adapter_per_version():
+def test_adapter_receiver_serves_each_version_from_its_own_disk(tmp_path):
     receiver = make_receiver("lora_adapter")
     assert receiver.adapter() is None  # the base model until the first update
-    receiver.receive(None, WeightUpdate(4, "lora_adapter", "/adapters/v000004", num_bytes=1))
+    for version in range(3, 6):
+        files = {"adapter_model.safetensors": f"v{version}".encode(), "../escape": b"x"}
+        receiver.receive(None, WeightUpdate(version, "lora_adapter", files, num_bytes=2))
     adapter = receiver.adapter()
-    assert (adapter.lora_name, adapter.lora_int_id, adapter.lora_path) == (
-        "v4",
-        5,
-        "/adapters/v000004",
-    )
+    assert (adapter.lora_name, adapter.lora_int_id) == ("v5", 6)
+    served = Path(adapter.lora_path)
+    assert (served / "adapter_model.safetensors").read_text() == "v5"
+    assert sorted(p.name for p in served.iterdir()) == ["adapter_model.safetensors", "escape"]
+    # this version and the one before it (a request may still read it); older ones gone
+    assert sorted(p.name for p in served.parent.iterdir()) == ["v000004", "v000005"]
     assert make_receiver("cpu_safetensors").adapter() is None
 
 
@@ -125,7 +134,7 @@ def test_adapter_sender_clears_newer_versions_a_resumed_run_left(tmp_path):
         (tmp_path / stale / "adapter_model.safetensors").write_text("old")
     sender = make_sender("lora_adapter", adapter_dir=str(tmp_path))
     update = sender.send(_Source({}, 10))  # resumed at the checkpoint of version 10
-    assert update.payload == str(tmp_path / "v000010")
+    assert update.payload == {"adapter_model.safetensors": b"v10"}
     assert (tmp_path / "v000010" / "adapter_model.safetensors").read_text() == "v10"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["v000010"]
 
