@@ -1,26 +1,18 @@
 """Load a whole weight update into a live CPU engine without vLLM's layerwise reload session.
 
-Why: vLLM's layerwise reload is general (quantised layers, padded weights, updates split into
-many pieces) and pays for it per tensor: every parameter goes back to the meta device, every
-weight-loader call is wrapped, bound with ``inspect`` and run under a ``TorchDispatchMode``
-that counts copied elements. On a small model that bookkeeping is most of the load
-(``python -m launch.bench.push``, docs/benchmarks.md), and every step waits for it. The
-bookkeeping buys what we need when memory is bounded: a layer packed as soon as its last weight
-arrives, so an update in many buckets never holds the whole model twice.
+vLLM's layerwise reload is general (quantised layers, padded weights, updates in many pieces)
+and pays for it per tensor: every parameter back to the meta device, every weight-loader call
+wrapped and run under a ``TorchDispatchMode``. On a small model that bookkeeping is most of the
+load (``python -m bench.launch.push``, docs/benchmarks.md). It buys what a bounded memory needs:
+a layer packed as soon as its last weight arrives.
 
-When an update arrives in one piece (one bucket, so its size is bounded by
-``weights.bucket_mib``) to a CPU engine and the model is unquantised without LoRA layers, the
-work is simple: only the linear layers lost their checkpoint-layout weight (the CPU kernels
-prepacked it at start-up), everything else still holds its parameters in checkpoint layout.
-So we give each prepacked layer a fresh weight of its checkpoint shape (from the metadata vLLM
-recorded at load time), let the model's own ``load_weights`` copy the update in with its own
-name mapping and shard stacking, and re-pack exactly the layers that received weights, as
-vLLM's ``process_weights_after_loading`` does at start-up. A layer the update does not mention
-keeps its packed kernel, as in the layerwise reload. The engines' logprobs after either path are
-bitwise identical (tests/integration/test_weight_push.py).
-
-Anything else (a GPU engine, a quantised model, LoRA layers, an update in several buckets)
-goes through the layerwise reload.
+An update in one piece (one bucket) to an unquantised CPU engine without LoRA layers is simple:
+only the linear layers lost their checkpoint-layout weight (the CPU kernels prepacked it). So
+each prepacked layer gets a fresh weight of its checkpoint shape (from the metadata vLLM
+recorded at load), the model's own ``load_weights`` copies the update in, and exactly the
+layers that received weights are re-packed, as at start-up. The logprobs after either path are
+bitwise identical (tests/integration/test_weight_push.py). Anything else takes the layerwise
+reload.
 """
 
 from __future__ import annotations

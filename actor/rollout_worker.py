@@ -1,26 +1,22 @@
 """The rollout worker: one vLLM engine, generating G completions per prompt.
 
-A plain class (made a Ray actor at launch with resources from config) so tests can build it
-directly. It speaks only plain data: :class:`RolloutRequest` in, :class:`Completion` out, and
-:class:`WeightUpdate` for new weights. Every completion is tagged with the weight version of the
-engine that sampled it, which is what lets the learner account for staleness.
+A plain class (made a Ray actor at launch) that speaks plain data: :class:`RolloutRequest` in,
+:class:`Completion` out, :class:`WeightUpdate` for new weights. Every completion carries the
+weight version of the engine that sampled it, which lets the learner account for staleness.
 
 Sampling details that matter for GRPO:
 
-- each of the G samples of a prompt is its own request with its own seed: reusing one seed for
+- each of the G samples of a prompt is its own request with its own seed: one seed for
   different requests correlates their samples, which shrinks the group's variance;
-- ``logprobs_mode="processed_logprobs"`` makes vLLM report logprobs of the distribution it
-  actually sampled from (after temperature), which is what the learner reproduces by dividing
-  its logits by the same temperature;
-- after every weight update the prefix cache is reset, otherwise cached prompt prefixes keep
-  the old weights' keys and values.
+- ``logprobs_mode="processed_logprobs"``: logprobs of the distribution actually sampled (after
+  temperature), which the learner reproduces by dividing its logits by the temperature;
+- after every weight update the prefix cache is reset: cached prefixes hold old keys and values.
 
-By default (``rollout.engine_process = "actor"``) vLLM's engine core runs inside this actor's
-process and this class steps it: no inter-process message per engine step, and on CPU hosts no
-second process competing with the engine's compute threads (generation on the benchmark is
-faster than with vLLM's separate engine-core process, docs/benchmarks.md). The in-process CPU
-worker binds its threads and turns ``torch.set_num_threads`` into a no-op for the whole process,
-which is one more reason nothing else computes in a rollout actor.
+By default (``rollout.engine_process = "actor"``) vLLM's engine core runs in this actor's
+process, stepped here: no message per engine step, and on CPU hosts no second process
+competing with the engine's threads (faster generation: docs/benchmarks.md). The in-process
+CPU worker binds its threads and makes ``torch.set_num_threads`` a no-op for the whole
+process: nothing else should compute in a rollout actor.
 """
 
 from __future__ import annotations
@@ -28,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import operator
 import os
 import time
 from collections.abc import Iterator, Sequence
@@ -35,8 +32,8 @@ from pathlib import Path
 
 from actor.receivers import make_receiver
 from common.config import ModelConfig, RolloutConfig
-from common.engine_memory import engine_memory
-from common.memory import ModelShape
+from common.memory.arithmetic import ModelShape
+from common.memory.engine import engine_memory
 from common.model_files import ModelFiles, local_path
 from common.transport import collective, ipc
 from common.transport.collective import backend_for
@@ -49,6 +46,7 @@ from common.types import Completion, RolloutRequest, TrainSample, WeightUpdate
 logger = logging.getLogger(__name__)
 
 _GIB = 1 << 30
+_SAMPLE_INDEX = operator.attrgetter("sample_index")
 
 
 class StaleWeightsError(RuntimeError):
@@ -131,17 +129,13 @@ class RolloutWorker:
     def generate_stream(
         self, requests: list[RolloutRequest], min_version: int = 0
     ) -> Iterator[list[list[Completion]]]:
-        """Yield requests' groups (their G completions) as soon as all of a group has finished.
+        """Yield requests' groups (their G completions, in seed order) as soon as all of a
+        group has finished: the fleet streams them to the sandbox while the rest generate. One
+        yield per engine step that finished a group (a yield costs a Ray object).
 
         Refuses (:class:`StaleWeightsError`) when the engine's weights are older than
         ``min_version``, the version the fleet last confirmed loaded everywhere: generating
         anyway would sample from the base model after a silent restart.
-
-        All requests are queued in the engine at once (one batch, as ``LLM.generate`` would),
-        and the engine is stepped here so finished groups can leave early: the fleet streams
-        them to the sandbox while the rest are still generating. One yield per engine step
-        that finished at least one group (groups finishing together travel together: a yield
-        costs a Ray object); each group is in seed order.
         """
         self._check_awake()
         if self.weight_version < min_version:
@@ -174,7 +168,7 @@ class RolloutWorker:
                 group = done.setdefault(request.request_id, [])
                 group.append(completion)
                 if len(group) == pending[request.request_id]:
-                    finished.append(sorted(done.pop(request.request_id), key=_sample_index))
+                    finished.append(sorted(done.pop(request.request_id), key=_SAMPLE_INDEX))
             if finished:
                 yield finished
 
@@ -223,10 +217,9 @@ class RolloutWorker:
 
     def sleep(self, level: int) -> float:
         """Let go of the engine's device memory while the learner on the same GPU steps
-        (``rollout.colocate``): at level 1 its KV cache (the weights wait in host memory), at
-        level 2 its weights too. vLLM pauses the scheduler and forgets the prefix cache
-        either way; a vLLM-CPU worker frees nothing ("sleep mode is not supported on CPU").
-        The seconds it took."""
+        (``rollout.colocate``): at level 1 its KV cache, at level 2 its weights too. vLLM
+        pauses the scheduler either way; a vLLM-CPU worker frees nothing. The seconds it took.
+        """
         start = time.perf_counter()
         self.llm.sleep(level=level)
         self._asleep = {"weights", "kv_cache"}
@@ -234,11 +227,9 @@ class RolloutWorker:
         return time.perf_counter() - start
 
     def wake(self, tags: list[str] | None = None) -> float:
-        """Take back what :meth:`sleep` let go of: ``["weights"]`` before a weight update
-        (the update must reach resident weights), ``["kv_cache"]`` after it (the cache is
-        allocated once the update's buffers are gone), None for both. The engine schedules
-        again once all is back. The seconds it took (0 when awake already, as after a
-        restart)."""
+        """Take back what :meth:`sleep` let go of: ``["weights"]`` before a weight update (it
+        must reach resident weights), ``["kv_cache"]`` after it (allocated once the update's
+        buffers are gone), None for both. The seconds it took (0 when awake already)."""
         wanted = self._asleep & set(tags or self._asleep)
         if not wanted:
             return 0.0
@@ -265,12 +256,10 @@ class RolloutWorker:
         self.receiver.join(self.llm, init_info)
 
     def score(self, samples: Sequence[TrainSample]) -> tuple[int, list[list[float]]]:
-        """The engine's logprobs of fixed completions and the weight version they come from.
-
-        Teacher forcing through prompt logprobs, which vLLM computes from the raw logits
-        (temperature 1): the parity probe compares them with the learner's own after every push
-        (``weights/parity_probe_diff``), which tells a push that did not reach the engine from
-        the sampler's ordinary numerics. The adapter in use (``lora.export = "adapter"``) applies.
+        """The engine's logprobs of fixed completions and the weight version they come from,
+        by teacher forcing through prompt logprobs (raw logits, temperature 1): the parity
+        probe compares them with the learner's after every push, which tells a push that did
+        not reach the engine from the sampler's ordinary numerics. The adapter in use applies.
         """
         from vllm import SamplingParams  # lazy: vllm
 
@@ -295,7 +284,6 @@ _VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 
 def _parallel_options(rollout: RolloutConfig) -> dict:
-    """Tensor parallelism: vLLM's worker processes inside this actor."""
     tp = rollout.tensor_parallel_size
     if tp == 1:
         return {}
@@ -373,13 +361,11 @@ class _SaidOnce(logging.Filter):
 
 
 def _sleep_options(rollout: RolloutConfig, model: ModelConfig, model_path: str) -> dict:
-    """``rollout.colocate`` on a GPU: vLLM's sleep mode (its cumem allocator, so that
-    ``sleep`` can hand memory back), and a ``gpu_memory_utilization`` no larger than the
-    engine needs. With ``kv_cache_memory_bytes`` given vLLM sizes nothing by it; it only
-    refuses to start when less than that share of the card is free, and the learner on the
-    card holds part of it, also when Ray restarts this engine mid-run. vLLM-CPU has no sleep
-    mode (it refuses ``enable_sleep_mode``); its ``sleep`` and ``wake_up`` calls work without.
-    Not run on a GPU here yet."""
+    """``rollout.colocate`` on a GPU: vLLM's sleep mode (its cumem allocator, so that ``sleep``
+    can hand memory back), and a ``gpu_memory_utilization`` no larger than the engine needs:
+    with ``kv_cache_memory_bytes`` given, vLLM only refuses to start when less than that share
+    of the card is free, and the learner on the card holds part of it. vLLM-CPU has no sleep
+    mode (it refuses ``enable_sleep_mode``); its ``sleep`` and ``wake_up`` work without."""
     from vllm.platforms import current_platform  # lazy: vllm
 
     if not rollout.colocate or current_platform.is_cpu():
@@ -410,16 +396,12 @@ def _lora_options(rank: int) -> dict:
 
 
 def _scheduler_options(rollout: RolloutConfig, model: ModelConfig) -> dict:
-    """The engine step's token budget, and on CPU hosts no prompt split across engine steps.
-
-    A prompt split across steps (chunked prefill) samples a token at the end of every partial
-    step and then rewinds the request's seeded generator to discard it; vLLM does that with
-    ``Generator.set_offset``, which CPU generators do not have ("CPU Generator does not use
-    offset"). Without chunking, prompts that do not fit in a step's budget wait for the next
-    one whole, which is what vLLM itself does for models it cannot chunk on CPU; the budget
-    must then hold the longest sequence. (vLLM warns that the model "does not officially
-    support disabling chunked prefill"; the parity probe of every mode-matrix run checks that
-    the engine's logprobs still match the learner's.)
+    """The engine step's token budget, and on CPU hosts no prompt split across engine steps:
+    chunked prefill samples a token at the end of every partial step and rewinds the
+    request's seeded generator with ``Generator.set_offset``, which CPU generators lack.
+    Unchunked, a prompt that does not fit a step's budget waits for the next one whole, so the
+    budget must hold the longest sequence. (vLLM warns that the model "does not officially
+    support disabling chunked prefill"; the parity probe checks the logprobs still match.)
     """
     from vllm.platforms import current_platform  # lazy: vllm
 
@@ -434,10 +416,6 @@ def _scheduler_options(rollout: RolloutConfig, model: ModelConfig) -> dict:
 
 #: vLLM's own default token budget of an engine step on CPU hosts (``LLM`` class).
 _CPU_STEP_TOKENS = 4096
-
-
-def _sample_index(completion: Completion) -> int:
-    return completion.sample_index
 
 
 def _to_completion(

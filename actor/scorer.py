@@ -1,19 +1,14 @@
-"""The learned scorer: a reward model (or process reward model) in its own actor.
+"""The learned scorer: a reward model (or process reward model) in its own actor, a plain
+class made a Ray actor at launch: prompt and completion texts in, one float per completion out.
 
-A plain class (made a Ray actor at launch with ``num_cpus``/``num_gpus`` from the term's
-options) so tests build it directly. It speaks plain data: prompt and completion texts in, one
-float per completion out.
+- ``head = "classifier"``: ``AutoModelForSequenceClassification``; one label: its raw logit,
+  two: the softmax probability of label 1.
+- ``head = "value_head"``: a causal LM whose safetensors also hold a ``v_head`` linear (TRL's
+  ``v_head.summary.*``), applied to the last token's final hidden state.
 
-- ``head = "classifier"``: ``AutoModelForSequenceClassification``. One label: the raw logit is
-  the score; two labels: the softmax probability of label 1 ("good").
-- ``head = "value_head"``: a causal LM checkpoint whose ``*.safetensors`` files also hold a
-  ``v_head`` linear (TRL's ``AutoModelForCausalLMWithValueHead`` saves ``v_head.summary.*``);
-  the score is that linear applied to the last token's final hidden state.
-
-The text scored is ``prompt + completion``, cut from the *left* to ``max_length`` tokens: the
-score is read at the last token, so the end of the completion must survive truncation. With
-``step_split`` set every prefix ``prompt + steps[:i+1]`` is scored and the step scores are
-aggregated (``algorithm.rewards.steps``).
+The text is ``prompt + completion``, cut from the *left* to ``max_length`` tokens: the score is
+read at the last token. With ``step_split`` every prefix ``prompt + steps[:i+1]`` is scored and
+the step scores aggregated (``algorithm.rewards.steps``).
 """
 
 from __future__ import annotations

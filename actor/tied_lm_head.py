@@ -1,8 +1,6 @@
 """Re-tying a CPU engine's LM head after a weight update, for both transports that reload the
-engine's weights (``actor/worker_extension.py``, ``actor/transfer_engine.py``).
-
-With tied embeddings the LM head keeps its own prepacked copy of the embedding matrix, which
-vLLM's layerwise reload does not refresh (it logs "ParallelLMHead: Failed to load weights"), so
+engine's weights: with tied embeddings the head keeps its own prepacked copy of the embedding,
+which vLLM's layerwise reload does not refresh ("ParallelLMHead: Failed to load weights"), so
 sampler logprobs would drift away from the learner's step after step.
 """
 

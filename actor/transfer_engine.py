@@ -1,12 +1,9 @@
 """The engines' side of the ``collective`` transport on CPU: a vLLM weight-transfer engine over
-gloo (vLLM's own are CUDA only), registered as backend ``gloo`` when vLLM's worker imports
-``actor.worker_extension``.
+gloo (vLLM's own are CUDA only), registered as backend ``gloo`` by ``actor.worker_extension``.
 
 It joins the transfer group at ``rank_offset`` plus its tensor-parallel rank, receives each
-bucket of a push from learner rank 0 (``common.transport.collective``: the bucket layout is
-computed alike on both sides from the update's names, dtypes and shapes) and loads it inside
-vLLM's layerwise reload session, which re-packs each CPU layer once its weights arrived. At the
-end it re-ties and re-packs the LM head, which the reload leaves stale with tied embeddings
+bucket of a push from learner rank 0 (``common.transport.collective``: both sides compute the
+bucket layout alike) and loads it in vLLM's layerwise reload session, then re-ties the LM head
 (``actor/tied_lm_head.py``). The base engine's ``update_weights`` ends with
 ``torch.accelerator.synchronize()``, which raises on a CPU-only torch: overridden.
 """

@@ -1,24 +1,16 @@
 """The engine's side of the ``cpu_safetensors`` weight transport, inside vLLM's worker (in the
-rollout actor's process, or in vLLM's engine process with ``rollout.engine_process =
-"separate"``).
+rollout actor's process, or vLLM's engine process with ``rollout.engine_process = "separate"``).
 
-vLLM loads this class as ``worker_extension_cls``: its methods become methods of the engine's
-worker and are reached with ``llm.collective_rpc("receive_weights_bucket", args=...)``. That keeps
-weight updates off the insecure-serialisation path (no pickled callables) and lets us work on
-the worker's live model.
+vLLM loads this class as ``worker_extension_cls``: its methods become the worker's, reached with
+``llm.collective_rpc("receive_weights_bucket", args=...)``, which keeps updates off the
+insecure-serialisation path and works on the worker's live model.
 
-Why not plain ``model.load_weights``: on CPU the linear weights are prepacked into kernel
-layouts at start-up, so loading into the parameters after start-up has no effect. vLLM's
-layerwise reload restores the checkpoint layout, loads, and re-packs each layer once all its
-weights arrived. An update comes in buckets (``common/transport/cpu_safetensors.py``), one
-call each: the first opens the reload session, every one loads its tensors, the last closes it,
-which is the lifecycle vLLM's own weight-transfer engines use. An update of one bucket on an
-unquantised model skips that session's bookkeeping (``actor.direct_load``): most of a small
-model's load time. One gap remains: with tied embeddings the LM head keeps its own prepacked
-copy of the embedding matrix, which the reload does not refresh (vLLM logs "ParallelLMHead:
-Failed to load weights"), so we re-tie and re-pack it after each update
-(``actor/tied_lm_head.py``). Without that, sampler logprobs drift away from the learner's step
-after step.
+Not plain ``model.load_weights``: on CPU the linear weights are prepacked at start-up, so
+loading into the parameters has no effect. vLLM's layerwise reload restores the checkpoint
+layout, loads, and re-packs each layer once its weights arrived: the first bucket's call opens
+the session, the last closes it, as vLLM's own transfer engines do. An update of one bucket
+skips that session (``actor/direct_load.py``). After each update the tied LM head is re-tied
+(``actor/tied_lm_head.py``).
 """
 
 from __future__ import annotations

@@ -1,28 +1,36 @@
 """The KL coefficient beta from step to step: fixed, adaptive, or a linear schedule.
 
-- ``fixed``: ``learner.beta`` throughout (the GRPO paper).
+- ``fixed``: ``algorithm.loss.beta`` throughout (the GRPO paper).
 - ``adaptive``: PPO's controller (Ziegler et al. 2019, "Fine-tuning language models from human
   preferences", section 2.2): after each train step, with the step's measured KL,
   ``e = clip(KL / kl_target - 1, -0.2, 0.2)`` and ``beta *= 1 + e * n / kl_horizon`` (n the
   step's samples), so beta grows while the policy drifts past the target and shrinks while it
-  stays close. The KL here is the per-token mean of ``kl_estimator`` (``train/kl`` with the KL
-  in the loss; from the sequence KLs with ``kl_in = "reward"``), so ``kl_target`` is per token.
+  stays close. The KL that steers is the per-token mean of ``kl_estimator`` where beta is
+  charged: the loss's (``train/kl``) with ``kl_in = "loss"``, the one the rewards were charged
+  with ``kl_in = "reward"`` (:meth:`KlControl.steering_kl`), so ``kl_target`` is per token.
 - ``linear``: from ``beta`` at the first train step to ``beta_final`` at the last
   (``run.steps``), then ``beta_final``: a pull toward the reference that loosens (or tightens)
   as training goes, as in the users' DGRO script.
 
-The current beta is ``train/beta`` in the step metrics and is saved in checkpoints, so a
+Where beta is charged (``kl_in``): a loss term (:attr:`KlControl.loss_beta`), or each reward
+before the advantages (:func:`kl_in_reward`: the driver asks the learner for each completion's
+KL). The current beta is ``train/beta`` in the step metrics and is saved in checkpoints, so a
 resumed run continues with the beta it had.
 """
 
 from __future__ import annotations
 
-from typing import Literal
-
-KlControlMode = Literal["fixed", "adaptive", "linear"]
+from common.config import LossConfig
+from common.config.algorithm import KlControlMode
 
 #: PPO's bound on the proportional error: one step moves beta by at most 20% of n / horizon.
 MAX_ERROR = 0.2
+
+
+def kl_in_reward(config: LossConfig) -> bool:
+    """Whether each reward is charged its completion's KL before the advantages: ``kl_in =
+    "reward"`` with a reference to measure it against (beta > 0)."""
+    return config.beta > 0 and config.kl_in == "reward"
 
 
 class KlControl:
@@ -37,16 +45,41 @@ class KlControl:
         horizon: int = 10_000,
         beta_final: float = 0.0,
         total_steps: int = 0,
+        kl_in: str = "loss",
     ) -> None:
         if mode == "linear" and total_steps < 1:
             raise ValueError("kl_control = 'linear' needs the run's length (run.steps)")
         self.mode, self.initial, self.beta = mode, beta, beta
         self.target, self.horizon = target, horizon
         self.beta_final, self.total_steps = beta_final, total_steps
+        self.kl_in = kl_in
+
+    @classmethod
+    def of(cls, config: LossConfig, total_steps: int) -> KlControl:
+        """The controller of ``[algorithm.loss]`` for a run of ``total_steps`` train steps."""
+        return cls(
+            config.kl_control,
+            config.beta,
+            target=config.kl_target,
+            horizon=config.kl_horizon,
+            beta_final=config.beta_final,
+            total_steps=total_steps,
+            kl_in=config.kl_in,
+        )
+
+    @property
+    def loss_beta(self) -> float:
+        """The KL weight inside the loss: 0 when the KL is charged in the reward instead."""
+        return self.beta if self.kl_in == "loss" else 0.0
+
+    def steering_kl(self, loss_kl: float | None, reward_kl: float | None) -> float:
+        """The per-token KL the controller steers by after a step: the loss's where beta is a
+        loss term, else the one the rewards were charged (0 where none was measured)."""
+        return (loss_kl if self.kl_in == "loss" else reward_kl) or 0.0
 
     def update(self, kl: float, num_samples: int, steps_done: int) -> float:
         """Beta for the next train step, after ``steps_done`` steps; the last one measured
-        ``kl`` (per token) over ``num_samples`` samples."""
+        ``kl`` (per token, :meth:`steering_kl`) over ``num_samples`` samples."""
         if self.mode == "adaptive":
             error = min(max(kl / self.target - 1.0, -MAX_ERROR), MAX_ERROR)
             self.beta *= 1.0 + error * num_samples / self.horizon

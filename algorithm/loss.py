@@ -1,63 +1,22 @@
 """GRPO's loss as pure functions on tensors: KL estimators, TIS weights and the clipped loss.
 
-The advantages it consumes are computed on the driver's side (``algorithm.advantage``: group
-normalisation, the Kalman baseline, dynamic sampling, KL-in-reward shaping).
-
-The algorithm (Shao et al. 2024, "DeepSeekMath", section 4.1):
-
-1. For each prompt q sample a group of G completions o_1..o_G from the sampler policy and score
-   them: rewards r_1..r_G.
-2. Advantage of completion i, shared by all its tokens: A_i = (r_i - mean(r)) / (std(r) + eps).
-   No value network: the group mean is the baseline.
-3. Per completion token t, with ratio rho = pi_theta(o_t | q, o_<t) / pi_old(o_t | q, o_<t):
-
-       l_t = -min(rho * A_i, clip(rho, 1 - eps_low, 1 + eps_high) * A_i) + beta * KL_t
-
-   where KL_t estimates KL(pi_theta || pi_ref) per token with Schulman's k3 estimator
-   exp(ref - logp) - (ref - logp) - 1 (unbiased, always >= 0).
-4. Loss = mean over completions of the mean over that completion's tokens; one optimiser step.
-
-Where this departs from the paper, and why:
-
-- Group statistics (population std, zero advantage for uniform groups): see
-  ``algorithm.advantage.group``.
-- Options from later work: asymmetric clipping (DAPO "clip-higher", eps_high > eps_low),
-  token-level aggregation (DAPO), and Dr. GRPO's unscaled advantages plus a constant
-  length normaliser, which remove GRPO's bias towards long wrong answers and short right ones.
-  The defaults reproduce the paper.
-- mu inner epochs (PPO-style reuse of one rollout batch, ``ppo_epochs``): pi_old is the
-  learner's own logprob of the batch before the first update (with mu = 1 and one mini-batch
-  that is pi_theta detached, so rho = 1 and the clip never fires). The sampler's logprobs are
-  not used as pi_old (vLLM's numerics, and possibly its weights, differ from the learner's);
-  instead the mismatch is corrected with truncated importance sampling (TIS, Yao et al. 2025,
-  "Your efficient RL framework secretly brings you off-policy RL training"): every token's
-  policy-gradient term is multiplied by w = min(pi_old / pi_sampler, C), detached.
-- KL either in the loss (above) or in the reward (InstructGPT style): r_i - beta * sum_t KL_t
-  before the advantages are normalised (``algorithm.advantage.kl_penalised_rewards``); then the
-  loss has no KL.
-- DGRO-style decoupled scaling: ``advantage.reward_scale`` multiplies the advantages
-  independently of beta, so the strength of the reward signal and of the KL pull are tuned
-  separately.
-- Optional entropy bonus (off by default), subtracted per token.
-- Sequence-level ratios (GSPO, Zheng et al. 2025, "Group Sequence Policy Optimization"),
-  ``ratio_level = "sequence"``: one ratio per completion, the geometric mean of its token
-  ratios s_i = exp(mean_t(logp - logp_old)), clipped per completion with GSPO's own (much
-  narrower) epsilons: l_i = -min(s_i A_i, clip(s_i) A_i), averaged over completions. Its
-  gradient is s_i A_i times the mean over the completion's tokens of grad log pi, so every
-  token of a completion is weighted alike, and one extreme token ratio cannot dominate. With
-  TIS the correction is per completion too: min(exp(mean_t(old - sampler)), cap).
+The objective, its variants and where it departs from the paper are told in ``algorithm``'s
+docstring (``algorithm/__init__.py``). :func:`grpo_loss` takes the tensors and one
+:class:`~common.config.LossConfig` (``[algorithm.loss]``), and decides from it what the
+variants change: which clip range applies (GSPO's own at ``ratio_level = "sequence"``), whether
+the KL is a loss term (``kl_in``), and how token terms are averaged. The advantages it consumes
+are computed on the driver's side (``algorithm.advantage``).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
-KLEstimator = Literal["k1", "k2", "k3"]
-RatioLevel = Literal["token", "sequence"]
-Aggregation = Literal["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"]
+from common.config import LossConfig
+from common.config.algorithm import Aggregation, KLEstimator, RatioLevel
 
 
 def kl_divergence(logprobs: Tensor, ref_logprobs: Tensor, estimator: KLEstimator = "k3") -> Tensor:
@@ -114,82 +73,91 @@ def tis_weights(
     return raw.clamp(max=cap).masked_fill(~keep, 1.0), capped
 
 
+def clip_range(config: LossConfig) -> tuple[float, float]:
+    """(eps_low, eps_high) of the ratio's clip: GSPO's own with sequence-level ratios (they sit
+    much closer to 1 than token ratios), else the token-level ones."""
+    if config.ratio_level == "sequence":
+        return config.seq_clip_eps_low, config.seq_clip_eps_high
+    return config.clip_eps_low, config.clip_eps_high
+
+
+def length_normaliser(config: LossConfig, lengths: Sequence[int]) -> int:
+    """Dr. GRPO's constant length (``seq_mean_token_sum_norm``): ``max_len``, or the longest of
+    the batch's completions (``lengths``, trained tokens). One constant for the whole batch: a
+    micro-batch's own longest would weigh its tokens differently."""
+    return config.max_len or max(lengths)
+
+
 def grpo_loss(
     logprobs: Tensor,  # (B, T) current policy, with grad
     old_logprobs: Tensor,  # (B, T) policy that the ratio is taken against, no grad
     advantages: Tensor,  # (B,)
     mask: Tensor,  # (B, T) 1 on completion tokens, 0 on prompt and padding
-    ref_logprobs: Tensor | None = None,  # (B, T) reference policy; needed when beta > 0
-    beta: float = 0.0,
-    clip_eps_low: float = 0.2,
-    clip_eps_high: float = 0.2,
-    kl_estimator: KLEstimator = "k3",
-    aggregation: Aggregation = "seq_mean_token_mean",
+    config: LossConfig,
     *,
+    beta: float | None = None,
+    ref_logprobs: Tensor | None = None,  # (B, T) reference policy; needed for a KL term
     entropy: Tensor | None = None,  # (B, T) per-token policy entropy, for the bonus
-    entropy_coef: float = 0.0,
+    sampler_logprobs: Tensor | None = None,  # (B, T) for the TIS correction
     max_len: int | None = None,
     batch_num_sequences: int | None = None,
     batch_num_tokens: float | None = None,
-    sampler_logprobs: Tensor | None = None,  # (B, T) for the TIS correction
-    tis_cap: float = 0.0,
-    ratio_level: RatioLevel = "token",
 ) -> tuple[Tensor, dict[str, float]]:
-    """The GRPO objective for one (micro-)batch and its metrics.
+    """The GRPO objective of ``config`` for one (micro-)batch, and its metrics.
 
-    ``max_len`` is the Dr. GRPO constant normaliser (the generation budget); it defaults to the
-    longest completion in this call, so pass it explicitly when splitting into micro-batches.
-    ``batch_num_sequences`` / ``batch_num_tokens`` are the whole batch's totals when this is one
-    micro-batch of several: dividing by them instead of the micro-batch's own counts makes the
-    micro-batch losses sum to exactly the full-batch loss, so accumulated gradients equal the
-    full-batch gradient. ``tis_cap`` > 0 multiplies each token's policy-gradient term by the
-    detached truncated importance weight ``tis_weights(old, sampler, cap)``; 0 disables it.
-    ``ratio_level = "sequence"`` is GSPO (module docstring; ``seq_mean_token_mean`` only).
-    Metrics are means over this call's completion tokens.
+    ``beta`` is this step's KL weight (``algorithm/kl_control.py`` moves it; None: ``config.beta``);
+    the KL is a loss term only with ``config.kl_in = "loss"``. ``max_len`` is Dr. GRPO's constant
+    normaliser (:func:`length_normaliser`); it defaults to the longest completion in this call,
+    so pass it when splitting into micro-batches. ``batch_num_sequences`` / ``batch_num_tokens``
+    are the whole batch's totals when this is one micro-batch of several: dividing by them
+    instead of the micro-batch's own counts makes the micro-batch losses sum to exactly the
+    full-batch loss, so accumulated gradients equal the full-batch gradient. ``config.tis_cap``
+    > 0 multiplies each token's policy-gradient term by the detached truncated importance
+    weight ``tis_weights(old, sampler, cap)``. Metrics are means over this call's completion
+    tokens.
     """
-    _check_options(ratio_level, aggregation, beta, ref_logprobs, entropy_coef, entropy)
-    if tis_cap > 0 and sampler_logprobs is None:
-        raise ValueError("tis_cap > 0 needs sampler_logprobs: the weight is pi_old / pi_sampler")
+    kl_weight = (config.beta if beta is None else beta) if config.kl_in == "loss" else 0.0
+    _check_inputs(config, kl_weight, ref_logprobs, entropy, sampler_logprobs)
     logprobs, old_logprobs, ref_logprobs, entropy = _zero_masked(
         mask, logprobs, old_logprobs, ref_logprobs, entropy
     )
     mask = mask.to(logprobs.dtype)
     adv = advantages.to(logprobs.dtype).unsqueeze(1)  # (B, 1)
-    ratio = _policy_ratio(logprobs, old_logprobs, mask, ratio_level)  # (B, T)
-    per_token = _clipped_surrogate(ratio, adv, clip_eps_low, clip_eps_high)  # (B, T)
+    level, eps = config.ratio_level, clip_range(config)
+    ratio = _policy_ratio(logprobs, old_logprobs, mask, level)  # (B, T)
+    per_token = _clipped_surrogate(ratio, adv, *eps)  # (B, T)
     tis = None
-    if tis_cap > 0:
-        tis = _tis_at_level(old_logprobs, sampler_logprobs, mask, tis_cap, ratio_level)
+    if config.tis_cap > 0:
+        tis = _tis_at_level(old_logprobs, sampler_logprobs, mask, config.tis_cap, level)
         per_token = per_token * tis[0]
     kl = None
-    if beta > 0:
-        kl = kl_divergence(logprobs, ref_logprobs, kl_estimator)  # (B, T)
-        per_token = per_token + beta * kl
-    if entropy_coef > 0:
-        per_token = per_token - entropy_coef * entropy
+    if kl_weight > 0:
+        kl = kl_divergence(logprobs, ref_logprobs, config.kl_estimator)  # (B, T)
+        per_token = per_token + kl_weight * kl
+    if config.entropy_coef > 0:
+        per_token = per_token - config.entropy_coef * entropy
     normalisers = _normalisers(mask, max_len, batch_num_sequences, batch_num_tokens)
-    loss = _aggregate(per_token, mask, aggregation, *normalisers)
-    metrics = _metrics(loss, ratio, adv, mask, kl, entropy, clip_eps_low, clip_eps_high)
+    loss = _aggregate(per_token, mask, config.aggregation, *normalisers)
+    metrics = _metrics(loss, ratio, adv, mask, kl, entropy, *eps)
     if tis is not None:
         metrics.update(_tis_metrics(*tis, mask))
     return loss, metrics
 
 
-def _check_options(
-    ratio_level: RatioLevel,
-    aggregation: Aggregation,
-    beta: float,
+def _check_inputs(
+    config: LossConfig,
+    kl_weight: float,
     ref_logprobs: Tensor | None,
-    entropy_coef: float,
     entropy: Tensor | None,
+    sampler_logprobs: Tensor | None,
 ) -> None:
-    """Reject combinations the loss cannot compute, before any tensor work."""
-    if ratio_level == "sequence" and aggregation != "seq_mean_token_mean":
-        raise ValueError("ratio_level = 'sequence' needs aggregation = 'seq_mean_token_mean'")
-    if beta > 0 and ref_logprobs is None:
+    """Refuse a call that lacks a tensor its config needs, before any tensor work."""
+    if kl_weight > 0 and ref_logprobs is None:
         raise ValueError("beta > 0 needs ref_logprobs: the KL penalty is measured against them")
-    if entropy_coef > 0 and entropy is None:
+    if config.entropy_coef > 0 and entropy is None:
         raise ValueError("entropy_coef > 0 needs the per-token entropy")
+    if config.tis_cap > 0 and sampler_logprobs is None:
+        raise ValueError("tis_cap > 0 needs sampler_logprobs: the weight is pi_old / pi_sampler")
 
 
 def _policy_ratio(

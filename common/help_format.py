@@ -1,4 +1,4 @@
-"""The ``--help`` layout shared by the commands (``python -m launch.<tool>``, ``learner.bench``).
+"""The ``--help`` layout shared by the commands (``python -m launch.<tool>``, ``bench.learner``).
 
 Every option shows its default, so a reader never has to guess which value an omitted option
 takes (an example in a usage line is not a default). Options without a default value (``None``,

@@ -212,7 +212,7 @@ class ExecutionResult:
     counts the failed tests whose assertion ran and was false (a wrong value, or an ``exec``-form
     test's own ``assert``), not those where the program raised (an ``AssertionError`` of its
     own included), which fail the same: no reward reads it, only a bug's validity
-    (``launch.data.repairs``).
+    (``launch.selfplay.repairs``).
     """
 
     verdict: Verdict
@@ -238,8 +238,9 @@ class TrainSample:
     advantage: float
     weight_version: int
     group_index: int = 0
-    #: Sampled at a temperature of its own (``advantage.low_variance_temperature``): the learner
-    #: scores it at that temperature, so its logprobs match the sampler's. None: the run's.
+    #: Sampled at a temperature of its own (``algorithm.advantage.low_variance_temperature``):
+    #: the learner scores it at that temperature, so its logprobs match the sampler's. None:
+    #: the run's.
     temperature: float | None = None
     #: 1 on the tokens to train on, 0 on feedback of a multi-turn episode (its sampler logprobs
     #: are 0 and never compared). None: every completion token is trained on.

@@ -29,13 +29,13 @@ from common.durable import (
     rewrite_jsonl,
 )
 from common.help_format import DefaultsHelpFormatter
+from common.memory.plan import check_memory_plan
 from common.prompts import PromptError
 from common.types import Problem
 from launch import console
 from launch.data.model_source import first_line, locate_model, model_tokenizer
 from launch.data.problems import RunProblems, encode_prompts, load_eval_problems, load_problems
 from launch.data.tiny_model import build_tiny_model
-from launch.fleet.memory_plan import check_memory_plan
 from launch.loop.checkpoint import (
     CHECKPOINTS,
     LATEST,

@@ -16,8 +16,6 @@
 - ``checkpoint``: checkpoints, resume (full model or LoRA adapter), LoRA adapter export.
 - ``flops``: model FLOPs of a step and the matmul peak they are measured against.
 - ``threads``: the torch threads a rollout sharing the learner's cores asks for.
-- ``bench``: ``python -m learner.bench`` (one step of a model shape, timed) and a learner whose
-  weights a weight-push benchmark can move without training.
 
 The loss math and advantages are the algorithm's (``algorithm.loss``, ``algorithm.advantage``);
 the loss functions are re-exported below beside what the learner runs them on. Importing this

@@ -1,11 +1,11 @@
 """The memory of the card a learner rank runs on: the ceiling its micro-batches are fitted to
-when no ``learner.memory_gib`` is set (``common.memory_fit.fit_card``)."""
+when no ``learner.memory_gib`` is set (``common.memory.fit.fit_card``)."""
 
 from __future__ import annotations
 
 import torch
 
-from common.memory import GIB
+from common.memory.arithmetic import GIB
 
 
 def card_memory_gib(device: torch.device) -> float:

@@ -1,7 +1,7 @@
 """How much of the machine a learner step uses: model FLOPs over a peak measured on the spot.
 
 Every ``train_step`` reports its model FLOPs (``train/model_tflop``) and its model FLOPs
-utilisation (``train/mfu``); ``python -m learner.bench`` and ``python -m launch.bench`` divide
+utilisation (``train/mfu``); ``python -m bench.learner`` and ``python -m bench.launch`` divide
 the FLOPs by the step's time and by :func:`peak_flops`.
 
 ``train/mfu`` counts the FLOPs the step *needs*: each distinct prompt once, whether or not the

@@ -29,9 +29,9 @@ from torch import Tensor
 
 from algorithm.kl_control import KlControl
 from algorithm.loss import sequence_kl
-from common.config import LearnerConfig
-from common.memory import GIB, ModelShape
-from common.memory_fit import MicroBatchFit, fit_card, learner_step_peak
+from common.config import LearnerConfig, LossConfig
+from common.memory.arithmetic import GIB, ModelShape
+from common.memory.fit import MicroBatchFit, fit_card, learner_step_peak
 from common.model_files import ModelFiles, local_path
 from common.transport import DEFAULT_BUCKET_BYTES, transport_for
 from common.types import ProcessGroupSpec, TrainSample, WeightUpdate
@@ -65,6 +65,7 @@ logger = logging.getLogger(__name__)
 class Learner:
     """Owns the policy, its train step and its exports; see the module docstring.
 
+    ``loss`` is the objective (``[algorithm.loss]``: the default is GRPO's, without a KL term).
     ``export_dtype`` is the dtype the rollout engines serve in (``model.dtype``); by default the
     model config's ``dtype``, else bfloat16. ``total_steps`` is the run's length in train steps
     (``run.steps``): the horizon of a decaying learning rate and of a linear beta schedule.
@@ -81,6 +82,7 @@ class Learner:
         seed: int = 0,
         transport: str = "cpu_safetensors",
         *,
+        loss: LossConfig | None = None,
         export_dtype: str | None = None,
         adapter_dir: str | None = None,
         bucket_bytes: int = DEFAULT_BUCKET_BYTES,
@@ -94,6 +96,7 @@ class Learner:
         self.threads.apply()
         torch.manual_seed(seed)
         self.config, self.model_path = config, local_path(model_path)  # fetched if not here
+        self.loss = loss or LossConfig()
         resume_from = resume_from and local_path(resume_from)  # the same
         self.card_reserve_gib = card_reserve_gib  # a sleeping engine's: not the step's to fit
         name = transport_for(transport, config.lora)
@@ -108,6 +111,7 @@ class Learner:
         self.trainer = Trainer(
             self.model,
             config,
+            loss=self.loss,
             root=self.root,
             reference=self.reference,
             ranks=self.ranks,
@@ -123,13 +127,11 @@ class Learner:
             fused_head=self.compiled,
         )
         self.optimizer, self.trainable = self.trainer.optimizer, self.trainer.trainable
-        # learner.offload_optimizer: the state's trips to host memory (offload.py)
-        self.offloader = OptimizerOffload(self.optimizer)
-        self.kl_control = kl_control_of(config, total_steps)
+        self.offloader = OptimizerOffload(self.optimizer)  # learner.offload_optimizer's trips
+        self.kl_control = KlControl.of(self.loss, total_steps)
         self._peak_flops: float | None = None  # train/mfu's denominator: see ``peak_flops``
         self._reward_kl: float | None = None  # per-token KL of the batch, kl_in = "reward"
-        self._weight_version = 0
-        self.step = 0
+        self._weight_version, self.step = 0, 0
         if resume_from:
             self._restore(Path(resume_from), state)
 
@@ -174,7 +176,7 @@ class Learner:
         """The decoder layers to checkpoint (``learner.gradient_checkpointing`` on this model's
         layers) and the micro-batch token budget (``learner.micro_batch_tokens``, fewer where a
         CUDA card cannot hold them, or with ``learner.memory_gib`` the one whose step peak fits
-        that target), by the arithmetic of ``common/memory_fit.py`` on this model's shape;
+        that target), by the arithmetic of ``common/memory/fit.py`` on this model's shape;
         logged once. Refuses (ValueError, one line) a target or a card below the learner's
         state, or more layers than the model has."""
         config, card = self.config, card_memory_gib(self.device)
@@ -191,13 +193,17 @@ class Learner:
             return fixed
         # weights.transport = "ipc": every rank keeps a whole serving-dtype copy for its engine
         copy = shape.parameters * self.export_dtype.itemsize if self.sender.every_rank_sends else 0
-        terms = {"device": self.device.type, "export_copy": copy}
+        terms = {
+            "device": self.device.type,
+            "export_copy": copy,
+            "with_reference": self.reference is not None,
+        }
         fit = fit_card(shape, config, card, self.card_reserve_gib, **terms)
         peak = learner_step_peak(shape, config, fit.tokens, checkpointed=fit.checkpointed, **terms)
         logger.info(
             "learner.gradient_checkpointing %s, memory_gib %g%s: %d of %d decoder layers "
             "checkpointed, micro-batches of %d tokens (a step's peak %.1f GiB by "
-            "common/memory.py's arithmetic)",
+            "common/memory/arithmetic.py's arithmetic)",
             config.gradient_checkpointing,
             config.memory_gib,
             f" (the card: {card:.1f} GiB)" if card and not config.memory_gib else "",
@@ -213,7 +219,7 @@ class Learner:
         With several ranks a frozen copy is loaded afresh and sharded like the policy will be:
         a deep copy of the policy would be whole in every rank."""
         config = self.config
-        if config.beta <= 0:
+        if self.loss.beta <= 0:
             return None
         dtype = DTYPES[config.reference_dtype_on(self.device.type)]
         frozen = None
@@ -270,13 +276,13 @@ class Learner:
 
     @property
     def beta(self) -> float:
-        """The KL coefficient of the next train step (``learner.kl_control`` moves it)."""
+        """The KL coefficient of the next train step (``algorithm.loss.kl_control`` moves it)."""
         return self.kl_control.beta
 
     @property
     def loss_beta(self) -> float:
         """The KL weight inside the loss: 0 when the KL is charged in the reward instead."""
-        return self.beta if self.config.kl_in == "loss" else 0.0
+        return self.kl_control.loss_beta
 
     @property
     def lr(self) -> float:
@@ -308,7 +314,7 @@ class Learner:
         policy, ref = self.policy_logprobs(samples), self.reference_logprobs(samples)
         batch = collate(samples, list(range(len(samples))), old_logprobs=policy, ref_logprobs=ref)
         kl = sequence_kl(
-            batch.old_logprobs, batch.ref_logprobs, batch.completion_mask, self.config.kl_estimator
+            batch.old_logprobs, batch.ref_logprobs, batch.completion_mask, self.loss.kl_estimator
         )
         self._reward_kl = kl.sum().item() / max(batch.completion_mask.sum().item(), 1.0)
         return self.beta, kl.tolist()
@@ -353,8 +359,8 @@ class Learner:
         metrics["train/beta"] = beta
         self._weight_version += 1
         self.step += 1
-        kl = metrics.get("train/kl", 0.0) if self.config.kl_in == "loss" else self._reward_kl
-        self.kl_control.update(kl or 0.0, len(samples), self.step)
+        kl = self.kl_control.steering_kl(metrics.get("train/kl", 0.0), self._reward_kl)
+        self.kl_control.update(kl, len(samples), self.step)
         metrics["train/step_time_s"] = time.perf_counter() - start
         metrics["train/checkpointed_layers"] = float(self.fit.checkpointed)
         metrics["train/micro_batch_tokens"] = float(self.fit.tokens)
@@ -485,15 +491,3 @@ class Learner:
         self.trainer.restore(path, state)
         self._weight_version, self.step = int(state["weight_version"]), int(state["step"])
         self.kl_control.beta = float(state["beta"])
-
-
-def kl_control_of(config: LearnerConfig, total_steps: int) -> KlControl:
-    """The KL coefficient's controller from ``learner.kl_*`` (algorithm/kl_control.py)."""
-    return KlControl(
-        config.kl_control,
-        config.beta,
-        target=config.kl_target,
-        horizon=config.kl_horizon,
-        beta_final=config.beta_final,
-        total_steps=total_steps,
-    )

@@ -117,15 +117,15 @@ def checkpoint_layers(model: nn.Module, count: int) -> None:
     """Checkpoint the first ``count`` decoder layers (``learner.gradient_checkpointing``):
     their forward keeps only its inputs for backward and runs again there.
 
-    The first ones because backward reaches them last, after the later layers' saved tensors
-    are freed: a recomputed layer's tensors never sit on top of the un-checkpointed layers'
-    (common/memory.py counts the peak that way). Non-reentrant checkpointing (Hugging Face's
-    own switch used it here before) lets gradients reach LoRA weights although the frozen
-    embedding's output does not require grad, so peft needs no ``enable_input_require_grads``.
-    The wrapper replaces the layer's ``forward``, not the module: parameter names stay
-    (checkpoints, export, LoRA), FSDP2's hooks (``sharding.py``, around ``forward``) gather
-    the parameters before the recompute as before the forward, and a compiled layer
-    (:func:`compile_layers`, before or after this) compiles the checkpoint with it.
+    The first ones because backward reaches them last, after the later layers' saved tensors are
+    freed: a recomputed layer's tensors never sit on top of the un-checkpointed layers'
+    (common/memory/arithmetic.py counts the peak that way). Non-reentrant checkpointing (Hugging
+    Face's own switch used it here before) lets gradients reach LoRA weights although the frozen
+    embedding's output does not require grad, so peft needs no ``enable_input_require_grads``. The
+    wrapper replaces the layer's ``forward``, not the module: parameter names stay (checkpoints,
+    export, LoRA), FSDP2's hooks (``sharding.py``, around ``forward``) gather the parameters before
+    the recompute as before the forward, and a compiled layer (:func:`compile_layers`, before or
+    after this) compiles the checkpoint with it.
     """
     if count == 0:
         return  # any model, also one whose decoder layers this module cannot find

@@ -1,5 +1,8 @@
 """One train step: micro-batches, the GRPO loss, gradient accumulation, AdamW and its LR.
 
+The loss and every choice it makes are ``algorithm/loss.py``'s, from ``[algorithm.loss]``
+(:class:`~common.config.LossConfig`); this module runs it over the step's samples.
+
 One ``train_step`` = ``ppo_epochs`` x ``mini_batches`` optimiser steps over one scored batch
 (default 1 x 1: GRPO with mu = 1). Every optimiser step splits its samples into micro-batches by
 a padded-token budget and normalises each micro-batch's loss by the whole step's counts, so the
@@ -26,8 +29,8 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils import clip_grad_norm_
 
-from algorithm.loss import grpo_loss
-from common.config import LearnerConfig
+from algorithm.loss import grpo_loss, length_normaliser
+from common.config import LearnerConfig, LossConfig
 from common.types import TrainSample
 from learner import checkpoint
 from learner.batching import MicroBatch, collate, completion_rows, validate_samples
@@ -45,8 +48,8 @@ class Trainer:
     """This rank's train step over its policy: the passes, the loss, the optimiser and its LR.
 
     ``root`` is what forward passes run through (the FSDP root around ``model``, or ``model``);
-    ``total_steps`` is the run's length in train steps (``run.steps``), the horizon of a
-    decaying learning rate.
+    ``loss`` is the objective's config (``[algorithm.loss]``); ``total_steps`` is the run's
+    length in train steps (``run.steps``), the horizon of a decaying learning rate.
     """
 
     def __init__(
@@ -54,6 +57,7 @@ class Trainer:
         model: nn.Module,
         config: LearnerConfig,
         *,
+        loss: LossConfig,
         root: nn.Module,
         reference: Reference | None,
         ranks: Ranks,
@@ -69,6 +73,7 @@ class Trainer:
         fused_head: bool = False,
     ) -> None:
         self.model, self.config, self.root, self.reference = model, config, root, reference
+        self.loss = loss
         # The token budget of one micro-batch: learner.micro_batch_tokens, or what the learner
         # derived from learner.memory_gib (``Learner._fit_memory``).
         self.micro_batch_tokens = micro_batch_tokens or config.micro_batch_tokens
@@ -130,7 +135,7 @@ class Trainer:
     ) -> Tensor | tuple[Tensor, Tensor]:
         """(B, T) completion logprobs of ``batch`` under ``model`` (default: the policy), and
         their entropies with ``return_entropy``: with a gradient only where the loss has an
-        entropy bonus (``learner.entropy_coef``), else a metric that keeps no graph."""
+        entropy bonus (``algorithm.loss.entropy_coef``), else a metric that keeps no graph."""
         if temperature is None:  # each row's own where samples have one, else the run's
             temperature = self.temperature if batch.temperatures is None else batch.temperatures
         runner = self.root if model is None or model is self.model else model
@@ -148,7 +153,7 @@ class Trainer:
                 chunk_tokens=self.config.logprob_chunk_tokens,
                 return_entropy=return_entropy,
                 prompts=prompts,
-                entropy_grad=self.config.entropy_coef > 0,
+                entropy_grad=self.loss.entropy_coef > 0,
                 fused_head=self.fused_head,
             )
 
@@ -204,8 +209,7 @@ class Trainer:
             ref_logprobs = self.reference_logprobs(samples)
         self.model.train()
         total_tokens = sum(s.num_trained_tokens for s in samples)
-        # Dr. GRPO's normaliser must be one constant for the whole batch, not per micro-batch.
-        max_len = max_len or self.config.max_len or max(s.num_trained_tokens for s in samples)
+        max_len = max_len or length_normaliser(self.loss, [s.num_trained_tokens for s in samples])
         sums = MicroBatchSums(total_tokens, len(samples))
         placed = self.micro_batches(samples, old_logprobs=old_logprobs, ref_logprobs=ref_logprobs)
         for batch, weight in placed:
@@ -217,7 +221,7 @@ class Trainer:
             (loss * weight).backward()  # weight 0: a padding copy, for the ranks' collectives
             if weight:
                 sums.add(batch, metrics, old, torch.get_num_threads())
-        return sums.metrics(self.ranks, tis=self.config.tis_cap > 0)
+        return sums.metrics(self.ranks, tis=self.loss.tis_cap > 0)
 
     def _loss(
         self,
@@ -230,28 +234,21 @@ class Trainer:
         num_sequences: int,
         num_tokens: int,
     ) -> tuple[Tensor, dict[str, float]]:
-        """``grpo_loss`` with this learner's settings, normalised by the whole step's counts."""
-        config = self.config
-        sequence = config.ratio_level == "sequence"
+        """``grpo_loss`` of ``[algorithm.loss]`` at this step's KL weight, normalised by the
+        whole step's counts."""
         return grpo_loss(
             logprobs,
             old,
             batch.advantages,
             batch.completion_mask,
-            batch.ref_logprobs,
+            self.loss,
             beta=loss_beta,
-            clip_eps_low=config.seq_clip_eps_low if sequence else config.clip_eps_low,
-            clip_eps_high=config.seq_clip_eps_high if sequence else config.clip_eps_high,
-            ratio_level=config.ratio_level,
-            kl_estimator=config.kl_estimator,
-            aggregation=config.aggregation,
+            ref_logprobs=batch.ref_logprobs,
             entropy=entropy,
-            entropy_coef=config.entropy_coef,
+            sampler_logprobs=batch.sampler_logprobs,
             max_len=max_len,
             batch_num_sequences=num_sequences,
             batch_num_tokens=num_tokens,
-            sampler_logprobs=batch.sampler_logprobs,
-            tis_cap=config.tis_cap,
         )
 
     @property
@@ -296,7 +293,7 @@ class Trainer:
         """mu epochs of mini-batch steps against pi_old computed once (see ``epochs.py``)."""
         ref = self.reference_logprobs(samples) if loss_beta > 0 else None
         old = self.policy_logprobs(samples)
-        max_len = self.config.max_len or max(s.num_trained_tokens for s in samples)
+        max_len = length_normaliser(self.loss, [s.num_trained_tokens for s in samples])
         epochs = self.config.ppo_epochs
         every, last = MetricMeans(), MetricMeans()
         for epoch in range(epochs):

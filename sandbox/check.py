@@ -17,7 +17,8 @@ import sys
 
 from common.arguments import OutputPathError, check_output_file, positive_float, positive_int
 from common.config import SandboxConfig
-from sandbox.problems import CheckProblem, ProblemFileError, load_problems, read_rows
+from common.datasets import read_rows
+from sandbox.problems import CheckProblem, ProblemFileError, load_problems
 from sandbox.trusted.pool import SandboxIsolationError, SandboxPool
 
 BATCH = 64

@@ -11,26 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from common.datasets import (
-    DatasetError,
-    detect_format,
-    humaneval_tests,
-    load_dataset,
-    parse_rows,
-    read_rows,
-)
+from common.datasets import DatasetError, load_dataset, parse_rows, read_rows
 from common.types import ExecutionJob, Problem, StdioSpec
 
 ProblemFileError = DatasetError  # one exception type for every malformed problems file
-
-__all__ = [
-    "CheckProblem",
-    "ProblemFileError",
-    "humaneval_tests",
-    "load_problems",
-    "parse_problem",
-    "read_rows",
-]
 
 
 @dataclass(frozen=True)
@@ -64,13 +48,6 @@ class CheckProblem:
             problem.program_prefix,
             problem.stdio,
         )
-
-
-def parse_problem(row: dict, where: str) -> CheckProblem:
-    """Detect the row's format (HumanEval has ``entry_point``) and build a ``CheckProblem``."""
-    fmt = detect_format(row, where)
-    (problem,) = parse_rows([(0, row)], where.rpartition(":")[0] or where, None, fmt, False)
-    return CheckProblem.from_problem(problem)
 
 
 def load_problems(path: str | Path) -> dict[str, CheckProblem]:

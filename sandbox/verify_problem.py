@@ -2,21 +2,13 @@
 
     python -m sandbox.verify_problem PACKAGE_DIR [--workers N]
 
-What problemtools' ``verifyproblem`` does for submissions, with its rules: every program under
-``submissions/<label>/`` runs on every test of the package (samples first) in the sandbox pool,
-as training judges programs; its verdict is that of its first test that is not accepted. The
-time limit comes from the ``accepted`` submissions: their slowest test, times the package's
-``time_multiplier`` (``limits.time_multiplier``, default 5; 2023-07: ``time_multipliers.
-ac_to_time_limit``, default 2), rounded, at least 1 s; every program runs under that times
-``time_safety_margin`` (default 2; 2023-07: ``time_limit_to_tle``, 1.5), rounded, at least
-1 s more, and a test over the limit is a ``time_limit_exceeded``. A crash, out of memory
-included, is a ``run_time_error``. Times are the wall time of each test's process.
-
-Python 3, C and C++ programs are judged (C and C++ compiled in the sandbox, where the host has
-a compiler). Other languages, Python 2 programs, multi-file submissions and the labels with no
-single verdict (``slow_accepted``, ``partially_accepted``, scoring groups) are listed as
-skipped. Exit status 0 when every judged submission got its label, 1 when one did not, 2 for
-a package that cannot be read.
+What problemtools' ``verifyproblem`` does for submissions, with its rules: every Python 3, C
+and C++ program under ``submissions/<label>/`` runs on every test (samples first) through the
+pool; its verdict is that of its first test that is not accepted. The time limit comes from
+the ``accepted`` submissions' slowest test (:func:`time_rules`; docs/sandbox.md, "Labelled
+submissions", has the rules). Other languages, Python 2, multi-file submissions and labels
+with no single verdict are listed as skipped. Exit status 0 when every judged submission got
+its label, 1 when one did not, 2 for a package that cannot be read.
 """
 
 from __future__ import annotations

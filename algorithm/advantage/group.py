@@ -1,20 +1,13 @@
 """Group-relative advantages, the zero-variance rule and KL-in-reward shaping, in float64.
 
-Rewards arrive as Python floats (float64); they stay float64 until the advantage is stored in a
-``TrainSample``. With the KL charged in the reward and a group that all passes, the rewards are
-1 - beta * KL_i, nearly equal, and a float32 pass loses ~3e-4 on advantages of size 1 (checked
-against a float64 reference in tests/unit/algorithm/advantage/test_group.py).
-
-Where this departs from DeepSeekMath's GRPO (section 4.1), and why:
-
-- the *population* std (``unbiased=False``; TRL uses Bessel's correction): the group is the
-  whole population being normalised, so its advantages have unit variance whatever G is (with
-  G = 2 Bessel's correction shrinks them to +-0.707 instead of +-1);
-- a group whose rewards are all equal carries no learning signal: its advantages are exactly 0,
-  not 0 / (0 + eps), which rounding can leave at 1e-9. The same rule decides which groups
-  dynamic sampling drops (``is_informative``) and what ``train/zero_std_frac`` counts;
-- ``None`` rewards (the sandbox broke: no verdict) are left out of every statistic and keep a
-  ``None`` advantage: never scored 0. A group with fewer than two rewards has no baseline.
+GRPO's advantage and where it departs from the paper (population std, exactly 0 for a tied
+group, ``None`` rewards masked) are told in ``algorithm``'s docstring; this module computes
+them. Rewards arrive as Python floats (float64) and stay float64 until the advantage is stored
+in a ``TrainSample``: with the KL charged in the reward and a group that all passes, the
+rewards are 1 - beta * KL_i, nearly equal, where a float32 pass would lose precision on
+advantages of size 1 (tests/unit/algorithm/advantage/test_group.py compares with a float64
+reference). A tied group's advantages are set to 0, not computed as 0 / (0 + eps), which
+rounding can leave slightly off zero.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ Each time a problem's group is scored at step t:
    ``R = reward_variance / n``: gain ``K = P / (P + R)``, ``mean += K * (y - mean)``,
    ``variance = (1 - K) * P``;
 3. advantage ``A_i = r_i - mean`` (the updated estimate), divided by
-   ``max(std(group), kalman.std_floor)`` when ``advantage.scale = "group_std"``.
+   ``max(std(group), kalman.std_floor)`` when ``algorithm.advantage.scale = "group_std"``.
 
 On a problem's first visit (``initial_variance`` >> R) the gain is close to 1 and the baseline
 close to the group mean, i.e. GRPO; later visits lean on history, so an all-correct group of a
@@ -29,7 +29,7 @@ import statistics
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
-from common.config import KalmanConfig
+from common.config import AdvantageConfig, KalmanConfig
 
 
 @dataclass(frozen=True)
@@ -120,3 +120,8 @@ class KalmanBaseline:
 
     def load_state_dict(self, state: dict) -> None:
         self.states = {int(k): BaselineState(m, v, int(t)) for k, (m, v, t) in state.items()}
+
+
+def running_baseline(config: AdvantageConfig) -> KalmanBaseline | None:
+    """The run's per-problem baseline (``baseline = "kalman"``), or None for GRPO's group mean."""
+    return KalmanBaseline(config.kalman, config.scale) if config.baseline == "kalman" else None

@@ -1,9 +1,10 @@
 """Composable rewards: the term contract, built-in and user-defined terms, their weighted sum
 (``terms``), process rewards' step splitting (``steps``), a multi-turn episode's discounted
-reward (``episode``), and the reward config (the baselines themselves are in
-``algorithm.advantage``). See docs/rewards.md."""
+reward (``episode``), the self-play saboteur's reward (``selfplay``), and the reward config (the
+baselines themselves are in ``algorithm.advantage``). See docs/rewards.md."""
 
-from algorithm.rewards.episode import discounted
+from algorithm.rewards.episode import discounted, episode_rewards
+from algorithm.rewards.selfplay import bug_hardness, saboteur_rewards
 from algorithm.rewards.steps import aggregate_steps, split_steps, step_prefixes
 from algorithm.rewards.terms import (
     ComposedReward,
@@ -40,12 +41,15 @@ __all__ = [
     "ScorerOptions",
     "WeightedTerm",
     "aggregate_steps",
+    "bug_hardness",
     "build_reward",
     "discounted",
+    "episode_rewards",
     "execution_reward",
     "format_term",
     "length_penalty",
     "load_user_term",
+    "saboteur_rewards",
     "split_steps",
     "step_prefixes",
     "term_metrics",

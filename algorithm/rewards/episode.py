@@ -14,6 +14,8 @@ earns at least 0.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from common.config import EpisodeConfig
 
 
@@ -29,3 +31,17 @@ def discounted(
     if not solved:
         return reward * episode.discount ** (episode.max_turns - 1)
     return reward * episode.discount ** (turns - 1)
+
+
+def episode_rewards(
+    rewards: Sequence[float | None], ends: Sequence[tuple[int, bool]], episode: EpisodeConfig
+) -> list[float | None]:
+    """Every sample's reward as its episode earns it, ``ends`` each one's (turns, solved):
+    :func:`discounted` in a multi-turn run, the reward as it is when every episode is one
+    turn."""
+    if episode.max_turns == 1:
+        return list(rewards)
+    return [
+        discounted(reward, turns, solved, episode)
+        for reward, (turns, solved) in zip(rewards, ends, strict=True)
+    ]

@@ -5,8 +5,8 @@ allocation. Unknown keys are refused (``extra="forbid"``) and cross-field rules 
 exist, e.g. the batch must be a multiple of the group size because advantages are normalised
 per group.
 
-Modules, by role: ``learner`` (learner, lora), ``algorithm`` (advantage, the loss's learner
-keys, reward), ``rollout`` (model, data, eval, rollout, episode, selfplay), ``sandbox``,
+Modules, by role: ``learner`` (learner, lora), ``algorithm`` (``[algorithm]``: advantage and
+loss; reward), ``rollout`` (model, data, eval, rollout, episode, selfplay), ``sandbox``,
 ``infrastructure`` (run, async, weights, ray); ``root`` (:class:`Config` and its cross-section
 rules), ``files`` (reading TOML and overrides), ``toml_writer``, ``user_terms`` (importing
 user-defined reward terms).
@@ -14,10 +14,11 @@ user-defined reward terms).
 
 from common.config.algorithm import (
     AdvantageConfig,
+    AlgorithmConfig,
     ExecutionOptions,
     KalmanConfig,
     LengthOptions,
-    LossKnobs,
+    LossConfig,
     RewardConfig,
     RewardTermConfig,
     ScorerOptions,
@@ -45,6 +46,7 @@ from common.config.sandbox import SandboxConfig
 
 __all__ = [
     "AdvantageConfig",
+    "AlgorithmConfig",
     "AsyncConfig",
     "Config",
     "ConfigError",
@@ -56,7 +58,7 @@ __all__ = [
     "LearnerConfig",
     "LengthOptions",
     "LoraConfig",
-    "LossKnobs",
+    "LossConfig",
     "ModelConfig",
     "OptimiserKnobs",
     "RayConfig",

@@ -1,6 +1,11 @@
-"""Sections of the algorithm: ``[advantage]`` (baselines, scaling, dynamic sampling, tie
-noise), the loss's keys of ``[learner]`` (:class:`LossKnobs`) and ``[reward]`` (which reward
-terms are summed, with what weights).
+"""The math's sections: ``[algorithm]``, every knob of the GRPO math, read by ``algorithm/``
+(the story is told once, in ``algorithm/__init__.py``), and ``[reward]``, which reward terms
+are summed, with what weights.
+
+``[algorithm]`` has two tables: ``[algorithm.advantage]`` (:class:`AdvantageConfig`: from a
+step's rewards to each sample's advantage, on the driver) and ``[algorithm.loss]``
+(:class:`LossConfig`: the objective the learner minimises and beta's controller). The loss takes
+the whole :class:`LossConfig` (``algorithm.loss.grpo_loss``), never its keys one by one.
 
 Reward terms are a table keyed by the name they are logged under (``reward/<name>/mean``)::
 
@@ -33,10 +38,15 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 from common.config.base import Section
 from common.config.user_terms import load_user_term
 
+KLEstimator = Literal["k1", "k2", "k3"]
+KlControlMode = Literal["fixed", "adaptive", "linear"]
+RatioLevel = Literal["token", "sequence"]
+Aggregation = Literal["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"]
+
 
 class KalmanConfig(Section):
-    """The per-problem running baseline (``advantage.baseline = "kalman"``; see
-    ``algorithm.advantage.kalman``)."""
+    """The per-problem running baseline (``algorithm.advantage.baseline = "kalman"``; the
+    module ``algorithm/advantage/kalman.py``)."""
 
     process_noise: float = Field(
         0.01, ge=0, description="Q: variance a problem's mean reward drifts by per step"
@@ -52,7 +62,8 @@ class KalmanConfig(Section):
 
 
 class AdvantageConfig(Section):
-    """From a step's rewards to each sample's advantage (``algorithm.advantage``)."""
+    """``[algorithm.advantage]``: from a step's rewards to each sample's advantage (the package
+    ``algorithm/advantage/``)."""
 
     baseline: Literal["group_mean", "kalman"] = Field(
         "group_mean", description="group_mean: GRPO; kalman: a per-problem running estimate"
@@ -120,16 +131,16 @@ class AdvantageConfig(Section):
         return self
 
 
-class LossKnobs(Section):
-    """``[learner]``'s keys that define the objective: the KL term and its control, the clipped
-    ratio (per token or per sequence), how token terms are averaged, the entropy bonus and the
-    importance-sampling cap (``algorithm.loss``, ``algorithm.kl_control``)."""
+class LossConfig(Section):
+    """``[algorithm.loss]``: the objective the learner minimises: the KL term and its control,
+    the clipped ratio (per token or per sequence), how token terms are averaged, the entropy
+    bonus and the importance-sampling cap (``algorithm/loss.py``, ``algorithm/kl_control.py``)."""
 
     beta: float = Field(0.0, ge=0, description="KL-to-reference weight; 0 skips the reference")
-    kl_estimator: Literal["k1", "k2", "k3"] = Field(
+    kl_estimator: KLEstimator = Field(
         "k3", description="the KL estimator (Schulman's k1, k2 or k3)"
     )
-    kl_control: Literal["fixed", "adaptive", "linear"] = Field(
+    kl_control: KlControlMode = Field(
         "fixed",
         description="beta fixed; adaptive (PPO's controller toward kl_target); or linear from "
         "beta to beta_final over the run; `adaptive` keeps the drift from the reference near a "
@@ -150,7 +161,7 @@ class LossKnobs(Section):
     clip_eps_high: float = Field(
         0.2, ge=0, description="PPO ratio clip above 1 (raise it for clip-higher, DAPO)"
     )
-    ratio_level: Literal["token", "sequence"] = Field(
+    ratio_level: RatioLevel = Field(
         "token",
         description="token: a ratio per token (GRPO); sequence: GSPO's one ratio per "
         "completion, the geometric mean of its token ratios, clipped with seq_clip_eps_*; "
@@ -166,7 +177,7 @@ class LossKnobs(Section):
     seq_clip_eps_high: float = Field(
         4e-4, ge=0, description="GSPO's clip range above 1 (its paper's value)"
     )
-    aggregation: Literal["seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"] = Field(
+    aggregation: Aggregation = Field(
         "seq_mean_token_mean",
         description="loss aggregation: `seq_mean_token_mean` (GRPO), `token_mean` (DAPO), "
         "`seq_mean_token_sum_norm` (Dr. GRPO)",
@@ -185,7 +196,7 @@ class LossKnobs(Section):
     )
 
     @model_validator(mode="after")
-    def _check_loss(self) -> LossKnobs:
+    def _check_loss(self) -> LossConfig:
         if self.ratio_level == "sequence" and self.aggregation != "seq_mean_token_mean":
             raise ValueError(
                 f"ratio_level = 'sequence' (GSPO) needs aggregation = 'seq_mean_token_mean', not "
@@ -199,6 +210,13 @@ class LossKnobs(Section):
                 "the reference it measures KL against is only built when beta > 0"
             )
         return self
+
+
+class AlgorithmConfig(Section):
+    """``[algorithm]``: every knob of the GRPO math, advantages then loss."""
+
+    advantage: AdvantageConfig = AdvantageConfig()
+    loss: LossConfig = LossConfig()
 
 
 # ---- [reward] ------------------------------------------------------------------------------

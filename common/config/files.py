@@ -1,5 +1,5 @@
-"""Reading configs: TOML files, ``--section.key value`` overrides, moved keys and errors that
-name the field, and writing the resolved config back as TOML."""
+"""Reading configs: TOML files, ``--section.key value`` overrides, and errors that name the field
+(and, for a key that moved, where it is now)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from common.config.algorithm import LossConfig
 from common.config.base import ConfigError
 from common.config.root import Config
 
@@ -51,9 +52,26 @@ def _format_error(err: ValidationError) -> str:
         where = ".".join(str(p) for p in item["loc"]) or "config"
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
-            message = "unknown key (check the spelling against docs/configuration.md)"
+            moved = moved_key(where)
+            message = (
+                f"unknown key; it is {moved} now"
+                if moved
+                else "unknown key (check the spelling against docs/configuration.md)"
+            )
         lines.append(f"  {where}: {message}")
     return "invalid configuration:\n" + "\n".join(lines)
+
+
+def moved_key(where: str) -> str | None:
+    """Where a key of the math now lives (``[algorithm.loss]``, ``[algorithm.advantage]``) when
+    ``where`` is its old place in ``[learner]`` or ``[advantage]``; None otherwise. For the error
+    message only: old keys are refused, never read."""
+    section, _, key = where.partition(".")
+    if section == "learner" and key in LossConfig.model_fields:
+        return f"algorithm.loss.{key}"
+    if section == "advantage":
+        return f"algorithm.{where}"
+    return None
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:

@@ -76,8 +76,8 @@ class AsyncConfig(Section):
         description="0: synchronous, every sample on-policy; K >= 1: rollouts and rewards run "
         "up to K steps ahead of the learner (one-step-off-policy at 1), and samples more than K"
         " weight versions behind the learner are dropped (async/dropped_samples). The kept "
-        "samples are corrected by the TIS weight (`learner.tis_cap`). With K = 1 the prompts "
-        "drawn are the same as in synchronous mode",
+        "samples are corrected by the TIS weight (`algorithm.loss.tis_cap`). With K = 1 the "
+        "prompts drawn are the same as in synchronous mode",
     )
     learner_threads_during_rollout: int = Field(
         0,
@@ -110,7 +110,7 @@ class WeightsConfig(Section):
         "bucket at a time, so a push never holds a second copy of the whole model there (and "
         "small buckets load faster: docs/benchmarks.md, weight push). An update that fits in "
         "one bucket skips vLLM's layerwise-reload bookkeeping; with `rollout.engine_process = "
-        '"separate"` smaller buckets load faster (`python -m launch.bench.push`)',
+        '"separate"` smaller buckets load faster (`python -m bench.launch.push`)',
     )
     push_timeout_s: float = Field(
         300.0,
@@ -151,11 +151,12 @@ class RayConfig(Section):
     gpu_memory_gib: float = Field(
         0.0,
         ge=0,
-        description="memory of one GPU of the cluster as torch reports it (e.g. 79.1 for an 80 "
-        "GB H100, whose 81,559 MiB nvidia-smi shows): the memory plan printed before a GPU run "
-        "starts refuses a colocated config that cannot fit it, warns when a learner or an "
-        "engine alone exceeds it, and fits a learner without learner.memory_gib to it as the "
-        "learner does to its own card; 0: unknown, the plan is printed but not enforced",
+        description="memory of one GPU of the cluster as torch reports it (less than the "
+        "card's name and nvidia-smi say: "
+        "[scaling.md](scaling.md#arithmetic-what-fits-where)): the memory plan printed before "
+        "a GPU run starts refuses a colocated config that cannot fit it, warns when a learner "
+        "or an engine alone exceeds it, and fits a learner without learner.memory_gib to it as "
+        "the learner does to its own card; 0: unknown, the plan is printed but not enforced",
     )
     start_timeout_s: float = Field(
         900.0,

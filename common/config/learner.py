@@ -1,5 +1,5 @@
-"""The learner's sections: ``[learner]`` (optimiser, speed and memory, resources, and the
-loss's keys from :class:`~common.config.algorithm.LossKnobs`) and ``[learner.lora]``.
+"""The learner's sections: ``[learner]`` (optimiser, speed and memory, resources) and
+``[learner.lora]``. The loss's keys are ``[algorithm.loss]`` (``common/config/algorithm.py``).
 
 ``[learner]`` is one table in files and on the command line; its keys are grouped here by what
 they decide, one small class each with its own rules, which :class:`LearnerConfig` inherits
@@ -21,7 +21,6 @@ from pydantic import (
     model_validator,
 )
 
-from common.config.algorithm import LossKnobs
 from common.config.base import Section
 
 
@@ -64,8 +63,8 @@ class LoraConfig(Section):
     base_dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto",
         description="the frozen base weights' dtype: float32 as the master weights, or "
-        "bfloat16 with learner.dtype = 'bfloat16' (half their memory: 14 GiB less for a 7B, "
-        "shared among learner.num_ranks; autocast reads them in bf16 anyway, and the residual "
+        "bfloat16 with learner.dtype = 'bfloat16' (half their memory, shared among "
+        "learner.num_ranks; autocast reads them in bf16 anyway, and the residual "
         "stream then runs in bf16 as in the engine; the adapters and modules_to_save stay "
         "float32). auto: bfloat16 on a CUDA learner with learner.dtype = 'bfloat16', else "
         "float32",
@@ -179,10 +178,11 @@ class SpeedKnobs(Section):
         ge=0,
         description="a learner rank's memory target: when set, the micro-batch token budget is "
         "derived from it (the target minus the rank's weights, gradients, AdamW state and "
-        "reference, over the activation bytes per token of the model's shape: common/memory.py) "
+        "reference, over the activation bytes per token of the model's shape: "
+        "common/memory/arithmetic.py) "
         "instead of micro_batch_tokens, so long completions cannot push a step past it; "
-        "0: micro_batch_tokens, or fewer on a GPU whose card cannot hold them (90% of the "
-        "card planned: common/memory_fit.py)",
+        "0: micro_batch_tokens, or fewer on a GPU whose card cannot hold them (a "
+        "share of the card planned: common/memory/fit.py's CARD_FILL)",
     )
     dtype: Literal["float32", "bfloat16"] = Field(
         "float32", description="compute dtype (`bfloat16`: autocast, see `master_dtype`)"
@@ -192,7 +192,8 @@ class SpeedKnobs(Section):
         description="recompute activations in backward instead of keeping them, decoder layer "
         "by decoder layer: true every layer, false none, an integer k the first k layers (k "
         "<= the model's layers), 'auto' the fewest layers with which a micro-batch of "
-        "micro_batch_tokens fits memory_gib (common/memory.py's arithmetic; all of them, and "
+        "micro_batch_tokens fits memory_gib (common/memory/arithmetic.py's arithmetic; all of "
+        "them, and "
         "a smaller micro-batch, when even that does not fit); 'auto' without memory_gib "
         "fits the GPU's card, and on CPU checkpoints none, as false does. The count is logged "
         "when the "
@@ -248,7 +249,7 @@ class SpeedKnobs(Section):
     def bf16_lora_base(self, device_type: str) -> bool:
         """Whether a learner on ``device_type`` keeps its frozen LoRA base in bf16
         (``lora.base_dtype``, ``auto`` resolved): how it builds it (learner/policy.py) and how
-        the memory arithmetic counts it (common/memory.py)."""
+        the memory arithmetic counts it (common/memory/arithmetic.py)."""
         if not self.lora.enabled:
             return False
         if self.lora.base_dtype != "auto":
@@ -311,26 +312,10 @@ _SAVED_ORDER = (
     "adam_eps",
     "weight_decay",
     "max_grad_norm",
-    "beta",
-    "kl_estimator",
-    "kl_control",
-    "kl_target",
-    "kl_horizon",
-    "beta_final",
-    "clip_eps_low",
-    "clip_eps_high",
-    "ratio_level",
-    "seq_clip_eps_low",
-    "seq_clip_eps_high",
-    "aggregation",
-    "entropy_coef",
-    "max_len",
     "logprob_chunk_tokens",
     "share_prompts",
-    "kl_in",
     "ppo_epochs",
     "mini_batches",
-    "tis_cap",
     "reference",
     "master_dtype",
     "micro_batch_tokens",
@@ -350,7 +335,7 @@ _SAVED_ORDER = (
 )
 
 
-class LearnerConfig(LossKnobs, OptimiserKnobs, SpeedKnobs, ResourceKnobs):
+class LearnerConfig(OptimiserKnobs, SpeedKnobs, ResourceKnobs):
     """``[learner]``: every group's keys in one table, plus LoRA and the rules across groups."""
 
     lora: LoraConfig = LoraConfig()
@@ -471,7 +456,7 @@ class LearnerConfig(LossKnobs, OptimiserKnobs, SpeedKnobs, ResourceKnobs):
     def checkpoints_layers(self) -> bool:
         """Whether ``gradient_checkpointing`` checkpoints a layer whatever the model: true or a
         count above 0. ``"auto"`` is decided from the model's shape when the learner starts
-        (``common.memory_fit.checkpointed_layers``), so it does not count here."""
+        (``common.memory.fit.checkpointed_layers``), so it does not count here."""
         return self.gradient_checkpointing not in (False, 0, "auto")
 
     @model_serializer(mode="wrap")

@@ -63,7 +63,12 @@ SECTION_LINKS = {
     "selfplay": "the saboteur and self-play rounds: [selfplay.md](selfplay.md)",
     "sandbox": "isolation, test forms and measurements: [sandbox.md](sandbox.md)",
     "reward": "the term contract and the built-in terms: [rewards.md](rewards.md)",
-    "advantage": "baselines: [rewards.md](rewards.md#baselines); code: `algorithm/advantage/`",
+    "algorithm": "GRPO and each variant with its paper, told once in the docstring of "
+    "`algorithm/__init__.py`; effects on the demo: "
+    "[benchmarks.md](benchmarks.md#optimisation-options-on-the-demo)",
+    "algorithm.advantage": "baselines: [rewards.md](rewards.md#baselines); code: "
+    "`algorithm/advantage/`",
+    "algorithm.loss": "code: `algorithm/loss.py`, beta's controller `algorithm/kl_control.py`",
     "learner.lora": "the LoRA demo: [benchmarks.md](benchmarks.md#lora-demo)",
     "async": "the pipeline: [training.md](training.md#asynchronous-mode)",
     "weights": "transports: [cluster.md](cluster.md#weight-transports)",

@@ -128,8 +128,8 @@ class RolloutConfig(Section):
         description="actor: vLLM's engine core runs inside the rollout actor's process (no "
         "inter-process hop per engine step; on CPU hosts the two processes no longer "
         "compete for cores); separate: vLLM's own engine-core process, which overlaps "
-        "scheduling with GPU execution; `actor` generated faster on 2 vCPUs "
-        "([benchmarks.md](benchmarks.md)); `separate` not measured here (no GPU)",
+        "scheduling with GPU execution; `actor` generated faster on a small CPU host "
+        "([benchmarks.md](benchmarks.md)), `separate` is unmeasured on GPUs",
     )
     colocate: bool = Field(
         False,
@@ -234,7 +234,7 @@ class SelfPlayConfig(Section):
     saboteur: bool = Field(
         False,
         description="the policy also plays saboteur: part of each step's prompts ask it to "
-        "break a correct program (launch/loop/saboteur.py), and its valid bugs become repair "
+        "break a correct program (launch/selfplay/saboteur.py), and its valid bugs become repair "
         "prompts for the same step's fixer groups",
     )
     saboteur_prompts: int = Field(

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from pydantic import ConfigDict, Field, model_validator
 
-from common.config.algorithm import AdvantageConfig, RewardConfig
+from common.config.algorithm import AlgorithmConfig, RewardConfig
 from common.config.base import Section
 from common.config.infrastructure import AsyncConfig, RayConfig, RunConfig, WeightsConfig
 from common.config.learner import LearnerConfig
@@ -34,7 +34,7 @@ class Config(Section):
     selfplay: SelfPlayConfig = SelfPlayConfig()
     sandbox: SandboxConfig = SandboxConfig()
     reward: RewardConfig = RewardConfig()
-    advantage: AdvantageConfig = AdvantageConfig()
+    algorithm: AlgorithmConfig = AlgorithmConfig()
     learner: LearnerConfig = LearnerConfig()
     # ``async`` is a Python keyword: the attribute is ``async_``, the key in files and on the
     # command line is ``async`` (``--async.max_staleness 1``).
@@ -69,10 +69,10 @@ class Config(Section):
                 f"the step's prompts ({self.rollout.prompts_per_step}): the rest are solved "
                 "as usual"
             )
-        if self.advantage.baseline == "kalman":
+        if self.algorithm.advantage.baseline == "kalman":
             raise ValueError(
-                "selfplay.saboteur needs advantage.baseline = 'group_mean': the Kalman baseline "
-                "tracks problems, and saboteur and fixer groups pose other prompts"
+                "selfplay.saboteur needs algorithm.advantage.baseline = 'group_mean': the Kalman "
+                "baseline tracks problems, and saboteur and fixer groups pose other prompts"
             )
         if self.episode.max_turns > 1:
             raise ValueError("selfplay.saboteur and episode.max_turns > 1 do not combine yet")

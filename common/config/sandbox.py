@@ -16,7 +16,8 @@ class SandboxConfig(Section):
     num_workers: int = Field(
         2,
         ge=1,
-        description="long-lived sandbox worker processes (each locks ~1 MiB with `pin_hot_pages`)",
+        description="long-lived sandbox worker processes (each locks a little memory with "
+        "`pin_hot_pages`)",
     )
     timeout_s: float = Field(
         10.0, gt=0, description="wall-clock limit for one completion (all its tests)"
@@ -50,10 +51,10 @@ class SandboxConfig(Section):
     pin_hot_pages: bool = Field(
         True,
         description="each worker's zygote pins the pages an execution writes (io_uring buffers,"
-        " ~1 MiB of RLIMIT_MEMLOCK per worker), so that a fork copies them at once instead of "
-        "faulting on each; falls back, and says why, where the kernel refuses. RLIMIT_MEMLOCK "
-        "is often 8 MiB for all of a user's processes (~7 workers): raise `ulimit -l` before "
-        "`ray start` for more ([sandbox.md](sandbox.md#pinned-hot-pages))",
+        " locked under RLIMIT_MEMLOCK), so that a fork copies them at once instead of "
+        "faulting on each; falls back, and says why, where the kernel refuses. The default "
+        "RLIMIT_MEMLOCK covers a few workers: raise `ulimit -l` before `ray start` for more "
+        "([sandbox.md](sandbox.md#pinned-hot-pages))",
     )
     zygote_loop: Literal["auto", "python"] = Field(
         "auto",

@@ -11,7 +11,7 @@ The four tests grade closeness (the program must run and return an ``int``, land
 within 2, or be exact), so a partial-credit reward is dense. The demo (``configs/demo.toml``)
 pays only the exact number instead, with a one-token answer: graded credit pays a constant
 answer well whatever the comment asks (a middle digit earns most of it), and a policy settles
-there (``python -m launch.bench.constant`` prints what each constant earns under a config's
+there (``python -m bench.launch.constant`` prints what each constant earns under a config's
 reward). A random model mostly writes a token that is no number; it learns to copy the digit
 from the comment.
 """

@@ -27,13 +27,13 @@ from ray.util.scheduling_strategies import (
 from actor.rollout_worker import RolloutWorker
 from actor.scorer import RewardScorer
 from common.config import Config
+from common.memory.plan import card_reserve_gib
 from common.model_files import ModelFiles, describe, fill, read_piece
 from common.rendezvous import LOOPBACK, GroupStore, hold, interface_address, interface_of
 from common.transport import transport_for
 from common.types import ProcessGroupSpec
 from launch.fleet.clients import LearnerClient, SandboxClient
 from launch.fleet.cluster import ACTOR_ENV
-from launch.fleet.memory_plan import card_reserve_gib
 from launch.fleet.preflight import (
     Starting,
     asks_text,
@@ -227,6 +227,7 @@ def start_learner(
             .remote(
                 model_files(model_path),
                 learner,
+                loss=config.algorithm.loss,
                 temperature=config.rollout.temperature,
                 seed=config.run.seed,
                 transport=config.weights.transport,

@@ -1,10 +1,11 @@
-"""Changing a running job from outside: ``python -m launch.scale RUN_DIR --rollout-actors N``,
-and SIGTERM/SIGINT (finish the step, checkpoint, stop: :func:`install_stop_handler`).
+"""Changing a running job from outside: ``python -m launch.scale RUN_DIR --rollout-actors N``
+(:func:`request_resize`), and SIGTERM/SIGINT (finish the step, checkpoint, stop:
+:func:`install_stop_handler`).
 
 The command writes ``<run>/control.json``; the driver polls it before every step and resizes the
 rollout fleet (new actors receive the current weights before they serve). A file rather than an
-RPC endpoint: it works the same for a local run, a ``ray job submit`` job on a shared file system,
-and a human with an editor, and it survives a driver restart.
+RPC endpoint: it works the same for a local run, a ``ray job submit`` job (the command runs on
+the driver's host), and a human with an editor, and it survives a driver restart.
 
 The file is replaced whole (a private temporary file in the run directory, renamed over it), so
 the driver never reads half of it and two commands at once cannot mix their requests: the
@@ -15,7 +16,6 @@ run goes on as it is), never a crash.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -28,7 +28,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from common.durable import atomic_write_text
-from common.help_format import DefaultsHelpFormatter
 
 logger = logging.getLogger(__name__)
 
@@ -151,24 +150,6 @@ def request_resize(run_dir: Path, rollout_actors: int) -> Path:
     path = run_dir / CONTROL_FILE
     atomic_write_text(path, json.dumps({"rollout_actors": rollout_actors}) + "\n")
     return path
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        formatter_class=DefaultsHelpFormatter,
-        prog="python -m launch.scale",
-        description="Resize the rollout fleet of a running job.",
-    )
-    parser.add_argument("run_dir", type=Path, help="the run directory, e.g. runs/demo")
-    parser.add_argument("--rollout-actors", type=int, required=True)
-    args = parser.parse_args(argv)
-    try:
-        path = request_resize(args.run_dir, args.rollout_actors)
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(f"requested {args.rollout_actors} rollout actor(s) in {path}")
-    return 0
 
 
 def install_stop_handler(callback: Callable[[int], None]) -> Callable[[], None]:

@@ -35,7 +35,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from algorithm.advantage import KalmanBaseline, step_advantages, zero_std_fraction
+from algorithm.advantage import running_baseline, step_advantages, zero_std_fraction
+from algorithm.kl_control import kl_in_reward
+from algorithm.staleness import split_stale, staleness_metrics
 from common.config import Config
 from common.durable import append_jsonl
 from common.types import Completion, TrainSample, Verdict
@@ -53,13 +55,7 @@ from launch.loop.groups import Group, GroupCollector
 from launch.loop.masked_steps import MaskedStepLimit, MaskedStepsError
 from launch.loop.metrics import MetricsLog
 from launch.loop.parity import ParityProbe
-from launch.loop.pipeline import (
-    Batch,
-    OnDemandBatches,
-    PipelinedBatches,
-    split_stale,
-    staleness_metrics,
-)
+from launch.loop.pipeline import Batch, OnDemandBatches, PipelinedBatches
 from launch.loop.push import TrainAndPush
 from launch.loop.rollouts import RolloutWriter, step_rows
 from launch.loop.telemetry import Telemetry
@@ -122,12 +118,7 @@ class Driver:
         )
         if state is not None:
             self.curriculum.load_state_dict(state.curriculum)
-        advantage = config.advantage
-        self.baseline = (
-            KalmanBaseline(advantage.kalman, advantage.scale)
-            if advantage.baseline == "kalman"
-            else None
-        )
+        self.baseline = running_baseline(config.algorithm.advantage)
         if state is not None and self.baseline is not None:
             self.baseline.load_state_dict(state.baseline)
         self.eval_problems = problems.held_out
@@ -305,15 +296,15 @@ class Driver:
         the samples to train on, each completion's advantage (None: not trained on), metrics."""
         completions = _completions(groups)
         rewards = [r for group in groups for r in group.rewards]
-        learner_cfg, size = self.config.learner, self.config.rollout.group_size
+        algorithm, size = self.config.algorithm, self.config.rollout.group_size
         beta, kl = 0.0, None
-        if learner_cfg.beta > 0 and learner_cfg.kl_in == "reward":
+        if kl_in_reward(algorithm.loss):
             beta, kl = self._sequence_kl(completions, rewards)
         advantages, metrics = step_advantages(
             rewards,
             [c.num_trained_tokens > 0 for c in completions],
             size,
-            self.config.advantage,
+            algorithm.advantage,
             step=step,
             seed=self.config.run.seed,
             keys=[group.index for group in groups],
@@ -331,7 +322,7 @@ class Driver:
     def _sequence_kl(
         self, completions: list[Completion], rewards: list[float | None]
     ) -> tuple[float, list[float | None]]:
-        """The learner's current beta (``learner.kl_control`` may move it) and the sequence
+        """The learner's current beta (``algorithm.loss.kl_control`` may move it) and the sequence
         KL of every rewarded completion with a token to train on (None for the others)."""
         kept = [
             i for i, r in enumerate(rewards) if r is not None and completions[i].num_trained_tokens

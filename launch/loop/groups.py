@@ -5,14 +5,14 @@ A *group* is one problem with its G completions, their sandbox results and rewar
 (``algorithm.advantage.dynamic``: dynamic sampling and hot resampling), which calls
 :meth:`GroupCollector.sample_draw` back for each of its draws (:meth:`GroupCollector.sample`:
 prompts, generate, execute, reward); then the self-play groups, when ``selfplay.saboteur`` is on
-(``launch.loop.saboteur``).
+(``launch.selfplay.saboteur``).
 
 Rewards are the weighted sum of the configured terms (``algorithm.rewards``; by default the
 execution reward alone, as before). Each group keeps every term's values, so the step's
 ``reward/<term>/mean`` is computed over the groups actually trained on (``term_means``). Two
 rewards are not that sum: a multi-turn episode's with ``first_success_discounted``
 (``algorithm.rewards.episode``; its terms are the last turn's, undiscounted), and a saboteur group's
-(``launch.loop.saboteur``; it has no terms), so with either the term means need not add up to
+(``launch.selfplay.saboteur``; it has no terms), so with either the term means need not add up to
 ``reward/mean``.
 
 ``reward/scored_completions`` counts the completions of every round that got a reward, dropped
@@ -32,7 +32,7 @@ from functools import partial
 import ray
 
 from algorithm.advantage import Draw, sample_groups
-from algorithm.rewards import RewardInput, build_reward, discounted, term_metrics
+from algorithm.rewards import RewardInput, build_reward, episode_rewards, term_metrics
 from common.config import Config
 from common.prompts import build_program, encode_prompt
 from common.types import Completion, ExecutionJob, ExecutionResult, Problem, RolloutRequest
@@ -40,7 +40,7 @@ from launch.data.problems import load_raw, rendered_template
 from launch.fleet.scorer import ScorerTerm
 from launch.loop.episodes import Episode, EpisodeRunner
 from launch.loop.masked_steps import SCORED
-from launch.loop.saboteur import Saboteur
+from launch.selfplay.saboteur import Saboteur
 
 
 @dataclass
@@ -51,7 +51,7 @@ class Group:
     rewards: list[float | None]
     terms: dict[str, list[float | None]] = field(default_factory=dict)  # each term's values
     programs: list[str] = field(default_factory=list)  # what the sandbox ran, per completion
-    #: ``solver`` (the training problem itself), or a self-play role (``launch.loop.saboteur``):
+    #: ``solver`` (the training problem itself), or a self-play role (``launch.selfplay.saboteur``):
     #: ``saboteur`` or ``fixer``, which pose a prompt of their own built from that problem.
     role: str = "solver"
     posed: Problem | None = None  # the problem posed, when it is not the training problem
@@ -107,7 +107,7 @@ class GroupCollector:
         if self.saboteur is not None:
             wanted -= self.config.selfplay.saboteur_prompts
         solved = sample_groups(
-            partial(self.sample_draw, step), next_indices, wanted, self.config.advantage
+            partial(self.sample_draw, step), next_indices, wanted, self.config.algorithm.advantage
         )
         groups, metrics, sampled = solved.groups, solved.metrics, solved.sampled
         if self.saboteur is not None:
@@ -235,18 +235,12 @@ class GroupCollector:
             for turn, code, result in zip(last[k], programs[k], results[k], strict=True)
         ]
         scored = self.reward(batch)
-        rewards = scored.rewards
-        if self.episodes is not None:
-            ends = [
-                (c.turns, r.passed)
-                for group, rs in zip(completions, results)
-                for c, r in zip(group, rs)
-            ]
-            rewards = [
-                discounted(reward, turns, solved, self.config.episode)
-                for reward, (turns, solved) in zip(rewards, ends, strict=True)
-            ]
-        return rewards, scored.by_term
+        ends = [
+            (c.turns, r.passed)
+            for group, rs in zip(completions, results)
+            for c, r in zip(group, rs)
+        ]
+        return episode_rewards(scored.rewards, ends, self.config.episode), scored.by_term
 
     def _run_episodes(self, tag, problems, completions, programs, results, last) -> None:
         """Turns 2..T of every sample (``launch.loop.episodes``), in place: each sample's

@@ -11,11 +11,10 @@ sandbox scores it; the weight push after step t waits for the engines to finish 
 (a rollout actor runs one call at a time) and batch t+2 is generated with the new weights.
 
 Every completion carries the weight version of the engine that generated it. Before training,
-:func:`split_stale` drops every group more than ``max_staleness`` versions behind the learner and
-the drop is counted (``async/dropped_samples``); what is kept is corrected for being off-policy
-by the learner's truncated importance-sampling weight (``learner.tis_cap``). By construction the
-producer never runs more than K batches ahead, so a drop means something went wrong (say, an
-engine that missed a weight push); the check is the guarantee, not the schedule.
+the driver drops every group more than ``max_staleness`` versions behind the learner and counts
+the drop (``algorithm/staleness.py``, which says how what is kept is corrected). By construction
+the producer never runs more than K batches ahead, so a drop means something went wrong (say,
+an engine that missed a weight push); the check is the guarantee, not the schedule.
 
 Determinism: the producer draws step t+1's prompts only after the driver has fed step t's pass
 rates to the curriculum (:meth:`PipelinedBatches.release`), so with K = 1 a run draws the same
@@ -45,36 +44,6 @@ class Batch:
     term_means: dict[str, float] = field(default_factory=dict)
     curriculum_state: dict = field(default_factory=dict)  # before this batch's draws
     sandbox_stats: dict[str, float] = field(default_factory=dict)  # sandbox/* while collecting
-
-
-def group_version(group: Any) -> int:
-    """The oldest weight version among a group's completions (normally all are the same)."""
-    return min(c.weight_version for c in group.completions)
-
-
-def split_stale(
-    groups: list[Any], learner_version: int, max_staleness: int
-) -> tuple[list[Any], list[Any]]:
-    """(kept, dropped): a group is dropped when the learner is more than ``max_staleness``
-    weight versions ahead of the engine that generated it."""
-    kept, dropped = [], []
-    for group in groups:
-        stale = learner_version - group_version(group) > max_staleness
-        (dropped if stale else kept).append(group)
-    return kept, dropped
-
-
-def staleness_metrics(
-    kept: list[Any], dropped: list[Any], learner_version: int
-) -> dict[str, float]:
-    """``async/*``: how far behind the learner the trained samples were, and what was dropped."""
-    ages = [learner_version - c.weight_version for g in kept for c in g.completions]
-    return {
-        "async/staleness_mean": sum(ages) / len(ages) if ages else 0.0,
-        "async/staleness_max": float(max(ages, default=0)),
-        "async/dropped_samples": float(sum(len(g.completions) for g in dropped)),
-        "async/dropped_groups": float(len(dropped)),
-    }
 
 
 class OnDemandBatches:

@@ -1,18 +1,12 @@
 """The harness inside the untrusted child: run the program, compute what the tests need.
 
-The program, the setup code and the tests usually arrive compiled: the worker's server
-compiles them (:func:`precompiled`), where the compiler's code and data are warm, and the child
-only runs the code objects. Compiling in the child, freshly forked, costs several times
-what it costs in the server (cold caches, and copy-on-write faults in the compiler's memory). A
-source the server could not compile, or too large for it, travels as text and is compiled here,
-under the child's limits, as before.
-
-It only ever *reports*: ``loaded`` once the program and setup code ran, one ``test`` record
-per test (canonical values, or for ``exec``-form tests whether the statement raised, and
-whether an ``AssertionError`` came from the test's own statement or from the program) and
-``end``. The verdict is decided elsewhere, from these records and from what the worker saw
-happen to the process; nothing the child prints or returns as an exit code counts. Records go
-to a dedicated pipe (fd 3) as length-prefixed JSON.
+The program, setup code and tests usually arrive compiled by the worker's server, where the
+compiler is warm (:func:`precompiled`); a source the server did not compile is compiled here.
+The child only ever *reports*, on fd 3 as length-prefixed JSON: ``loaded`` once the program
+and setup code ran, one ``test`` record per test (canonical values, or whether an ``exec``
+test raised, and whether an ``AssertionError`` came from the test's own statement) and
+``end``. The verdict is decided on the trusted side; nothing the child prints or exits with
+counts.
 """
 
 from __future__ import annotations
@@ -34,8 +28,8 @@ VALUE_FD = 3
 _write = os.write
 _pack = struct.pack
 _exit = os._exit
-# Made once in the worker, before any fork: copying the builtins dict in every child would
-# touch (and so copy-on-write) the pages of ~160 builtin objects per execution.
+# Made once in the worker: copied in every child, the builtins dict would copy-on-write the
+# pages of every builtin object.
 CLEAN_BUILTINS = dict(builtins.__dict__)
 
 
@@ -90,9 +84,8 @@ def _describe(exc: BaseException) -> dict:
 
 
 Source = str | types.CodeType  # text, or already compiled by the server
-# Larger programs are compiled in the child, under its limits and within its own time: CPython's
-# compile is superlinear in some sources (16/32/64 KiB of `f=lambda:0` lines: ~0.1/0.4/1.0 s
-# here), and a program must not stall the trusted server for long. Completions are far smaller.
+# CPython's compile time is superlinear in some sources (docs/sandbox.md, "Process layout"):
+# larger programs compile in the child, under its limits, not in the trusted server.
 SERVER_COMPILE_MAX = 16 * 1024
 
 
@@ -120,32 +113,21 @@ def _quiet_compile(source: str, filename: str, mode: str) -> types.CodeType:
         return _code(source, filename, mode)
 
 
-def _try_compile(source: str, filename: str, mode: str) -> Source:
-    """Compiled, or the text itself if it does not compile: the child then fails to compile
-    it too and reports why, as it would have."""
+@functools.lru_cache(maxsize=4096)
+def _dataset_code(source: str, filename: str, mode: str) -> Source:
+    """A test's or the setup's code (the dataset's, shared by a group's G completions) compiled,
+    or its text if it does not compile: the child then fails to compile it and reports why."""
     try:
         return _quiet_compile(source, filename, mode)
     except Exception:
         return source
 
 
-@functools.lru_cache(maxsize=4096)
-def _dataset_code(source: str, filename: str, mode: str) -> Source:
-    """A test's or the setup's code: the dataset's, shared by a group's G completions."""
-    return _try_compile(source, filename, mode)
-
-
 def precompiled(code: str, setup_code: str, parts: list[dict]) -> dict:
     """A job's program, setup code and test parts with code objects where they compile (in the
-    worker's server, which sends them to the child with ``marshal``).
-
-    A program that does not compile gets ``load_error``, the record its child would have sent:
-    the server reports it without forking (a truncated completion is a common one). Compiling
-    runs nothing, so an untrusted program's compilation is safe in the trusted server, and
-    bounded there by ``SERVER_COMPILE_MAX`` (CPython raises RecursionError or MemoryError, not
-    a crash, on the deepest nesting such a source can hold); a larger one is compiled in the
-    child, under its limits.
-    """
+    worker's server). A program that does not compile gets ``load_error``, the record its
+    child would have sent, and needs no fork. Compiling runs nothing, so it is safe in the
+    trusted server; up to ``SERVER_COMPILE_MAX``, a larger one is compiled in the child."""
     compiled: list[dict] = []
     for part in parts:
         if part["kind"] == "exec":
@@ -169,9 +151,8 @@ def precompiled(code: str, setup_code: str, parts: list[dict]) -> dict:
 @functools.lru_cache(maxsize=4)
 def _candidate(code: str) -> tuple[Source, dict | None]:
     """The program compiled, or its text and the ``load_error`` the child would send (or its
-    text alone: not a known compile error, the child compiles it). The last few are kept: a
-    whole program's tests are executions of their own, each of which would compile it again.
-    A code object is immutable; a child's changes to its copy stay in the child."""
+    text alone: not a known compile error, the child compiles it). Cached: a whole program's
+    tests are executions of their own, each of which would compile it again."""
     try:
         return _quiet_compile(code, "<candidate>", "exec"), None
     except COMPILE_ERRORS as exc:
@@ -275,16 +256,14 @@ def _text_stream(fd: int, mode: str) -> io.TextIOWrapper:
 
 
 # A whole program's stdin and stdout, made once in the worker before the zygote is forked
-# (``prepare_streams``), never read or written there: made in each child they cost ~85 page
-# faults, a fifth of a stdin/stdout test (docs/benchmarks.md). They name descriptors 0 and 1,
-# which the child points at the test's pipes before it runs the program.
+# (made in each child they cost page faults: docs/benchmarks.md, stdin/stdout section). They
+# name descriptors 0 and 1, which the child points at the test's pipes before the program runs.
 _STREAMS: list[io.TextIOWrapper] = []
 
 
 def prepare_streams() -> None:
-    """Made while descriptors 0 and 1 are pipes, as the child's will be: a stream caches what
-    its descriptor was when made (seekable or not), and the worker's own 0 and 1 are
-    ``/dev/null``, which is seekable; they are put back after."""
+    """Made while descriptors 0 and 1 are pipes, as the child's will be: a stream caches
+    whether its descriptor is seekable, and the worker's own 0 and 1 are ``/dev/null``."""
     saved = [os.dup(0), os.dup(1)]
     pipes = [os.pipe(), os.pipe()]
     try:
@@ -310,11 +289,8 @@ def _exit_status(code: object) -> int:
 def run_program(code: Source, argv: list[str] | None = None, files: dict | None = None) -> None:
     """Run a whole program on its stdin (fd 0: the test's input) and stdout (fd 1); never returns.
 
-    No records: as for any process a contest judge runs, what counts is the output, compared
-    on the trusted side, and how the process ended, which the zygote sees (an uncaught
-    exception is exit status 1, as with ``python3 prog.py``). Stream objects of their own
-    (``prepare_streams``), not the worker's, so no byte the worker buffered can reach them.
-    ``argv`` and ``files`` (written into the scratch directory first): a Python output
+    No records: what counts is the output, compared on the trusted side, and how the process
+    ended. ``argv`` and ``files`` (written into the scratch first): a Python output
     validator's arguments and the files they name.
     """
     status = 1
@@ -324,7 +300,7 @@ def run_program(code: Source, argv: list[str] | None = None, files: dict | None 
         if argv:  # as ``python3 SCRIPT ARGS``, whose directory (here the scratch) comes first
             sys.argv = list(argv)
             sys.path.insert(0, os.getcwd())
-        stdin, stdout = _STREAMS or (_text_stream(0, "r"), _text_stream(1, "w"))
+        stdin, stdout = _STREAMS
         sys.stdin = sys.__stdin__ = stdin
         sys.stdout = sys.__stdout__ = stdout
         namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
@@ -338,10 +314,9 @@ def run_program(code: Source, argv: list[str] | None = None, files: dict | None 
 
 
 def _main(code: Source, namespace: dict) -> int:
-    """The program, then what ``python3`` does before it exits: wait for its threads (a common
-    contest idiom runs ``main`` in a thread with a larger stack) and run its ``atexit``
-    handlers; an uncaught exception's traceback goes to stderr (its last line ends a runtime
-    error's detail). Returns the exit status."""
+    """The program, then what ``python3`` does before it exits: wait for its threads (contest
+    programs run ``main`` in a thread with a larger stack) and run its ``atexit`` handlers; an
+    uncaught exception's traceback goes to stderr. Returns the exit status."""
     try:
         exec(_code(code, "<candidate>", "exec"), namespace)
         status = 0
@@ -389,8 +364,6 @@ def _write_files(files: dict[str, bytes]) -> None:
             continue
         fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            _send(memoryview(data), fd)
         finally:
             os.close(fd)

@@ -1,17 +1,10 @@
-"""Kernel isolation for sandbox workers and the children they fork: the namespaces and the view.
+"""Kernel isolation for sandbox workers: the namespaces, the view and the lock.
 
-A worker enters new user, network, mount and IPC namespaces once at start-up (the user
-namespace maps an unprivileged sandbox uid, so ``RLIMIT_NPROC`` really applies, even when
-the pool runs as root; the IPC namespace allows no object: :data:`IPC_LIMITS`), makes a
-fresh root of only what programs need its root (``view.py``), makes the whole mount tree
-read-only and mounts a private, size-limited tmpfs as the scratch directory (``scratch.py``).
-Its zygote, PID 1 of the worker's PID namespace (``sandbox/isolated/server.py``, so every
-process an execution starts, ``setsid`` or not, can be found and killed from there:
-``reaping.py``), then locks that view for good (:func:`lock_down`: a second user and mount
-namespace, no capabilities; with the seccomp filter of ``sandbox/isolated/seccomp.py``).
-Whatever the kernel refuses is reported as a weaker level (``sandbox/wire/levels.py``); the
-pool refuses to run below the full level unless ``sandbox.min_isolation`` accepts it.
-docs/sandbox.md has the whole model.
+A worker enters new user, network, mount and IPC namespaces once at start-up (the sandbox
+uid is unprivileged, so ``RLIMIT_NPROC`` applies even when the pool runs as root), builds a
+fresh read-only root (``view.py``) and a scratch tmpfs (``scratch.py``); its zygote then
+locks that view (:func:`lock_down`). What the kernel refuses is reported as a weaker level
+(``sandbox/wire/levels.py``). docs/sandbox.md, "Who runs what", has the whole model.
 """
 
 from __future__ import annotations
@@ -69,11 +62,9 @@ def _write_id_maps(pid: int, ids: tuple[int, int], host_sandbox_id: int, privile
 
 
 def _enter_user_namespace(host_sandbox_id: int) -> bool:
-    """Unshare user+mount+net+IPC. Returns whether a separate sandbox uid is mapped.
-
-    A multi-line id map must be written from the parent namespace with CAP_SETUID there, so
-    a privileged pool forks a helper that stays outside and writes the map for us.
-    """
+    """Unshare user+mount+net+IPC; returns whether a separate sandbox uid is mapped. A
+    multi-line id map must be written from the parent namespace with CAP_SETUID, so a
+    privileged pool forks a helper that stays outside to write it."""
     ids = os.geteuid(), os.getegid()
     privileged = ids[0] == 0
     if not privileged:
@@ -119,9 +110,8 @@ def setup_worker(index: int, scratch: str) -> tuple[str, int]:
     level = LEVEL_NAMESPACES
     try:
         mount(None, "/", None, MS_REC | MS_PRIVATE, None)
-        # The new root in a directory of its own: never the scratch directory, which the
-        # server empties after each execution (were the view left half-built, with binds of
-        # the host's /usr or the venv under it, that would empty those).
+        # The new root in a directory of its own, never the scratch directory, which is
+        # emptied after each execution (with a half-built view's binds in it).
         root = scratch + ".view"
         os.mkdir(root, 0o755)
         view.build(root, scratch, view.python_profile())
@@ -137,10 +127,9 @@ def setup_worker(index: int, scratch: str) -> tuple[str, int]:
     return level, sandbox_uid
 
 
-# The worker's IPC namespace allows no SysV segment, queue or semaphore set and no POSIX
-# message queue: programs need none, each would hold memory that no process limit counts, and
-# a program's could outlive its execution. Set by the worker, ns-root of the user namespace
-# that owns the IPC namespace; the children have no capability there to raise them.
+# The worker's IPC namespace allows no SysV or POSIX IPC object: programs need none, each would
+# hold memory no process limit counts and could outlive its execution. Set by the worker, as
+# the namespace's owner; the children have no capability to raise them.
 IPC_LIMITS = {
     "kernel/shmmni": "0",
     "kernel/shmall": "0",
@@ -172,16 +161,10 @@ def setup_unisolated(scratch: str) -> tuple[str, int]:
 
 
 def mount_own_proc() -> bool:
-    """Mount a procfs of the caller's PID namespace on ``/proc``; False if refused. It is
-    writable until :func:`lock_down` has written the zygote's id maps through it, and
-    read-only after (kept so by the dropped capabilities and the seccomp filter).
-
-    Called by the zygote, the namespace's init, in the worker's mount namespace. The host's
-    ``/proc`` would show programs every process of the machine with its command line (where
-    a job's secrets may be); this one shows the namespace: the zygote and the execution. The
-    kernel refuses while parts of the host's ``/proc`` are covered, as container runtimes
-    do; the host's then stays, and the pool says so when it starts.
-    """
+    """Mount a procfs of the caller's PID namespace on ``/proc`` (the zygote's, before
+    :func:`lock_down` makes it read-only); False if refused, as where a container runtime
+    covers parts of the host's. The host's ``/proc`` would show programs every process of the
+    machine with its command line."""
     try:
         mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
     except OSError:
@@ -191,18 +174,13 @@ def mount_own_proc() -> bool:
 
 def lock_down(outer_uid: int) -> int:
     """Lock the worker's view for good, in the zygote before it serves; returns the uid the
-    children run as (the zygote's own).
+    children run as. Raises OSError where the kernel refuses a step.
 
-    The read-only bind mounts and hiding tmpfs mounts were made in the worker's user
-    namespace, where a process with CAP_SYS_ADMIN could still clear their read-only flag or
-    unmount them: an unprivileged pool's children are uid 0 there. So the zygote becomes
-    ``outer_uid`` (the mapped sandbox id, or the worker's own id where only that is mapped),
-    then enters a second user namespace and a mount namespace of its own: the kernel locks
-    every mount copied into a less privileged namespace (no unmounting what one covers, no
-    clearing a read-only flag), whatever capabilities that namespace grants. It maps only
-    :data:`SANDBOX_ID` there, to ``outer_uid``, and then drops every capability, the bounding
-    set included; the seccomp filter (``sandbox/isolated/seccomp.py``) and non-dumpability
-    follow in the zygote. Raises OSError where the kernel refuses a step.
+    The view's mounts were made in the worker's user namespace, where an unprivileged pool's
+    children would be uid 0 with CAP_SYS_ADMIN and could clear a read-only flag or unmount a
+    hiding tmpfs. So the zygote becomes ``outer_uid`` and enters a second user namespace
+    (mapping only :data:`SANDBOX_ID`) with a mount namespace of its own: the kernel locks every
+    mount copied into a less privileged namespace. Then it drops every capability.
     """
     if os.geteuid() != outer_uid:
         os.setgroups([])
@@ -242,12 +220,8 @@ def drop_capabilities() -> None:
 
 
 def pid_namespace(level: str) -> str:
-    """Unshare a PID namespace, so the next process we fork (the zygote) is its init.
-
-    A kernel that refuses leaves the zygote a plain child (a subreaper that finds an
-    execution's processes through ``/proc``), reported as the rlimits-only level: the
-    conservative claim.
-    """
+    """Unshare a PID namespace, so the next process we fork (the zygote) is its init. Where
+    the kernel refuses, the zygote is a plain child (a subreaper), reported as rlimits-only."""
     if level == LEVEL_RLIMITS:
         return level
     try:

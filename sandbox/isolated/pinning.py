@@ -1,24 +1,13 @@
 """The zygote's hot pages, pinned, so that every fork copies them at once instead of faulting.
 
-After a fork the zygote and its child share every page copy-on-write: the first write to a
-page, by either of them, is a page fault that copies it, and costs CPU (the trap, then the
-copy). CPython writes a reference count into every object it touches, so a child that runs
-a three-line program still copies many pages, and the zygote dozens more as it goes round
-its loop (docs/benchmarks.md, sandbox section).
-
-The kernel does not share a *pinned* anonymous page with a child: it copies it during the fork
-(Linux >= 5.9, "early COW"; the pin is for DMA, which must keep seeing the parent's page). That
-copy, freeing it at the child's exit included, costs less than the fault it replaces, in one
-pass inside ``fork()``, and after it neither process faults on that page. So the zygote finds
-the pages an execution writes (``calibrate``: one fork that runs the warm-up job and stops; the
-pages its child holds alone by then were written by it or by the zygote) and pins them as
-io_uring buffers (``pin``), the one long-term pin an unprivileged process can take. A page that
-neither writes would cost a copy for nothing, so the calibration job is a small one: a richer
-one pinned many more pages and was slower (docs/benchmarks.md, sandbox section).
-
-Where io_uring is unavailable (disabled by sysctl or seccomp) or ``RLIMIT_MEMLOCK`` (per
-user, shared by every worker: ~1 MiB each) is used up, nothing is pinned and the pool says
-why; executions are the same, only dearer.
+CPython writes a reference count into every object it touches, so after a fork the child and
+the zygote each copy, one page fault at a time, the pages an execution touches. The kernel
+does not share a *pinned* anonymous page with a child: it copies it inside ``fork()`` (Linux
+>= 5.9, "early COW"), which costs less than the fault it replaces. So the zygote finds the
+pages an execution writes (:func:`calibrate`) and pins them as io_uring buffers (:func:`pin`),
+the one long-term pin an unprivileged process can take. Where io_uring is unavailable or the
+user's ``RLIMIT_MEMLOCK`` is used up, nothing is pinned and the pool says why.
+docs/sandbox.md, "Pinned hot pages".
 """
 
 from __future__ import annotations
@@ -49,11 +38,8 @@ class _Iovec(ctypes.Structure):
 
 
 def private_ranges() -> list[tuple[int, int]]:
-    """This process's private writable mappings: what a fork shares copy-on-write.
-
-    The Python heap, the malloc heap, the stack and the libraries' data; not the kernel's
-    special mappings (vvar, vdso).
-    """
+    """This process's private writable mappings, which a fork shares copy-on-write: the heaps,
+    the stack and the libraries' data; not the kernel's special mappings (vvar, vdso)."""
     ranges = []
     with open("/proc/self/maps") as maps:
         for line in maps:
@@ -70,10 +56,8 @@ def private_ranges() -> list[tuple[int, int]]:
 
 def pages_with(pid: int | str, ranges: list[tuple[int, int]], bits: int) -> set[int]:
     """The addresses of the pages in ``ranges`` whose ``/proc/PID/pagemap`` entry has ``bits``.
-
-    Read with ``pread`` on a raw descriptor: the fewer objects the caller touches, the fewer
-    of its own pages it copies while a calibration child is alive.
-    """
+    Read with ``pread`` on a raw descriptor: the fewer objects we touch, the fewer of our pages
+    we copy while a calibration child is alive."""
     fd = os.open(f"/proc/{pid}/pagemap", os.O_RDONLY)
     try:
         entries = [
@@ -90,12 +74,10 @@ def pages_with(pid: int | str, ranges: list[tuple[int, int]], bits: int) -> set[
 
 
 def calibrate(run_child: Callable[[], object]) -> list[int]:
-    """Fork ``run_child``, which must stop itself (SIGSTOP); returns the pages to pin.
-
-    Those are the pages of our private mappings that the stopped child maps alone, i.e. that
-    were copied since the fork because it or we wrote them, and that we have (a page we never
-    touched would be created by the pin). Empty if the child did not stop in time.
-    """
+    """Fork ``run_child``, which must stop itself (SIGSTOP); returns the pages to pin: those of
+    our private mappings that the stopped child maps alone (copied since the fork, because it
+    or we wrote them) and that we have (a page we never touched would be created by the pin).
+    Empty if the child did not stop in time."""
     ranges = private_ranges()
     pid = os.fork()
     if pid == 0:
@@ -123,11 +105,9 @@ def calibrate(run_child: Callable[[], object]) -> list[int]:
 
 
 def pin(pages: list[int]) -> int:
-    """Pin ``pages`` (sorted addresses) as io_uring fixed buffers; returns the ring's fd.
-
-    The pin lasts as long as the ring: keep the fd open (and close it in every child).
-    Raises OSError (io_uring refused, or RLIMIT_MEMLOCK exceeded: ENOMEM).
-    """
+    """Pin ``pages`` (sorted addresses) as io_uring fixed buffers; returns the ring's fd, which
+    must stay open (and be closed in every child). Raises OSError (io_uring refused, or
+    RLIMIT_MEMLOCK exceeded: ENOMEM)."""
     try:
         return _register(pages)
     except OSError as exc:

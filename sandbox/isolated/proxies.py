@@ -1,15 +1,11 @@
-"""Both sides of a split job (``sandbox/isolated/split.py``): the other side's objects as
-proxies whose every use asks that side.
+"""Both sides of a split job (``split.py``): the other side's objects as proxies whose every use
+asks that side.
 
-A name the tests use and the setup code does not define is asked for once, all together, before
-the setup code runs: a value (a constant) comes as a value, anything else (a function, a class,
-an instance) as a :class:`Remote` for the object, which stays in the program's process. Using a
-``Remote`` (calling it, reading or setting an attribute, an operator, ``len``, iterating it,
-``str``) sends one request. An exception class of the program's becomes a class here of the same
-name and builtin base, so ``assertRaises(BufferEmptyException)`` catches what the program
-raises. A function or object the test hands the program (a callback, a mock file) is a
-``Remote`` there in turn, which the program may call, read a public attribute of or apply an
-operator to; while a side waits for its answer it answers the other's requests.
+The names the tests use and the setup code does not define are asked for once, together: a
+constant comes as a value, anything else as a :class:`Remote` for the object, which stays in
+the program's process; each use of it (a call, an attribute, an operator, ``len``, iteration,
+``str``) is one request. A program's exception class becomes a class here of the same name and
+builtin base, so ``assertRaises(BufferEmptyException)`` catches what the program raises.
 """
 
 from __future__ import annotations
@@ -28,12 +24,11 @@ class ProgramError(Exception):
 
 class Calls:
     """One side's end of the two pipes: it asks the other side (one request at a time) and,
-    while it waits for the answer, answers the other side's requests, which a call may make
-    (the program calling back a function the test handed it, which calls the program...).
-
-    ``local`` holds the objects this side handed over (by number: ``HANDLE``); ``names`` is the
-    program's namespace, where this is the program's side (None: the tests', which the program
-    may only call, read a public attribute of, or apply an operator to, on what it was handed).
+    while it waits, answers the other side's requests, which a call may make (the program
+    calling back a function the test handed it). ``local`` holds the objects this side handed
+    over (``HANDLE``); ``names`` is the program's namespace on the program's side (None: the
+    tests', where the program may only call, read a public attribute of, or apply an operator
+    to what it was handed).
     """
 
     def __init__(
@@ -194,18 +189,7 @@ def _forward(function: str, reflected: bool = False) -> Any:
 
 # Operators and builtins on an object of the other side's, applied there by the ``operator``
 # function or builtin of that name (``FUNCTIONS``).
-ARITHMETIC = (
-    "add",
-    "sub",
-    "mul",
-    "truediv",
-    "floordiv",
-    "mod",
-    "pow",
-    "matmul",
-    "lshift",
-    "rshift",
-)
+ARITHMETIC = tuple("add sub mul truediv floordiv mod pow matmul lshift rshift".split())  # noqa: SIM905
 BITWISE = ("and_", "or_", "xor")  # __and__ -> operator.and_
 UNARY_AND_OTHERS = ("eq", "ne", "lt", "le", "gt", "ge", "neg", "pos", "abs", "invert", "index")
 ITEMS = ("contains", "getitem", "setitem", "delitem")

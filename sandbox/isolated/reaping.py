@@ -1,9 +1,6 @@
-"""Killing and reaping every process an execution left behind, ``setsid`` or double-forked.
-
-The zygote calls it after each execution: as PID 1 of the worker's PID namespace it kills the
-whole namespace (:func:`kill_namespace`); without one it is a child subreaper and kills its
-descendants level by level (:func:`kill_tree`). :func:`descendants` also serves
-``python -m sandbox.bench``, which sums the CPU time of the pool's processes.
+"""Killing and reaping every process an execution left behind, ``setsid`` or double-forked:
+the whole PID namespace from its init, else the zygote's descendants, level by level.
+:func:`descendants` also serves ``python -m bench.sandbox``.
 """
 
 from __future__ import annotations
@@ -14,14 +11,10 @@ import signal
 
 
 def kill_namespace(main: int) -> int | None:
-    """As PID 1 of a PID namespace: SIGKILL every other process in it and reap them all.
-
-    ``kill(-1)`` from a namespace's init reaches every process of the namespace but itself,
-    and every orphan is re-parented to init, so "no child left" means "nothing left". A
-    process cannot fork once SIGKILL is pending, so the loop ends; it repeats the kill in case
-    a fork completed while the first one was being delivered. Returns ``main``'s wait status
-    (None if it was reaped before).
-    """
+    """As PID 1 of a PID namespace: SIGKILL every other process in it and reap them all, so
+    "no child left" means "nothing left" (orphans come to init). The kill is repeated in case
+    a fork completed while the first was delivered. Returns ``main``'s wait status (None if
+    it was reaped before)."""
     main_status = None
     while True:
         try:
@@ -38,12 +31,8 @@ def kill_namespace(main: int) -> int | None:
 
 
 def kill_tree(main: int, root: int) -> int | None:
-    """Without a PID namespace: SIGKILL ``main`` and every descendant of ``root``.
-
-    The zygote is then a child subreaper, so ``setsid`` grandchildren are re-parented to it
-    instead of escaping to the host's init, and :func:`kill_descendants` reaches them.
-    Returns ``main``'s wait status.
-    """
+    """Without a PID namespace: SIGKILL ``main`` and every descendant of ``root`` (a child
+    subreaper, so ``setsid`` grandchildren come to it). Returns ``main``'s wait status."""
     with contextlib.suppress(ProcessLookupError):
         os.kill(main, signal.SIGKILL)
     try:
@@ -79,14 +68,10 @@ def descendants(root: int) -> dict[int, list[bytes]]:
 
 def kill_descendants(root: int) -> int:
     """SIGKILL every process below ``root``, the calling process, a child subreaper; returns
-    how many.
-
-    Kill every child and reap it; the children of a killed process are re-parented to us, so
-    repeating that reaches the whole tree, level by level, and ends, since a process with
-    SIGKILL pending cannot fork. The children come from ``/proc/<root>/task/<root>/children``,
-    one small file, so an execution costs the same however many processes the machine runs.
-    A kernel without that file (``CONFIG_PROC_CHILDREN``) gets a scan of ``/proc``.
-    """
+    how many. The children of a killed process are re-parented to us, so killing and reaping
+    children until none is left reaches the whole tree (a process with SIGKILL pending cannot
+    fork). They come from ``/proc/<root>/task/<root>/children``, not a scan of ``/proc``, where
+    the kernel has that file: an execution then costs the same however busy the machine."""
     killed = 0
     while found := _children(root):
         for pid in found:

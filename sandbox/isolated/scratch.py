@@ -21,17 +21,12 @@ def mount_scratch(scratch: str, owner: int) -> None:
 
 def clean_scratch(scratch: str) -> None:
     """Empty the scratch directory after an execution (only the worker runs by then); never
-    raises, whatever the program left there.
+    raises, whatever the program left there: an exception would end the worker.
 
-    An untouched directory (most executions) costs one ``listdir``; otherwise its entries
-    are removed. The tmpfs itself is never replaced: the zygote's locked mount namespace
-    (``namespaces.lock_down``) holds a copy of this mount, made when it locked, which would not
-    see a new one; removing the files frees their space in the one tmpfs both see, and its
-    inode limit bounds the walk. The walk is iterative and holds one descriptor, reaching each
-    directory from its parent's (``dir_fd``), never by path: 1,100 nested directories made
-    ``shutil.rmtree`` raise RecursionError, which ended the worker, twice, and made a wrong
-    program's verdict ``infra_error`` (masked); a chain of 4,096 one-letter directories is
-    longer than a path may be.
+    The tmpfs is never replaced: the zygote's locked mount namespace holds a copy of this
+    mount, which would not see a new one. The walk is iterative and holds one descriptor,
+    reaching each directory from its parent's, never by path or recursion: a program may leave
+    a chain of directories deeper than a path or Python's stack may be.
     """
     try:
         fd = os.open(scratch, _DIRECTORY)

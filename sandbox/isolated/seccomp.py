@@ -1,31 +1,13 @@
-"""A seccomp filter for sandboxed programs: refuse the system calls that reshape the sandbox.
+"""The seccomp filters of the sandbox, classic BPF built with ``ctypes`` (no compiler needed).
 
-Installed by each worker's zygote after it has locked its view of the file system
-(``namespaces.lock_down``), so every execution's process inherits it and cannot remove it.
-It is a deny list over an otherwise open set: programs need the ordinary calls of an
-interpreter (files, memory, threads, signals, time), and the layers below this one (the
-namespaces, locked read-only mounts, no capabilities, rlimits) already bound what those can
-do. What it refuses is what could undo those layers, or reach past them into the kernel's
-larger attack surfaces:
-
-- changing mounts (``mount``, ``umount2``, ``mount_setattr``, the new mount API,
-  ``pivot_root``, ``chroot``), even where a capability would allow it;
-- new namespaces or joining others (``unshare``, ``setns``, ``clone`` with a ``CLONE_NEW*``
-  flag; ``clone3``, whose flags a classic filter cannot read, answers ``ENOSYS`` so the C
-  library falls back to ``clone``, as container runtimes do);
-- reading or writing other processes (``ptrace``, ``process_vm_readv``/``writev``,
-  ``pidfd_getfd``, ``kcmp``);
-- kernel interfaces programs never need: ``bpf``, keyrings, ``perf_event_open``,
-  ``userfaultfd``, ``io_uring``, module loading, ``kexec``, ``reboot``, swap, accounting,
-  quotas, clocks, host and domain names, ``personality``, file handles, ``syslog``, port I/O.
-
-A process of another architecture's system-call table (the 32-bit x86 or x32 entry points,
-whose numbers differ) is killed: numbers checked against one table must not be reachable
-through another. Built as a classic BPF program with ``ctypes``: no library or compiler is
-needed. Tables exist for x86-64 and AArch64 (tests/unit/sandbox/isolated/test_seccomp.py checks them
-against the kernel headers where those are installed); elsewhere :func:`install` raises, the
-worker reports a weaker isolation level, and the pool refuses it unless
-``sandbox.min_isolation`` accepts it.
+The zygote's refuses the system calls that could undo the other layers (mounts, namespaces,
+other processes, the zygote itself) or reach past them into the kernel's larger attack
+surfaces. A deny list over an otherwise open set: programs need an interpreter's ordinary
+calls, and the namespaces, locked mounts, no capabilities and rlimits bound what those can
+do. A process using another system-call table (32-bit x86, x32) is killed: numbers checked
+against one table must not be reachable through another. Tables for x86-64 and AArch64;
+elsewhere :class:`Filter` raises and the worker reports a weaker level. docs/sandbox.md
+("Seccomp") lists what is refused and why.
 """
 
 from __future__ import annotations
@@ -113,37 +95,27 @@ NAMESPACE_FLAGS |= 0x20000000 | 0x40000000
 CLONE_THREAD = 0x00010000
 X32_SYSCALL_BIT = 0x40000000
 
-# The zygote is PID 1 of every execution's PID namespace, and the only process there that is
-# not the execution's own: these calls name a process by their first argument and are refused
-# for PID 1, so a program cannot lower the zygote's limits (prlimit64: every later child died
-# in its own setrlimit), renice or re-pin it, move its pages or signal it (a PID namespace's
-# init drops signals it has no handler for; the zygote keeps none, and these are refused too).
-# setpriority and ioprio_set also take a user or a process group, which would include the
-# zygote (it shares the children's uid): only PRIO_PROCESS of another PID is allowed.
+# Calls that name a process by their first argument, refused for PID 1, the zygote (it shares
+# the children's uid): a program must not lower its limits, renice or re-pin it, move its pages
+# or signal it. setpriority also takes a user or a process group, which would include the
+# zygote: only PRIO_PROCESS of another PID is allowed.
 PID_TARGETED = (  # noqa: SIM905
     "kill tkill tgkill rt_sigqueueinfo rt_tgsigqueueinfo prlimit64 "
     "sched_setparam sched_setscheduler sched_setattr pidfd_open migrate_pages move_pages"
 ).split()
 ZYGOTE_PID = 1
 PRIO_PROCESS = 0
-# Refused whatever they name: pidfd_send_signal takes a descriptor (a pidfd, or a /proc/PID
-# directory), whose process a filter cannot see; ioprio_set no program needs;
-# sched_setaffinity on itself would take an execution off its worker's CPU onto the others'
-# (wall-clock deadlines: a program could make its neighbours time out); and the IPC objects
-# (shmget, msgget, semget, mq_open), which the IPC namespace's limits forbid where the worker
-# could set them, and which would otherwise outlive an execution in its worker, charged to
-# the worker's cgroup.
+# Refused whatever they name: pidfd_send_signal (its target is a descriptor, which a filter
+# cannot read), ioprio_set, sched_setaffinity (an execution on its neighbours' CPU could make
+# them time out) and the IPC objects (which would outlive an execution in its worker).
 PID_DENIED = (  # noqa: SIM905
     "pidfd_send_signal ioprio_set sched_setaffinity shmget msgget semget mq_open"
 ).split()
-# Socket families a program may open: local sockets, and IPv4/IPv6 in its network namespace
-# (which has no interface up). AF_VSOCK reached the VM's other side, AF_NETLINK, AF_PACKET and
-# the rest are kernel surface no test needs; socketpair takes the same first argument.
+# Socket families a program may open (its network namespace has no interface up); AF_VSOCK
+# reached the VM's other side, the rest is kernel surface no test needs.
 SOCKET_FAMILIES = (1, 2, 10)  # AF_UNIX, AF_INET, AF_INET6
-# Where no cgroup bounds an execution's memory (docs/sandbox.md), the child adds these:
-# no second process (fork, vfork, clone without CLONE_THREAD: threads share one address
-# space, which RLIMIT_AS bounds) and no memory outside it (memfd_create, memfd_secret; the
-# zygote's filter refuses the IPC objects).
+# Where no cgroup bounds an execution's memory, the child adds these: no second process (clone
+# without CLONE_THREAD too; threads share the address space RLIMIT_AS bounds), no memfds.
 FALLBACK_DENIED = ("fork", "vfork", "memfd_create", "memfd_secret")
 
 # Classic BPF as seccomp reads it: struct sock_filter {u16 code; u8 jt; u8 jf; u32 k}.
@@ -252,12 +224,10 @@ class _SockFprog(ctypes.Structure):
 
 
 class Filter:
-    """A filter assembled once and loaded with one ``prctl`` per process: the zygote's
-    (``fallback`` False), or the child's extra one where no cgroup bounds its memory
-    (:data:`FALLBACK_DENIED`), made in the worker so that each child only loads it
-    (assembling it in every child cost ~0.5 ms of a ~1.7 ms execution; loading costs ~70 us
-    of kernel time, where the kernel compiles it for the process). Raises OSError where the
-    architecture has no table."""
+    """A filter assembled once, in the worker, and loaded with one ``prctl`` per process: the
+    zygote's, or (``fallback``) the child's extra one where no cgroup bounds its memory.
+    Assembling it in every child would cost a large share of an execution (docs/benchmarks.md,
+    sandbox section). Raises OSError where the architecture has no table."""
 
     def __init__(self, fallback: bool = False) -> None:
         machine = os.uname().machine  # not platform: the zygote of every worker would import it
@@ -277,11 +247,9 @@ class Filter:
         )
 
     def install(self) -> None:
-        """Load the filter on the calling process (and so on every process it forks).
-
-        No-new-privileges must already be set (the worker sets it): the kernel refuses a
-        filter otherwise to a process without CAP_SYS_ADMIN. Raises OSError where it refuses.
-        """
+        """Load the filter on the calling process (and so on every process it forks). The
+        kernel refuses it to a process without no-new-privileges (the worker sets it) or
+        CAP_SYS_ADMIN: OSError."""
         check(libc.prctl(*self._args), "seccomp filter")
 
 

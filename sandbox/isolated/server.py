@@ -1,28 +1,18 @@
 """A long-lived sandbox worker: isolation once, then exactly one fork per execution.
 
 Started by the pool as ``python -I`` with an empty environment and one end of a socketpair
-(its ``fd`` option) to talk to the pool. This process, the *server*, enters its user, network
-and mount namespaces (a user namespace can only be entered by a single-threaded process),
-unshares a PID namespace, pre-imports what programs commonly use, warms the child's code
-paths up, freezes the garbage collector's view of all that, and forks the *zygote*
-(``sandbox/isolated/zygote.py``): PID 1 of the namespace, the only process that forks per execution.
+(option ``fd``). This process, the *server*, enters its namespaces (a user namespace needs a
+single-threaded process), unshares a PID namespace, pre-imports what programs use, warms the
+child's code paths up, freezes the garbage collector and forks the *zygote* (``zygote.py``),
+the only process that forks per execution. Two processes, because after a fork every page the
+forking process writes is a copy-on-write fault: the server, which polls and talks to the pool,
+never forks again. Neither imports zmq or ``threading`` (whose after-fork hook costs every
+child page faults). docs/sandbox.md, "Process layout".
 
-Two processes, because a fork write-protects every page of the process that forks, which then
-pays a copy-on-write fault, and the CPU it costs, for each page it writes afterwards: many per
-execution when the process that forked also did the polling and the JSON (docs/benchmarks.md,
-sandbox section). The server never forks again, so the zygote's work per execution is a few
-system calls, and the server's is free of faults. Neither process imports zmq or
-``threading``: ``threading``'s after-fork hook alone costs a child a hundred-odd page faults.
-
-Per execution the server makes three pipes (job, values, output; a split job's two processes
-more: ``_start_split``), hands the child's ends to the zygote, writes the job into the job pipe
-and watches: the value pipe (records), the merged stdout/stderr pipe (counted and discarded, so
-a print flood costs nothing) and, for a job whose records stream to the pool, the socket
-(``stop`` for this job; later ``run`` messages are queued). The pool keeps two jobs in flight
-per worker, so the next ``run`` is usually already there; for other jobs it waits in the socket
-until this one is done, which saves a wake-up per execution (docs/benchmarks.md, sandbox
-section). Deadlines are enforced by having the zygote SIGKILL everything, which no ``except
-BaseException`` can swallow.
+Per execution the server makes the child's pipes (job, values, output), hands them to the
+zygote, writes the job and watches the pipes and, for a streamed job, the socket (``stop``;
+later ``run`` messages are queued). Other jobs' messages wait in the socket until the
+execution ends: a wake-up saved. Deadlines are enforced by the zygote's SIGKILL.
 """
 
 from __future__ import annotations
@@ -45,39 +35,17 @@ from sandbox.isolated import child, limits, namespaces, seccomp, split, zygote
 from sandbox.isolated.pipes import Channel, Writer
 from sandbox.isolated.scratch import clean_scratch
 from sandbox.isolated.syscalls import PR_SET_NO_NEW_PRIVS, prctl
-from sandbox.wire.frames import (
-    FILE_CAP,
-    FLUSH_BYTES,
-    READ_BYTES,
-    ChildRecords,
-    Frames,
-)
+from sandbox.wire.frames import FILE_CAP, FLUSH_BYTES, READ_BYTES, ChildRecords, Frames
 from sandbox.wire.levels import LEVEL_FULL, LEVEL_NAMESPACES
 
 # What programs import often enough that importing it in every child would cost more than
-# carrying it in every fork. A preloaded module is not free: each of its pages and mappings is
-# copied by every fork and torn down by every exit, while an import in the child costs far
-# more per execution (the measurements are in docs/benchmarks.md, sandbox section). Of
-# MBPP's 974 reference solutions, 78 import re, 42 math, 27 collections, 18 heapq, 12
-# itertools, 4 cmath, 3 operator, 3 array, 2 bisect, 1 copy, 1 datetime and none anything
-# else; HumanEval's prompts import typing. Left out: datetime, decimal, fractions, random
-# (which also reseeded itself in every child), statistics and unicodedata.
-PRELOAD = [
-    "array",
-    "bisect",
-    "cmath",
-    "collections",
-    "copy",
-    "functools",
-    "heapq",
-    "itertools",
-    "json",
-    "math",
-    "operator",
-    "re",
-    "string",
-    "typing",
-]
+# carrying it in every fork (each preloaded page and mapping is copied by every fork and torn
+# down by every exit): what MBPP's references and HumanEval's prompts import (docs/benchmarks.md,
+# sandbox section). Not ``random``, which would reseed itself in every child.
+PRELOAD = (  # noqa: SIM905
+    "array bisect cmath collections copy functools heapq itertools json math operator re string "
+    "typing"
+).split()
 IDLE_POLL_S, WARM_UP_ROUNDS = 0.5, 20
 POLL_IN = select.POLLIN | select.POLLHUP | select.POLLERR
 WARM_UP_CODE = "import re\ndef f(x):\n    return [x + 1, 'a', (1, 2.5), {1: None}]\n"
@@ -102,10 +70,8 @@ class Worker:
         self.executions, self.base_size = 0, 0
 
     def execute(self, job: dict) -> None:
-        """One execution: pipes to the zygote, watch, have it swept, report ``done``.
-
-        A program that does not compile is reported here, without a fork.
-        """
+        """One execution: pipes to the zygote, watch, have it swept, report ``done``. A program
+        that does not compile is reported without a fork."""
         start = time.monotonic()
         payload = child.precompiled(job["code"], job["setup_code"], job["parts"])
         if "load_error" in payload:
@@ -150,7 +116,6 @@ class Worker:
             self._done(job, status, signum, [], start, out=out, err=err, exit=exit_status)
 
     def _start(self, children: list[tuple[bytes, list[int]]]) -> None:
-        """Have the zygote fork each child with its descriptors, then closed here."""
         try:
             for message, fds in children:
                 socket.send_fds(self.ctl, [message], fds)
@@ -179,11 +144,8 @@ class Worker:
 
     def _limits(self, job: dict) -> list[tuple[int, int]]:
         """The child's rlimits, computed here so the child runs as little Python as it can.
-
-        RLIMIT_AS is the zygote's address space (what a child starts with) plus
-        ``memory_mb``, or the job's own where it is lower (a problem's memory limit); its size
-        is re-read every 64 executions, not every time.
-        """
+        RLIMIT_AS is the zygote's address space (re-read every 64 executions) plus
+        ``memory_mb``, or the job's own where it is lower."""
         if self.executions % 64 == 0:
             self.base_size = limits.virtual_size(self.args.zygote_proc)
         self.executions += 1
@@ -199,22 +161,12 @@ class Worker:
 
         Records are sent on as they arrive only when the pool asked for it (it stops an
         execution at the first failure), or once ``FLUSH_BYTES`` of them wait; otherwise they
-        travel with ``done``, one message. They stay bytes here, counted and capped
-        (``frames.ChildRecords``): the front decodes each as it judges it, so what an
-        execution's records hold here is at most ``FLUSH_BYTES`` plus one frame and one read,
-        however many it writes. The job is written at once when the pipe takes it all (a job
-        under 64 KiB), else as the child reads it.
+        travel with ``done``. They stay bytes here, counted and capped (``ChildRecords``).
         """
-        poller = select.poll()
         watched = [val_r, out_r, self.ctl.fileno()]
         if job.get("stream"):  # the pool may send ``stop`` for this job
             watched.append(self.chan.fd)
-        for fd in watched:
-            poller.register(fd, POLL_IN)
-        if writer.write():
-            writer.close()
-        else:
-            poller.register(writer.fd, select.POLLOUT)
+        poller = _poller(watched, writer)
         pipe = ChildRecords(len(job["parts"]))
         held = 0
         overall = start + job["timeout_s"]
@@ -267,17 +219,10 @@ class Worker:
         kept: list,
     ) -> str:
         """A whole program's execution: its stdout (``out_r``) goes to the pool in messages of
-        ``FLUSH_BYTES`` (the rest with ``done``), its stderr (``err_r``) is counted and
-        discarded but for its first ``stderr_bytes`` (``kept``: a compiler's errors, a
-        traceback), each capped at ``max_output_bytes``; its stdin is written as it reads.
-        Ends at the end of its stdout (``eof``), or its deadline."""
-        poller = select.poll()
-        for fd in (out_r, err_r, self.ctl.fileno()):
-            poller.register(fd, POLL_IN)
-        if writer.write():
-            writer.close()
-        else:
-            poller.register(writer.fd, select.POLLOUT)
+        ``FLUSH_BYTES``, its stderr (``err_r``) is counted and discarded but for its first
+        ``stderr_bytes`` (``kept``), each capped at ``max_output_bytes``. Ends at the end of
+        its stdout (``eof``) or its deadline."""
+        poller = _poller([out_r, err_r, self.ctl.fileno()], writer)
         deadline = start + job["timeout_s"]
         cap = job["max_output_bytes"]
         sizes = {out_r: 0, err_r: 0}
@@ -315,10 +260,8 @@ class Worker:
                         pending = 0
 
     def _stop_requested(self, job_id: int) -> bool:
-        """Read the socket: queue later jobs, note ``exit``, report a ``stop`` for this job.
-
-        A pool that has gone away (end of file) stops the execution and the worker.
-        """
+        """Read the socket: queue later jobs, note ``exit``, report a ``stop`` for this job. A
+        pool that has gone away (end of file) stops the execution and the worker."""
         messages = self.chan.receive()
         if messages is None:
             self.exiting = True
@@ -335,13 +278,10 @@ class Worker:
         return stop
 
     def _finish(self, status: str) -> tuple[str, int, int]:
-        """Have the zygote kill what is left; returns the status, the ending signal and the
-        exit status (-1 where the child did not exit on its own).
-
-        A child that closed its value pipe gets a moment to die on its own, so a real signal
-        (SIGSEGV, SIGXFSZ, SIGXCPU), or its exit status, is seen; a SIGKILL the zygote sent
-        reports 0.
-        """
+        """Have the zygote kill what is left; returns the status, the ending signal (0 for the
+        zygote's own SIGKILL) and the exit status (-1 where the child did not exit). A child
+        that closed its value pipe gets a moment to die on its own, so a real signal (SIGSEGV,
+        SIGXFSZ, SIGXCPU) or exit status is seen."""
         self.ctl.send(b"K" + (b"1" if status == "eof" else b"0"))
         while True:
             reply = self.ctl.recv(64)
@@ -379,15 +319,21 @@ class Worker:
                 return  # the pool is gone
 
 
-def _warm_up() -> None:
-    """Run the child's code paths here a few times before the first fork.
+def _poller(fds: list[int], writer: Writer) -> select.poll:
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, POLL_IN)
+    if writer.write():
+        writer.close()
+    else:
+        poller.register(writer.fd, select.POLLOUT)
+    return poller
 
-    CPython 3.11 specialises bytecode in place while it warms up: code that first runs in a
-    child writes its counters into pages shared with the zygote, one copy-on-write page
-    fault each, in every execution. Warming the harness, the canonical serialiser and
-    ``prctl`` through ctypes here saved many faults per execution (docs/benchmarks.md,
-    sandbox section). Only this fixed, trusted snippet runs in the worker.
-    """
+
+def _warm_up() -> None:
+    """Run the child's code paths here a few times before the first fork: CPython specialises
+    bytecode in place, and code first run in a child writes into pages it shares with the
+    zygote, a copy-on-write fault each, in every execution. Only this fixed snippet runs."""
     job = child.precompiled(WARM_UP_CODE, "", WARM_UP_PARTS)  # code objects, as children get
     for _ in range(WARM_UP_ROUNDS):
         namespace = {"__name__": "__main__", "__builtins__": builtins}
@@ -399,17 +345,10 @@ def _warm_up() -> None:
 
 
 def _start_zygote(args: types.SimpleNamespace, uid: int, level: str) -> socket.socket:
-    """Fork the zygote (after ``namespaces.pid_namespace``: the namespace's init); returns the
-    control socket. It gets neither the pool's socket nor our end of the control pair.
-
-    Sets ``args.own_proc`` (the zygote mounted the namespace's ``/proc``, see
-    ``namespaces.mount_own_proc``), ``args.zygote_proc``, where we read the zygote's
-    ``/proc`` entry: that mount, shared with us, shows it as PID 1, ``args.pinned`` and
-    ``args.pin_note``: how many hot pages it pinned, or why none (``sandbox/isolated/pinning.py``),
-    and ``args.compiled_loop``: whether it runs its loop in C (``sandbox/isolated/_zygote.c``), and
-    ``args.locked`` / ``args.lock_note``: whether it locked itself down (``zygote._lock_down``),
-    or why not.
-    """
+    """Fork the zygote (the PID namespace's init); returns the control socket. Sets what the
+    zygote reports first (``zygote.py``'s protocol) on ``args``: ``own_proc``,
+    ``compiled_loop``, ``locked``, ``pinned``, ``pin_note``, ``lock_note``, and
+    ``zygote_proc``, its PID as our ``/proc`` shows it."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     calibration = zygote.frame_job(calibration_job()) if args.pin else None
     pid = os.fork()
@@ -433,7 +372,6 @@ def _start_zygote(args: types.SimpleNamespace, uid: int, level: str) -> socket.s
 
 
 def _prepare() -> None:
-    """Everything children inherit instead of doing themselves, then the warm-up."""
     for name in PRELOAD:
         importlib.import_module(name)
     os.environ.clear()
@@ -452,19 +390,15 @@ def _prepare() -> None:
 def main(argv: list[str]) -> None:
     """Isolate, prepare, fork the zygote, report ready, serve until the pool goes away.
 
-    ``argv[0]`` is the pool's options as one JSON object (index, fd, scratch, memory_mb,
-    isolation, cpu, pin, loop_library: the zygote's C loop or None; cgroup_fds, oom_fd,
-    memory_fallback): ``argparse`` would import ``shutil``, and with it zlib, bz2 and lzma,
-    into the zygote, whose every mapping each fork copies and each exit tears down.
+    ``argv[0]`` is the pool's options as one JSON object: ``argparse`` would import ``shutil``,
+    and with it zlib, bz2 and lzma, into the zygote, whose every mapping each fork copies.
     """
     args = types.SimpleNamespace(**json.loads(argv[0]))
     args.front_pid = os.getppid()
     if args.cpu is not None:  # first: the zygote and every child inherit it
         os.sched_setaffinity(0, {args.cpu})
     args.loop, args.loop_note = zygote.load_loop(args.loop_library)  # before the namespaces
-    # The execution cgroup's descriptors, opened by the front (sandbox/trusted/cgroups.py):
-    # the zygote keeps cgroup.procs for its children to join; we read the OOM counter. Without
-    # a cgroup, children refuse themselves a second process and RLIMIT_AS is the bound.
+    # The execution cgroup's descriptors (the front opened them), or the fallback's filter.
     fallback = seccomp.Filter(fallback=True) if args.memory_fallback else None
     args.memory = (tuple(args.cgroup_fds), fallback)
     args.memory_mb = limits.address_space_mb(args.memory_mb, bool(args.cgroup_fds))

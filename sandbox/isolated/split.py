@@ -1,23 +1,18 @@
 """A test that is code, judged in a process the program cannot reach.
 
-A ``check`` function with a loop, a test that builds its input with the dataset's helpers
-(LeetCode's ``list_node``), a test module, any test the trusted side cannot judge from values
-alone, used to run in the program's own process, which could patch the harness or read the
-test's expected values. Such a job runs as two processes, both forked by the zygote:
+A test the trusted side cannot judge from values alone (a ``check`` function, a test that
+builds its input with the dataset's helpers) must not run in the program's process, which could
+patch the harness or read the expected values. Such a job runs as two processes, both forked
+by the zygote:
 
-- the **program's process** reads its own job (the program, and the setup code's plain classes
-  whose objects cross by value) and then only answers calls; it never receives the tests nor
-  the rest of the setup code, which come in the other's job pipe, and its value pipe is closed
-  before the program runs, so it cannot write a record;
-- the **tests' process** runs the setup code and each test, with a proxy for every name they
-  use and do not define (the program's: ``sandbox/isolated/proxies.py``); a call crosses as
-  values (``sandbox/wire/remote.py``), an object the program keeps (a ``Solution()``) as a
-  handle, dropped after each test, so every test starts from fresh instances. It alone writes
-  the records, as the harness does.
+- the **program's process** loads the program (and the setup code's shared classes) and then
+  only answers calls; it never receives the tests, and its value pipe is closed first;
+- the **tests' process** runs the setup code and each test, with a proxy for every name of the
+  program's they use (``proxies.py``); calls cross as values (``sandbox/wire/remote.py``), an
+  object the program keeps as a handle, dropped after each test. It alone writes records.
 
-Both are non-dumpable, as every process of the sandbox: the program can kill the tests' process
-(its tests then fail), not read or trace it. Each reads its calls on descriptor 4 and writes on
-5: the requests go from the tests' 5 to the program's 4, the replies back.
+The program can kill the tests' process (its tests then fail), not read or trace it. Each
+reads its calls on descriptor 4 and writes on 5.
 """
 
 from __future__ import annotations
@@ -31,8 +26,8 @@ from sandbox.isolated import child
 from sandbox.isolated.proxies import Calls
 
 IN_FD, OUT_FD = 4, 5  # each process's call pipes: what it reads, what it writes
-# One call's arguments or value as JSON; larger (``remote.CALL_CHARS`` of text in its tagged
-# form can come close) reads as the other process gone, which fails the test.
+# One call's arguments or value as JSON; a larger frame reads as the other process gone, which
+# fails the test.
 FRAME_CAP = 64 * 1024 * 1024
 
 
@@ -48,9 +43,6 @@ def _receive(fd: int) -> Any:
     return json.loads(body) if body and len(body) == size else None
 
 
-# ---- the program's process ---------------------------------------------------------------------
-
-
 def serve(job: dict) -> None:
     """Load the program, report it to the tests' process, then answer its calls until it
     closes the requests pipe; never returns."""
@@ -61,7 +53,7 @@ def serve(job: dict) -> None:
         _send(OUT_FD, failure or {"t": "loaded"})
         if failure is not None:
             child._exit(0)
-        calls = Calls(_sender, _receiver, job["shared"], namespace)
+        calls = Calls(_SENDER, _RECEIVER, job["shared"], namespace)
         calls.share(namespace)
         while (request := _receive(IN_FD)) is not None:
             answer = calls.answer(request)
@@ -72,12 +64,8 @@ def serve(job: dict) -> None:
     child._exit(0)
 
 
-def _sender(message: dict) -> None:
-    _send(OUT_FD, message)
-
-
-def _receiver() -> Any:
-    return _receive(IN_FD)
+_SENDER = functools.partial(_send, OUT_FD)
+_RECEIVER = functools.partial(_receive, IN_FD)
 
 
 def run_tests(job: dict) -> None:
@@ -88,7 +76,7 @@ def run_tests(job: dict) -> None:
         if type(loaded) is not dict or loaded.get("t") != "loaded":
             child._send(child.frame(_load_failure(loaded)))
             child._exit(0)
-        calls = Calls(_sender, _receiver, job["shared"])
+        calls = Calls(_SENDER, _RECEIVER, job["shared"])
         namespace = _setup(job["setup_code"], job["ask"], calls)
         calls.share(namespace)
         calls.tell("mark")
@@ -104,11 +92,10 @@ def run_tests(job: dict) -> None:
 
 
 def _setup(source: child.Source, ask: list[str], calls: Calls) -> dict:
-    """The tests' namespace: the program's values of the names the setup code and the tests use
-    and do not bind (``ask``: ``testplan.program_names``, asked for at once), then the setup
-    code run over them (a test module's classes, LeetCode's helpers), with
-    ``__program__(name)`` for a name the loader took from an import of the solution's module. A
-    setup code that fails is reported as the load's failure."""
+    """The tests' namespace: the program's values of the names the setup code and tests use
+    and do not bind (``ask``), then the setup code run over them, with ``__program__(name)``
+    for a name taken from an import of the solution's module. A setup code that fails is
+    reported as the load's failure."""
     namespace: dict[str, Any] = {"__name__": "tests", "__builtins__": builtins}
     try:
         code = child._code(source, "<setup>", "exec")

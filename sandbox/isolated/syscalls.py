@@ -1,9 +1,5 @@
 """The kernel calls the isolated side needs and ``os`` lacks, through ``ctypes`` (no compiler,
-no third-party package): ``unshare``, ``prctl``, ``mount``, ``mount_setattr`` and raw
-``syscall``, each raising OSError with the call's errno where the kernel refuses.
-
-Shared by the namespace set-up (``namespaces.py``), the scratch mount (``scratch.py``), the
-seccomp filter (``seccomp.py``) and the pinned pages (``pinning.py``).
+no third-party package), each raising OSError with the call's errno where the kernel refuses.
 """
 
 from __future__ import annotations

@@ -1,15 +1,12 @@
-"""The file system programs see: a fresh root built from an allowlist, not the host's with parts
-hidden.
+"""The file system programs see: a fresh root built from an allowlist, not the host's with
+parts hidden.
 
-The worker's server builds it once, in its own mount namespace, before the zygote is forked
-(``namespaces.setup_worker``): a small tmpfs becomes the root (``pivot_root``), holding
-read-only binds of only what a program needs, and the host's root is detached. What is not
-bound is not there: a file the host has at ``/``, a directory made there after the pool
-started, ``/sys``, the host's ``/etc``, the GPUs' device files. docs/sandbox.md lists what a
-program can read. The zygote then locks this view (``namespaces.lock_down``).
-
-The binds are a :class:`Profile`: Python's today; a compiled language adds its toolchain's
-directories to ``binds`` (and the limits that fit a compiler, elsewhere).
+Built once by the worker's server in its own mount namespace (``namespaces.setup_worker``): a
+small tmpfs becomes the root, holding read-only binds of only what a program needs, and the
+host's root is detached. What is not bound is not there, including what the host makes later.
+The zygote then locks the view (``namespaces.lock_down``). docs/sandbox.md lists what a
+program can read. A compiled language's toolchain would add its directories to a
+:class:`Profile`.
 """
 
 from __future__ import annotations
@@ -78,13 +75,9 @@ def python_profile() -> Profile:
 
 def build(new_root: str, scratch: str, profile: Profile) -> None:
     """Make ``new_root`` (an existing directory) the root of this mount namespace, holding
-    only the allowlist; the host's root is detached. Raises OSError where the kernel refuses
-    (the worker then reports the weaker level).
-
-    ``/proc`` is the host's, bound: the zygote mounts its PID namespace's own on top (the
-    kernel allows a new procfs only where one is already fully visible), and the worker's
-    server reads the zygote's counters there. The scratch directory is made empty at its own
-    path; ``scratch.mount_scratch`` mounts its tmpfs afterwards.
+    only the allowlist; the host's root is detached. Raises OSError where the kernel refuses.
+    ``/proc`` is the host's, bound: the kernel allows the zygote's own procfs on top only where
+    one is fully visible. The scratch's tmpfs is mounted afterwards (``scratch.py``).
     """
     mount("tmpfs", new_root, "tmpfs", MS_NOSUID | MS_NODEV, "size=4m,nr_inodes=4096,mode=0755")
     try:
@@ -97,12 +90,9 @@ def build(new_root: str, scratch: str, profile: Profile) -> None:
 
 
 def _fill(new_root: str, scratch: str, profile: Profile) -> None:
-    """The binds, files and mount points of the new root (still at ``new_root``).
-
-    A checkout under a bound directory (the official Python image's ``/usr/src/app``) is
-    covered by an empty tmpfs, and the profile's paths inside it (the ``sandbox`` package, a
-    virtualenv) are bound again on top: the project's tests and data are not part of a view.
-    """
+    """The binds, files and mount points of the new root (still at ``new_root``). A checkout
+    under a bound directory (the Python image's ``/usr/src/app``) is covered by an empty tmpfs,
+    with the profile's paths inside it (the ``sandbox`` package, a virtualenv) bound again."""
     for top in SYSTEM_DIRS:
         if os.path.islink(top):
             os.symlink(os.readlink(top), new_root + top)
@@ -148,25 +138,25 @@ def _etc(new_root: str) -> None:
         with open(f"{new_root}/etc/{name}", "w") as f:
             f.write(text)
     for name in ETC_FILES:
-        host = os.path.realpath(f"/etc/{name}")
-        if os.path.isfile(host):
-            with open(f"{new_root}/etc/{name}", "w"):
-                pass
-            mount(host, f"{new_root}/etc/{name}", None, MS_BIND, None)
+        if os.path.isfile(host := os.path.realpath(f"/etc/{name}")):
+            _bind_file(host, f"{new_root}/etc/{name}")
 
 
 def _dev(new_root: str) -> None:
     os.mkdir(new_root + "/dev", 0o755)
     for name in DEVICES:
-        with open(f"{new_root}/dev/{name}", "w"):
-            pass
-        mount(f"/dev/{name}", f"{new_root}/dev/{name}", None, MS_BIND, None)
+        _bind_file(f"/dev/{name}", f"{new_root}/dev/{name}")
     for name, target in DEVICE_LINKS.items():
         os.symlink(target, f"{new_root}/dev/{name}")
 
 
+def _bind_file(source: str, target: str) -> None:
+    with open(target, "w"):
+        pass
+    mount(source, target, None, MS_BIND, None)
+
+
 def _pivot(new_root: str) -> None:
-    """``pivot_root`` into ``new_root`` and detach the old root with every mount under it."""
     number = SYS_PIVOT_ROOT.get(os.uname().machine)
     if number is None:
         raise OSError(38, f"no pivot_root number for {os.uname().machine}")

@@ -1,47 +1,27 @@
 """The zygote: the one process of a worker that forks, one child per execution.
 
-It is PID 1 of the worker's PID namespace, so it can kill every process an execution left
-behind, ``setsid()`` or double-forked, with ``kill(-1, SIGKILL)`` and reap them all (orphans
-are re-parented to it). It is forked from the worker's server once, after every module is
-imported and warmed up, and then does as little as possible, because every page a process
-writes after a fork is a copy-on-write fault, and each costs CPU: the server, which never
-forks, does the JSON, the polling and the talking to the pool. Before it serves, it pins the
-pages an execution writes anyway (``sandbox/isolated/pinning.py``), which each fork then copies at
-once: the child then takes about a third as many faults per execution, the zygote about a
-quarter (docs/benchmarks.md, sandbox section).
+PID 1 of the worker's PID namespace, so ``kill(-1, SIGKILL)`` reaches every process an
+execution left, ``setsid()`` or not, and it reaps them all. Forked once from the server, after
+everything is imported and warmed up, it then does as little as it can: every page it writes
+after a fork is a copy-on-write fault. Before serving it pins the pages an execution writes
+anyway (``pinning.py``). Its loop runs in C (``_zygote.c``: writes only its stack) where it
+was built and the zygote is its namespace's init; else in Python (:func:`_python_loop`).
 
 Protocol on a SOCK_SEQPACKET socketpair with the server:
 
-- First, unasked: ``P``, then ``1`` if the zygote mounted its PID namespace's ``/proc`` (else
-  ``0``), ``c`` if it runs the compiled loop (else ``p``), ``L`` if it locked itself down
-  (else ``-``; see :func:`_lock_down`), the number of hot pages it pinned (4 bytes,
-  little-endian), and then, as UTF-8 text, why none were pinned (see ``pinning.py``),
-  a NUL, and why it could not lock itself down ("" for each that went well).
-- ``R`` + three descriptors (job pipe read end, value pipe and output pipe write ends):
-  fork a child, which reads its job (code, setup code, test parts, rlimits; framed by
-  :func:`frame_job`) from the job pipe and then runs it. Replies ``F`` only if the fork
-  failed. A split job (``sandbox/isolated/split.py``) sends five: its call pipes' two ends
-  follow, for the program's process (``R``) and then its tests' (``r``: swept with the
-  execution, but not the child whose ending is reported). A whole program's job (``stdio``)
-  goes on in the same pipe with the test's input, which becomes the program's stdin; its
-  stdout is the value pipe and its stderr the output pipe (no records: a contest judge reads
-  the program's output and exit status).
-- ``K`` + grace byte: kill the execution's processes; reply ``S`` + (has status, wait status
-  of the child, whether we killed it). With grace, a child that already closed its value
-  pipe gets up to 100 ms to die on its own first, so the signal that really ended it is seen.
-
-The job is in ``marshal`` format: one C call to decode in the child, where ``json.loads`` ran
-enough Python to write dozens more pages per execution (docs/benchmarks.md, sandbox section).
-That direction only: the trusted server encodes it. What the child sends back is JSON, because
-``marshal`` is not safe to decode from an adversary.
-
-The loop itself runs in C (``sandbox/isolated/_zygote.c``, built by the front:
-``sandbox/trusted/native_build.py``) where it could be built and the zygote is its namespace's
-init: the Python loop below allocates as it goes, and after each fork every page it writes is
-a copy-on-write fault, in every execution. The C loop writes only its stack (less zygote CPU
-per execution, docs/benchmarks.md). It returns to Python only in a new child. Without a
-namespace, or where it could not be built (``sandbox.zygote_loop = "python"`` asks for this
-too), the Python loop does the same.
+- First, unasked: ``P``, then ``1`` if it mounted its namespace's ``/proc`` (else ``0``),
+  ``c`` for the C loop (else ``p``), ``L`` if it locked itself down (else ``-``), the number
+  of hot pages pinned (:data:`PINNED`), then as UTF-8 why none were pinned, a NUL, and why it
+  could not lock itself down ("" for each that went well).
+- ``R`` + three descriptors (job pipe read end, value and output pipe write ends): fork a
+  child, which reads its job (:func:`frame_job`: ``marshal``, which only the trusted server
+  writes; the child's records come back as JSON) and runs it. Replies ``F`` only if the fork
+  failed. A split job (``split.py``) sends five, the call pipes' ends last: ``R`` for the
+  program's process, then ``r`` for its tests'. A whole program's (``stdio``) test input
+  follows its job in the pipe; its stdout is the value pipe, its stderr the output pipe.
+- ``K`` + grace byte: kill the execution's processes; reply ``S`` + :data:`STATUS` (has
+  status, the child's wait status, whether we killed it). With grace, a child that closed
+  its value pipe gets up to 100 ms to die on its own, so the signal that ended it is seen.
 """
 
 from __future__ import annotations
@@ -77,7 +57,6 @@ def frame_job(payload: dict) -> bytes:
 
 
 def _read_job(fd: int) -> dict:
-    """One job (:func:`frame_job`) from the job pipe."""
     (size,) = JOB_HEADER.unpack(child.read_exactly(fd, JOB_HEADER.size))
     return marshal.loads(child.read_exactly(fd, size))
 
@@ -89,11 +68,9 @@ class _ChildSetup(NamedTuple):
     uid: int
     devnull: int  # the child's stdin
     death_signal: bool  # False as a PID namespace's init, whose death kills the namespace
-    # The worker's execution cgroup: its cgroup.procs, one per hierarchy, opened for writing by
-    # the front (sandbox/trusted/cgroups.py); the child writes itself into each.
+    # The execution cgroup's cgroup.procs, opened by the front: the child writes itself in.
     cgroup_fds: tuple[int, ...] = ()
-    # No cgroup: the child refuses itself a second process and memfds (seccomp.py), so that
-    # RLIMIT_AS bounds what it holds (limits.address_space_mb); None with a cgroup.
+    # No cgroup: the child refuses itself a second process and memfds (``seccomp.py``).
     fallback: seccomp.Filter | None = None
 
 
@@ -108,23 +85,16 @@ def serve(
 ) -> None:
     """The zygote's loop; never returns (exits when the server's end closes).
 
-    ``memory``: the execution cgroup's ``cgroup.procs`` descriptors every child joins, and
-    whether children refuse themselves a second process instead (no cgroup; see
-    :class:`_ChildSetup`).
-
-    First, as the namespace's init and where ``full`` (the worker has its own mount namespace
-    and read-only view), it mounts the namespace's ``/proc``; then, given a ``calibration``
-    job (see :func:`_pin_hot_pages`), it pins its hot pages; then, where ``full``, it locks
-    itself down (:func:`_lock_down`) before any program runs. It tells the server how each
-    went, and whether it runs the C loop: given one (``loop``, ``_zygote.c``) and as
-    its namespace's init.
+    As the namespace's init and where ``full`` (the worker has its read-only view), it mounts
+    the namespace's ``/proc``, pins its hot pages (given a ``calibration`` job) and locks
+    itself down before any program runs, then tells the server how each went. ``memory``:
+    the cgroup.procs descriptors every child joins, and the fallback filter (no cgroup).
     """
     code = 0
     try:
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        # Python's SIGINT handler, the one it installs: a namespace's init drops only the
-        # signals it has no handler for, so with it a program's SIGINT to PID 1 ended the
-        # zygote (the seccomp filter refuses kill(1) too, pidfd_send_signal altogether).
+        # A namespace's init drops only the signals it has no handler for: with Python's SIGINT
+        # handler, a program's SIGINT to PID 1 ended the zygote.
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         in_namespace = os.getpid() == 1
         if not in_namespace:  # orphans come to us: reaping.kill_descendants reaches them
@@ -156,8 +126,8 @@ def serve(
 
 
 def _python_loop(ctl: socket.socket, setup: _ChildSetup, in_namespace: bool) -> None:
-    """The protocol of the module docstring, in Python (``_zygote.c`` does the same in C):
-    until the server's end closes. Returns in the zygote only; a child runs its job."""
+    """The protocol of the module docstring in Python (``_zygote.c`` does it in C). Returns in
+    the zygote only, when the server's end closes; a child runs its job."""
     main = -1
     while True:
         message, fds, _, _ = socket.recv_fds(ctl, 16, 5)
@@ -178,14 +148,10 @@ def _python_loop(ctl: socket.socket, setup: _ChildSetup, in_namespace: bool) -> 
 
 
 def _lock_down(uid: int) -> str:
-    """Lock the view, drop every capability (``namespaces.lock_down``), refuse the system
-    calls that could reshape the sandbox (``seccomp.py``) and become non-dumpable (no
-    process of ours may read or trace this one); every child inherits all of it. Returns why
-    a step failed ("" when all held): the worker then reports a weaker isolation level.
-
-    After the pages are pinned: calibration reads a child's page map, which needs both
-    dumpable. The death signal is set again: a change of uid clears it.
-    """
+    """Lock the view and drop every capability (``namespaces.lock_down``), install the seccomp
+    filter and become non-dumpable; every child inherits all of it. Returns why a step failed
+    ("" when all held): the worker then reports a weaker level. After the pinning, whose
+    calibration needs both processes dumpable; a change of uid clears the death signal."""
     try:
         namespaces.lock_down(uid)
         seccomp.install()
@@ -198,12 +164,10 @@ def _lock_down(uid: int) -> str:
 
 
 def _probe_cgroup(fds: tuple[int, ...]) -> str:
-    """Join the execution cgroup once in a child as every child will (locked down, as the
-    sandbox uid); returns why it could not ("" when it could). A child that cannot join exits
-    before its program runs, which would judge every program a ``runtime_error`` with no
-    word to the operator (a v2 kernel that checks the writer's own credentials, a group
-    removed under the pool): so the worker reports the weaker level instead, and the pool
-    refuses to start, saying this."""
+    """Join the execution cgroup once in a child, as every child will; returns why it could
+    not ("" when it could). A child that cannot join exits before its program runs, which
+    would judge every program a ``runtime_error`` silently: the worker reports the weaker
+    level instead, and the pool refuses to start, saying this."""
     pid = os.fork()
     if pid == 0:
         code = 0
@@ -218,14 +182,9 @@ def _probe_cgroup(fds: tuple[int, ...]) -> str:
 
 
 def _pin_hot_pages(calibration: bytes, setup: _ChildSetup) -> tuple[int, str]:
-    """Run the ``calibration`` job (``marshal``, as real jobs; it must end by stopping
-    itself) in one child and pin the pages it copied; returns (pages pinned, why not).
-
-    The child runs the real child's code path, but keeps our uid: a process that changed its
-    uid is not dumpable, and we could not read its ``/proc/PID/pagemap``. The ring that holds
-    the pin stays open for the zygote's life; each child closes its copy with every other
-    descriptor before its job runs.
-    """
+    """Run the ``calibration`` job (it ends by stopping itself) in one child and pin the pages
+    it copied; returns (pages pinned, why not). The child keeps our uid: one that changed its
+    uid is not dumpable, and its ``/proc/PID/pagemap`` would be closed to us."""
     try:
         if os.readlink("/proc/self") != str(os.getpid()):
             return 0, "/proc shows another PID namespace than the zygote's"
@@ -255,7 +214,6 @@ def _pin_hot_pages(calibration: bytes, setup: _ChildSetup) -> tuple[int, str]:
 
 
 def _start(fds: list[int], setup: _ChildSetup) -> int:
-    """Fork the execution's child; the pipe ends are the child's alone afterwards."""
     try:
         pid = os.fork()
     except OSError:
@@ -268,10 +226,7 @@ def _start(fds: list[int], setup: _ChildSetup) -> int:
 
 
 def _sweep(main: int, grace: bool, in_namespace: bool) -> tuple[int | None, bool]:
-    """Kill every process of the execution; returns (the child's wait status, killed by us).
-
-    ``in_namespace``: the zygote is its PID namespace's init (found once, in :func:`serve`).
-    """
+    """Kill every process of the execution; returns (the child's wait status, killed by us)."""
     if grace:
         for _ in range(100):
             pid, status = os.waitpid(main, os.WNOHANG)
@@ -289,10 +244,8 @@ def _sweep(main: int, grace: bool, in_namespace: bool) -> tuple[int | None, bool
 
 def _child(fds: list[int], setup: _ChildSetup) -> None:
     """Runs in the child: read the job, then descriptors, limits, privileges, the harness.
-
-    The environment is already empty, the umask and no-new-privileges already set (in the
-    worker, inherited): every Python line here costs page faults in every child.
-    """
+    What can be is set in the worker and inherited: every Python line here costs page faults
+    in every child."""
     job_r, val_w, out_w = fds[:3]
     calls = fds[3:]  # a split job's process: its call pipes' ends, in and out
     try:
@@ -338,9 +291,8 @@ def _child(fds: list[int], setup: _ChildSetup) -> None:
 
 
 def load_loop(path: str | None) -> tuple[types.ModuleType | None, str]:
-    """The zygote's C loop, from the library the pool built
-    (``sandbox/trusted/native_build.py``), or None and why not (the zygote then runs the Python
-    loop). Loaded before the zygote is forked, which inherits it."""
+    """The zygote's C loop from the library the pool built, or None and why not (the zygote
+    then runs the Python loop). Loaded before the zygote is forked, which inherits it."""
     if path is None:
         return None, ""
     loader = importlib.machinery.ExtensionFileLoader("sandbox.isolated._zygote", path)

@@ -1,44 +1,33 @@
 """Compare a program's stdout with a problem's answer file, as a contest judge does.
 
-The semantics are those of the Kattis **default output validator**: problemtools'
-``support/default_validator/default_validator.cc`` (read at Kattis/problemtools 8f733ef,
-2026-05), with the flags of ``problem.yaml`` (``validator_flags``) and ``testdata.yaml``
-(``output_validator_flags``):
+The semantics are those of the Kattis **default output validator** (problemtools'
+``support/default_validator/default_validator.cc``), with the flags of ``problem.yaml``
+(``validator_flags``) and ``testdata.yaml`` (``output_validator_flags``):
 
-- Both files are split into tokens: maximal runs of bytes that are not C ``isspace`` in the C
-  locale (space, ``\\t \\n \\v \\f \\r``). Every other byte, NUL, the other control bytes and any
-  byte >= 0x80 (invalid UTF-8 included), is part of a token. Tokens are compared in order; the
-  output must end when the answer does (trailing output fails) and must not end first.
-- Without ``space_change_sensitive`` the whitespace between tokens is not compared at all
-  (leading and trailing whitespace included). With it, the output's bytes of whitespace must be
-  the answer's, byte for byte, everywhere (a missing final newline or a ``\\r\\n`` fails).
-- Letters compare case-insensitively (ASCII only, like ``strcasecmp``) unless
-  ``case_sensitive``.
-- ``float_absolute_tolerance E``, ``float_relative_tolerance E``, and ``float_tolerance E``
-  (both); a later flag overrides an earlier one. With a tolerance, an answer token that is a
-  number is compared as one: the output token must be a number too (else wrong answer, whatever
-  the strings), accepted when ``|a - o| <= abs_tol`` or ``|a - o| <= rel_tol * |a|``. A number
-  is what ``sscanf("%lf%10s")`` reads whole: decimal or hexadecimal (``0x1.8p3``), with an
-  optional sign, exponent or point (``1.``, ``.5``); integers count (so with a tolerance
-  ``2.0e2`` matches ``200``, although problemtools' own comments say otherwise); ``inf``,
-  ``nan`` and what overflows to infinity (``1e999``) are not numbers and compare as strings.
-  Without a tolerance every token is a string (``1.0`` does not match ``1.00``).
+- Tokens are maximal runs of bytes that are not C ``isspace`` (space, ``\\t \\n \\v \\f \\r``);
+  every other byte, NUL and invalid UTF-8 included, is part of a token. They are compared in
+  order; the output must end when the answer does.
+- Whitespace is not compared, unless ``space_change_sensitive``: then the output's must be the
+  answer's, byte for byte (a missing final newline fails). Letters compare ignoring ASCII case
+  unless ``case_sensitive``.
+- ``float_absolute_tolerance E``, ``float_relative_tolerance E``, ``float_tolerance E`` (both);
+  a later flag overrides an earlier one. With a tolerance, an answer token that is a number
+  needs an output token that is a number with ``|a - o| <= abs_tol`` or ``<= rel_tol * |a|``.
+  A number is what ``sscanf("%lf%10s")`` reads whole: decimal or hexadecimal, integers
+  included (``2.0e2`` matches ``200``); ``inf``, ``nan`` and what overflows (``1e999``) compare
+  as strings. Without a tolerance every token is a string (``1.0`` does not match ``1.00``).
 
 Three deliberate differences, each stricter than the C program:
 
-- A token is compared whole: ``strcmp`` on ``c_str()`` stops at a NUL, so the validator would
-  take ``42\\0junk`` for ``42``.
-- A dangling exponent (``1e``, ``1e+``, ``0x1p``) is not a number. glibc without the fix for
-  BZ #12701 (2.36, tried) reads it as the number before it; the C standard does not.
+- A token is compared whole: ``strcmp`` stops at a NUL, so the validator takes ``42\\0junk``
+  for ``42``.
+- A dangling exponent (``1e``, ``1e+``, ``0x1p``) is not a number; glibc before 2.36 reads it
+  as the number before it, the C standard does not.
 - With a tolerance, an output token is read up to :data:`FLOAT_TOKEN_LIMIT` bytes (every
   double's exact decimal expansion fits): a longer one facing a number is not a number.
-  Otherwise it is read up to one byte past the answer token's length, which decides.
 
-Streaming: the output and the answer are iterables of byte chunks cut anywhere; each is read
-once, holding its current chunk and a token, or the tokens of up to :data:`BATCH_SIZE` bytes of
-it: memory is O(chunk size + longest answer token). Runs the two share are skipped at C speed.
-The message names the first difference as the validator's does (token, lines, expected and
-got), tokens cut to about 30 bytes.
+Both sides are iterables of byte chunks cut anywhere, each read once: memory is O(chunk size +
+longest answer token). The message names the first difference as the validator's does.
 """
 
 from __future__ import annotations
@@ -69,7 +58,7 @@ _TOKEN_RUN = re.compile(rb"[^ \t\n\r\x0b\x0c]*")
 _TOKEN_FIND = re.compile(rb"[^ \t\n\r\x0b\x0c]+")
 # Whitespace -> " ", any other byte -> "x": a token ends where "x " occurs.
 _CLASSES = bytes(0x20 if b in _WHITESPACE else 0x78 for b in range(256))
-BATCH_SIZE = 8192  # bytes split into tokens at once: a list of at most 4,096, ~170 kB
+BATCH_SIZE = 8192  # bytes split into tokens at once
 _PROBE = 32  # the first bytes compared before looking for a longer shared run
 _SHOW = 30  # bytes of a token shown in a message (as problemtools: 30, +5 before cutting)
 
@@ -414,20 +403,13 @@ def compare_bytes(
     output: bytes, answer: bytes, flags: AnswerFlags | None = None, chunk_size: int = CHUNK_SIZE
 ) -> AnswerComparison:
     """:func:`compare_streams` on two byte strings, cut into ``chunk_size`` chunks."""
-    return compare_streams(_chunks(output, chunk_size), _chunks(answer, chunk_size), flags)
-
-
-def _chunks(data: bytes, size: int) -> Iterator[bytes]:
-    view = memoryview(data)
-    for start in range(0, len(data), size):
-        yield bytes(view[start : start + size])
+    return compare_streams(aligned((output,), chunk_size), aligned((answer,), chunk_size), flags)
 
 
 def aligned(chunks: Iterable[bytes], size: int = CHUNK_SIZE) -> Iterator[bytes]:
-    """``chunks`` cut again at every multiple of ``size`` bytes (holding at most ``size``):
-    two streams cut at the same offsets let the comparison skip the runs they share at C
-    speed, which it does only within chunks: a 50 MB output in the worker's ~300 kB pieces
-    against its answer in 64 KiB chunks took ~10 s to compare, aligned ~0.25 s."""
+    """``chunks`` cut again at every multiple of ``size`` bytes (holding at most ``size``): two
+    streams cut at the same offsets let the comparison skip the runs they share at C speed,
+    which it does only within chunks (docs/benchmarks.md, stdin/stdout section)."""
     pending: list[bytes] = []
     held = 0
     for chunk in chunks:

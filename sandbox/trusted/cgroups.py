@@ -1,41 +1,19 @@
 """A cgroup per worker for its executions: memory and process limits however a program
 allocates (fork, threads, memfd, shared memory, tmpfs writes, page cache).
 
-RLIMIT_AS bounds one process's address space, not what an execution holds: 64 processes
-each under it, or memory no address space counts (a memfd written through ``write``, a tmpfs
-file, shared memory) went far past ``sandbox.memory_mb``. The kernel's memory controller
-charges every page a process allocates, whatever the path, to its cgroup, and its pids
-controller counts every process and thread; so each worker gets an *execution group* and
-every child the zygote forks joins it before its program runs.
+RLIMIT_AS bounds one process's address space, not what an execution holds (many processes, or
+memory no address space counts). The memory controller charges every page to its cgroup and
+the pids controller counts every process and thread; so each worker gets an *execution group*
+which every child joins before its program runs. v1 (``memory`` and ``pids`` hierarchies) or
+v2 (below this process's own group, which must let the controllers down: the kernel refuses
+that to a group with processes in it, unless it is the hierarchy's root).
 
-Where the pool can have one:
-
-- **cgroup v1** (these machines: ``memory`` and ``pids`` mounted in hierarchies of their own):
-  under this process's own group in each hierarchy, found through ``/proc/self/cgroup`` and
-  ``/proc/self/mountinfo``; root may write there, an ordinary user where the group was
-  delegated to them (made theirs with ``chown``, as systemd's ``Delegate=yes`` does).
-- **cgroup v2** (unified): below this process's own group, which must let the controllers
-  down (``+memory +pids`` in its ``cgroup.subtree_control``); the kernel refuses that to a
-  group with processes in it unless it is the hierarchy's real root (a cgroup namespace's
-  root is no exception), so v2 works for a pool at the root or in a delegated group it does
-  not share with its own process; moving the pool into a leaf first is not done yet. Not run
-  on these machines (their v2 mount has no controllers).
-
-Layout: ``<own group>/grpo-sandbox-<pid namespace>-<pid>-<n>/worker-<i>`` in each
-hierarchy, made at pool start, removed when it closes (a replaced worker keeps its group);
-groups of pools whose process is gone are removed by the next pool that starts.
-
-The zygote stays outside, in the pool's own group, so the group's OOM killer can pick only an
-execution's processes. The front opens each execution group's ``cgroup.procs`` for writing and
-hands the descriptors to the worker (``pass_fds``); the zygote keeps them and each child
-writes ``0`` (itself) to each before it drops privileges and closes them. The kernel checks
-the *opener's* credentials on such a write (v1: ``of->file->f_cred``; v2: the same since
-Linux 5.16), so a child that is an unprivileged uid in its own user and PID namespaces may
-still move itself: tested on this kernel (6.18) as root and as an ordinary user. ~40 us per
-execution here (docs/benchmarks.md). The front also opens the group's OOM counter
-(``memory.oom_control`` or ``memory.events``) for the server, which reads it after each
-execution: a rise is that execution's (one at a time per group), reported as ``memory``,
-judged ``memory_limit``.
+Layout: ``<own group>/grpo-sandbox-<pid namespace>-<pid>-<n>/worker-<i>``, made at pool start,
+removed when it closes; groups of pools whose process is gone are removed by the next pool.
+The zygote stays outside, so the OOM killer picks only an execution's processes. The front
+opens each group's ``cgroup.procs`` for the worker: the kernel checks the *opener's*
+credentials on a write, so an unprivileged child may move itself in. docs/sandbox.md, "The
+memory layer".
 """
 
 from __future__ import annotations
@@ -70,11 +48,10 @@ class Hierarchy:
 
 
 def find_hierarchies(cgroup_text: str, mountinfo_text: str, root: str = "") -> list[Hierarchy]:
-    """The hierarchies of ``/proc/self/cgroup`` (``cgroup_text``) that hold the memory or pids
-    controller (v1), or the unified one (v2, controllers not yet known: ``()``), each with
-    the directory of this process's group, found through the mounts of ``mountinfo_text``.
-    ``root`` is prefixed to every path (tests give a fake tree). A hierarchy mounted nowhere
-    we can see our group (a mount of another part of the tree) is left out."""
+    """The hierarchies of ``/proc/self/cgroup`` that hold the memory or pids controller (v1),
+    or the unified one (v2, controllers not yet known: ``()``), each with the directory of this
+    process's group, found through the mounts of ``mountinfo_text`` (none where no mount shows
+    our group). ``root`` is prefixed to every path (tests give a fake tree)."""
     mounts: list[tuple[str, str, str, set[str]]] = []  # (fstype, root, mount point, options)
     for line in mountinfo_text.splitlines():
         left, sep, right = line.partition(" - ")
@@ -130,10 +107,9 @@ class ExecutionGroup:
         self.version, self.dirs, self.memory_dir = version, dirs, memory_dir
 
     def worker_fds(self) -> tuple[list[int], int]:
-        """Fresh descriptors for a worker process: each hierarchy's ``cgroup.procs``
-        (write-only: a child writes ``0`` to join) and the OOM counter (read-only: the
-        server reads it after each execution). The caller closes them once the worker
-        process has its copies."""
+        """Fresh descriptors for a worker process: each hierarchy's ``cgroup.procs`` (a child
+        writes ``0`` to join) and the OOM counter (read-only). The caller closes them once the
+        worker process has its copies."""
         procs = []
         try:
             for directory in self.dirs:
@@ -161,12 +137,6 @@ class ExecutionGroup:
         name = "memory.max_usage_in_bytes" if self.version == 1 else "memory.peak"
         with contextlib.suppress(OSError):
             _write(os.path.join(self.memory_dir, name), "0")
-
-    def remove(self) -> None:
-        """Remove the group's directories; waits a moment for the last processes of a
-        killed worker to leave (``EBUSY`` until then), and leaves a group that will not
-        empty to the next pool's clean-up."""
-        _remove_groups(self.dirs, time.monotonic() + _REMOVE_WAIT_S)
 
 
 class PoolGroups:
@@ -248,12 +218,9 @@ def open_pool_groups(
     root: str = "",
 ) -> tuple[PoolGroups | None, str]:
     """The pool's cgroup and its ``workers`` execution groups, made under this process's own
-    group, or None and why not.
-
-    Tries v1 first (memory, with pids where it has its own hierarchy), then v2. Removes the
-    groups of dead pools it finds there. The texts default to this process's
-    ``/proc/self/cgroup`` and ``/proc/self/mountinfo``; ``root`` prefixes every path (tests).
-    """
+    group (v1 first, then v2), or None and why not. Removes the groups of dead pools it finds
+    there. ``cgroup_text`` and ``mountinfo_text`` default to this process's; ``root``
+    prefixes every path (tests)."""
     try:
         if cgroup_text is None:
             cgroup_text = _read(f"{root}/proc/self/cgroup")
@@ -326,12 +293,9 @@ def _try(
 
 
 def remove_stale_groups(place: str) -> list[str]:
-    """Remove the groups under ``place`` of pools whose process is gone; returns them.
-
-    Only pools of this PID namespace: another's processes cannot be seen from here, and
-    ``rmdir`` would take an idle pool's (empty) groups from under it. A group that still
-    holds a process stays (``EBUSY``).
-    """
+    """Remove the groups under ``place`` of pools whose process is gone; returns them. Only
+    pools of this PID namespace: another's processes cannot be seen from here, and ``rmdir``
+    would take an idle pool's (empty) groups from under it."""
     removed = []
     namespace = host.pid_namespace()
     try:

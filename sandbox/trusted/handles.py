@@ -1,13 +1,9 @@
 """The pool front's handle on one worker process: start, dispatch, stop, replace, kill.
 
-Up to ``DEPTH`` jobs are in flight per worker: the next job is already in the worker's queue
-when it finishes one, so it never sits idle while the pool judges the last result and sends
-it more work. Messages from the worker carry the job id; only the oldest job in flight runs.
-
-The pool talks to each worker over a Unix socketpair (no path a child could connect to)
-with length-prefixed marshal frames (``sandbox/wire/frames.py``). The pool's end is non-blocking
-with an outbox, so the pool never blocks on a worker that is itself busy writing a large
-result.
+Up to ``DEPTH`` jobs are in flight per worker, so the next is queued when one finishes;
+messages carry the job id, and only the oldest job in flight runs. The socketpair (no path a
+child could connect to) is non-blocking on the pool's end, with an outbox: the pool never
+blocks on a worker busy writing a large result.
 """
 
 from __future__ import annotations
@@ -26,14 +22,7 @@ from collections import deque
 from pathlib import Path
 
 from sandbox.trusted.cgroups import ExecutionGroup
-from sandbox.wire.frames import (
-    FLUSH_BYTES,
-    MESSAGE_CAP,
-    READ_BYTES,
-    Frames,
-    decode_message,
-    encode,
-)
+from sandbox.wire.frames import FLUSH_BYTES, MESSAGE_CAP, READ_BYTES, Frames, decode_message, encode
 
 ROOT = str(Path(__file__).resolve().parents[2])  # the directory that holds sandbox/
 # -I ignores PYTHONPATH and the working directory, so the package path is given explicitly.
@@ -51,17 +40,11 @@ class WorkerStartError(RuntimeError):
 
 
 def worker_cpus(setting: str | list[int], count: int) -> list[int | None]:
-    """The CPU each of ``count`` workers is pinned to (None: not pinned), round robin.
-
-    ``auto`` takes the CPUs this process may use from the last one down: vLLM-CPU's automatic
-    OpenMP binding takes a NUMA node's CPUs from the first one up and leaves the last ones to
-    other processes.
-
-    Pinned, a worker's server, zygote and children hand each execution to one another on one
-    CPU: that cut the pool's CPU per execution and raised its rate (docs/benchmarks.md),
-    because waking a process on another CPU (an inter-processor interrupt, cold caches) is
-    dearer than the context switch itself.
-    """
+    """The CPU each of ``count`` workers is pinned to (None: not pinned), round robin. ``auto``
+    takes the CPUs this process may use from the last one down: vLLM-CPU's OpenMP binding
+    takes them from the first one up. Pinned, a worker's processes hand each execution to one
+    another on one CPU: waking a process on another CPU is dearer than the switch itself
+    (docs/benchmarks.md, sandbox section)."""
     if setting == "none":
         return [None] * count
     allowed = sorted(os.sched_getaffinity(0))
@@ -92,8 +75,7 @@ class WorkerHandle:
     ) -> None:
         self.index, self.root, self.cpu, self.pin = index, root, cpu, pin
         self.loop_library = loop_library  # the zygote's C loop (native_build.py), or None
-        # Its execution cgroup (cgroups.py), which every child joins; without one, whether
-        # children refuse themselves a second process and memfds (the stated fallback).
+        # The execution cgroup every child joins; without one, whether the fallback applies.
         self.cgroup, self.memory_fallback = cgroup, memory_fallback
         self.memory_mb, self.mode = memory_mb, mode
         self.in_flight: deque[tuple[int, object, float]] = deque()  # (job id, task, backstop)
@@ -108,12 +90,10 @@ class WorkerHandle:
         self._start()
 
     def _start(self) -> None:
-        """A fresh scratch dir, socketpair and worker process (not yet ready)."""
         generation = next(_ids)
         self.scratch = os.path.join(self.root, f"scratch-{self.index}-{generation}")
         os.mkdir(self.scratch, 0o755)
-        # The worker's copies of the execution cgroup's descriptors (cgroups.py); ours are
-        # closed once it has them.
+        # The worker's copies of the execution cgroup's descriptors; ours close once it has them.
         procs, oom = self.cgroup.worker_fds() if self.cgroup is not None else ([], -1)
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.setblocking(False)
@@ -136,10 +116,9 @@ class WorkerHandle:
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-I", "-c", BOOT, json.dumps(options)],
-                # Bind every symbol of the interpreter's libraries now, once: lazily bound,
-                # each child resolves (and copies the page of) every libc or libpython
-                # function the zygote had not called yet. The worker clears its environment
-                # before the zygote is forked: programs see an empty one.
+                # Bind every symbol now, once: lazily bound, each child resolves (and copies
+                # the page of) every function the zygote had not called yet. The worker clears
+                # its environment before the zygote is forked.
                 env={"LD_BIND_NOW": "1"},
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
@@ -174,9 +153,8 @@ class WorkerHandle:
     def receive(self) -> list[dict]:
         """The complete messages available now (never blocks); sets ``eof`` at the end.
 
-        Stops reading once it has messages and ``FLUSH_BYTES`` read: a worker whose child
-        floods records could otherwise keep this loop reading, and their bytes piling up here,
-        faster than they are judged. The rest waits in the socket for the next call.
+        Stops once it has messages and ``FLUSH_BYTES`` read: a worker whose child floods
+        records could otherwise keep this loop reading faster than they are judged.
         """
         messages: list[dict] = []
         read = 0

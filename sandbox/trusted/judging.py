@@ -1,13 +1,10 @@
 """Turn the child's records and the worker's account of the process into a verdict.
 
-This runs in the pool front, the only place that knows the expected values. The child's
-records are untrusted data: the program runs in the child and can write anything to the value
-pipe. A record the harness never sends (malformed, garbled, out of order, a repeated
-``loaded``) is evidence of tampering and fails the test it arrived for (the whole program
-before ``loaded``); a test whose record is missing fails as the process ended. Nothing a
-record holds may raise out of here: an exception while judging one fails that test too, so one
-completion can never stop the pool, or the run that calls it. What happened to the process
-(deadline, output cap, a signal) is reported by the worker, which the child cannot influence.
+This runs in the pool front, the only place that knows the expected values. The records are
+untrusted: a record the harness never sends is tampering and fails the test it arrived for
+(the whole program before ``loaded``); a missing one fails as the process ended. Nothing a
+record holds may raise out of here: one completion must never stop the pool. What happened to
+the process (deadline, output cap, a signal) comes from the worker, beyond the child's reach.
 """
 
 from __future__ import annotations
@@ -21,9 +18,8 @@ from sandbox.trusted import testplan
 from sandbox.wire import frames
 from sandbox.wire.canonical import MAX_NODES, rebuild
 
-# Ints shown in full up to here; past it, only their size. str() of an int over 4,300 digits
-# raises (Python's guard against quadratic conversion) and the child sends ints as hex, with
-# no such limit, so a program returning 10**6000 must not reach repr().
+# Ints shown in full up to here; past it, only their size: str() of a large int raises, and the
+# child sends ints as hex, with no such limit.
 _REPR_INT_BITS = 3_000  # ~900 digits
 
 
@@ -45,9 +41,8 @@ _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlong = 80, 80, 40
 # The most JSON arrays the harness puts in a record, besides its one object (``frames.record``
 # refuses a record with more before decoding it): the ``values`` list, and per value, what
 # ``canonicalise`` writes for at most MAX_NODES nodes: two per node (a tagged list and its
-# body, or a complex's pair) and one per dict item, of which there are at most half as many
-# as nodes. 250k per value: a 2 MiB record within them decodes to ~45 MiB at most, where
-# 2 MiB of ``{"a":"Ā"}`` decoded to ~52 MiB, and of ``[[]]`` to ~63.
+# body) and one per dict item, at most half as many as nodes. This bounds what a 2 MiB record
+# decodes to (docs/sandbox.md, "Records").
 RECORD_ARRAYS = 1
 ARRAYS_PER_VALUE = 2 * MAX_NODES + MAX_NODES // 2
 
@@ -74,14 +69,10 @@ class Judgement:
         self.stopped = False
 
     def on_record(self, record: object) -> bool:
-        """Judge one record; returns True when the execution can be stopped early.
-
-        A child's record arrives as the bytes it wrote and is decoded here, one at a time and
-        only while it can still change the outcome (nothing after the last test's record can),
-        after ``frames.record`` has checked that it can hold no more than the harness sends at
-        this point; a record the worker's server made itself (a program that does not compile)
-        is a dict.
-        """
+        """Judge one record; returns True when the execution can be stopped early. A child's
+        record arrives as the bytes it wrote and is decoded here, one at a time and only while
+        it can still change the outcome, after ``frames.record`` has checked that it holds no
+        more than the harness sends at this point; one the server made itself is a dict."""
         if self.stopped or self.load_verdict is not None:
             return self.stopped
         if self.loaded and len(self.verdicts) >= len(self.plans):

@@ -1,11 +1,9 @@
 """The languages a whole program may be written in, and how a native one is built.
 
-Python programs run in the worker's warm interpreter (a fork of its zygote per test). A C or
-C++ program is compiled once per job, in the sandbox like any program (the compiler is the
-host's, in the read-only view under ``/usr``; it forks its passes, which the execution cgroup
-allows): the compiler's output binary comes back as the execution's stdout, and each test then
-runs it, written into its own scratch directory (``sandbox/isolated/child.py: run_command``).
-Where the host has no compiler, such a job is judged ``syntax_error`` with the reason.
+A C or C++ program is compiled once per job, in the sandbox like any program, by the host's
+compiler in the read-only view (it forks its passes, which the execution cgroup allows); the
+binary comes back as the execution's stdout, and each test writes it into its own scratch and
+runs it. Where the host has no compiler, the job is a ``syntax_error`` saying so.
 """
 
 from __future__ import annotations

@@ -1,21 +1,16 @@
 """Native programs of whole-program judging: compiling a C or C++ program in the sandbox, and
 running a problem's own output validator.
 
-A compilation is one execution of the host's compiler in the sandbox (``languages.py``), whose
-stdout is the binary; :class:`Binaries` keeps the last ones, so a program judged again is not
-compiled again. A validator (``common.types.Validator``, Kattis' convention: C, C++ or Python,
-which runs as a whole program does, with arguments and files) runs after a test's
-program exited well: ``validator input answer feedback/ [flags] < output`` in an execution of
-its own, whose scratch directory holds the answer; the program's execution, which ended
-before, never had it. Exit status 42 accepts, 43 rejects; anything else is the problem's
-fault, not the program's, and masked (``infra_error``), as a contest judge reports a judge
-error.
+A compilation is one execution of the host's compiler in the sandbox, whose stdout is the
+binary; :class:`Binaries` keeps the last ones. A validator (Kattis' convention) runs after a
+test's program exited well, as ``validator input answer feedback/ [flags] < output`` in an
+execution of its own, whose scratch holds the answer (the program's never had it). Exit status
+42 accepts, 43 rejects; anything else is the problem's fault, masked (``infra_error``).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +18,7 @@ from common.config import SandboxConfig
 from common.types import ExecutionJob, Validator, Verdict
 from sandbox.trusted import languages
 from sandbox.trusted.processes import Ending, execution, output_of
+from sandbox.trusted.result_cache import Lru
 from sandbox.trusted.tasks import Outcome
 
 VALIDATION_TIME_S = 60.0  # problemtools' validation_time default
@@ -60,20 +56,13 @@ class Binaries:
     """Compiled programs by their sources, the most recent ``most``."""
 
     def __init__(self, most: int = 64) -> None:
-        self.most = most
-        self.entries: OrderedDict[str, bytes] = OrderedDict()
+        self._binaries = Lru(most)
 
     def get(self, build: Build) -> bytes:
-        key = build.key()  # a digest of every source: once per look-up
-        binary = self.entries.get(key, b"")
-        if binary:
-            self.entries.move_to_end(key)
-        return binary
+        return self._binaries.get(build.key()) or b""
 
     def put(self, build: Build, binary: bytes) -> None:
-        self.entries[build.key()] = binary
-        while len(self.entries) > self.most:
-            self.entries.popitem(last=False)
+        self._binaries.put(build.key(), binary)
 
 
 class CompileTask:
@@ -121,14 +110,11 @@ class CompileTask:
 
 
 class ValidatorTask:
-    """The problem's validator on one test's output; settles that test.
-
-    A validator that neither accepts nor rejects (a crash, its time limit) is run again on the
-    test's own answer (``check``): if it accepts that, the program's output made it fail, and
-    the test is a wrong answer; only a validator that fails on its own answer is the judge's
-    fault (masked). Otherwise a program could turn any failure into a mask by printing what
-    the validator cannot parse.
-    """
+    """The problem's validator on one test's output; settles that test. A validator that
+    neither accepts nor rejects (a crash, its time limit) is run again on the test's own answer:
+    if it accepts that, the program's output made it fail, a wrong answer; only a validator
+    that fails on its own answer is the judge's fault (masked). Else a program could turn any
+    failure into a mask by printing what the validator cannot parse."""
 
     def __init__(self, test_task, output: bytes, program_ms: float, failure: str = "") -> None:
         self.test_task = test_task

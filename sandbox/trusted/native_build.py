@@ -1,19 +1,11 @@
 """The zygote's loop in C (``sandbox/isolated/_zygote.c``), built on first use with the host's
-C compiler, by the trusted front.
+C compiler, by the trusted front (which has the user's ``PATH``; the workers load the library).
 
-Built here, at run time, rather than by ``pip install``: under ``ray job submit --working-dir``
-(the cluster recipe of the README) every process imports the uploaded copy of this project,
-and Ray leaves out of the upload whatever ``.gitignore`` names, build outputs included. The
-source travels with the code; the library is built from it on each node, once, into the user's
-cache directory under a name that hashes the source and the interpreter, so a node never loads
-a library built from another version of the protocol. This is what Triton does with its own C
-helpers.
-
-The pool's front builds it (it has the user's environment, ``PATH`` and all; the workers start
-with an empty one) and passes the path to its workers, which load it before forking their
-zygote (``load_loop`` in ``sandbox/isolated/zygote.py``: this module, which imports
-``subprocess`` and ``tempfile``, stays out of the workers). Where there is no compiler or no
-``Python.h``, the build fails, the pool says why, and the zygotes run the same loop in Python.
+At run time rather than by ``pip install``: ``ray job submit --working-dir`` leaves build
+outputs out of the upload (Ray honours ``.gitignore``). Built once per node into the user's
+cache, under a hash of the source and the interpreter, so a node never loads a library of
+another version. Without a compiler or ``Python.h`` the pool says why and the zygotes run the
+same loop in Python.
 """
 
 from __future__ import annotations

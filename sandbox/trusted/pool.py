@@ -1,13 +1,9 @@
 """SandboxPool: the trusted front of a pool of long-lived, isolated sandbox workers.
 
-The front parses tests, sends each worker only what the untrusted child may see (the program
-and the test expressions, never the expected values), judges the records that come back and
-keeps the pool alive: a worker that dies or stops answering is replaced and its job retried
-once; if that fails too the program did it (``runtime_error``: a program must never reach a
-mask on purpose); only a child the zygote could not start is an ``infra_error``, which the
-reward masks instead of scoring as a wrong answer.
-
-It is a plain class with no signal handlers or threads, so it also works as a Ray actor.
+The front sends each worker only what the untrusted child may see (never the expected values),
+judges the records that come back and keeps the pool alive: a worker that dies or stops
+answering is replaced and its job retried once. A plain class with no signal handlers or
+threads, so it also works as a Ray actor.
 """
 
 from __future__ import annotations
@@ -91,7 +87,6 @@ class SandboxPool:
         self._refuse_below(config.min_isolation)
 
     def _start_workers(self, isolation_mode: str, loop_library: str | None) -> None:
-        """Start every worker, in its execution cgroup where there is one, and wait for each."""
         config = self.config
         for index, cpu in enumerate(worker_cpus(config.cpu_affinity, config.num_workers)):
             self._workers.append(
@@ -111,7 +106,6 @@ class SandboxPool:
             worker.wait_ready()
 
     def _refuse_below(self, min_isolation: str) -> None:
-        """Close and raise where the workers reached less isolation than ``min_isolation``."""
         if LEVEL_NUMBER[self.isolation] >= LEVEL_NUMBER[LEVEL_NAMED[min_isolation]]:
             return
         why = "; ".join(sorted({w.lock_note for w in self._workers if w.lock_note}))
@@ -220,11 +214,9 @@ class SandboxPool:
         stop_at_first_failure: bool = False,
         stdio_refs: list | None = None,
     ) -> list[ExecutionResult]:
-        """Execute ``jobs`` in parallel and return their results in input order.
-
-        ``stdio_refs``: per job, the object-store reference of its whole-program tests, sent
-        without them (``sandbox/trusted/shared_tests.py``), or None.
-        """
+        """Execute ``jobs`` in parallel and return their results in input order. ``stdio_refs``:
+        per job, the object-store reference of its whole-program tests, sent without them
+        (``shared_tests.py``), or None."""
         if self._closed:
             raise RuntimeError("SandboxPool is closed")
         if stdio_refs is not None:
@@ -269,7 +261,6 @@ class SandboxPool:
         return None
 
     def _drive(self, queue: deque, results: list) -> None:
-        """Keep every worker's queue full and collect results until all tasks are done."""
         poller_timeout_ms = 50
         while queue or any(w.in_flight for w in self._workers):
             for worker in self._workers:
@@ -329,11 +320,8 @@ class SandboxPool:
             results[index] = result
 
     def _replace(self, worker: WorkerHandle, queue: deque, results: list) -> None:
-        """A dead or hung worker: restart it, retry its running job, requeue the rest.
-
-        Jobs queued behind the running one never started, so they go back without using up
-        their one retry.
-        """
+        """A dead or hung worker: restart it, retry its running job, requeue the rest (they
+        never started: no retry used up)."""
         running, *waiting = worker.take_all()
         log.warning("sandbox: worker %d died or hung; replacing it", worker.index)
         self._restart(worker)
@@ -343,12 +331,8 @@ class SandboxPool:
         self._retry_or_fail(running, queue, results, "sandbox worker died", ours=False)
 
     def _abandon_in_flight(self) -> None:
-        """Restart every worker that still holds jobs of a call that raised.
-
-        Those jobs' results have no list to go to any more. Left in flight, the next call would
-        wait behind them and then judge them into its own list, at an index of the aborted
-        call: another job's result, or an IndexError out of that call too.
-        """
+        """Restart every worker that still holds jobs of a call that raised: left in flight,
+        the next call would judge them into its own list, at an index of the aborted call."""
         for worker in self._workers:
             if worker.in_flight or worker.outbox:
                 worker.take_all()
@@ -365,15 +349,11 @@ class SandboxPool:
     def _retry_or_fail(
         self, task, queue: deque, results: list, why: str, ours: bool = True
     ) -> None:
-        """Retry ``task`` once; after a second failure, judge it.
-
-        ``ours``: the failure was the pool's (the zygote could not fork: the host out of
-        resources before the program started), so ``infra_error``, which the reward masks.
-        Otherwise the program's execution ended or stalled its worker, twice: no fault from
-        outside repeats on the same job and no other, and a verdict a program can reach on
-        purpose must never be a mask (a policy would learn to reach it), so the program
-        failed (``runtime_error``), and the log says so: it is a bug of the worker to fix.
-        """
+        """Retry ``task`` once; after a second failure, judge it. ``ours``: the pool's failure
+        (the zygote could not fork), ``infra_error``, which the reward masks. Otherwise the
+        program ended or stalled its worker twice: it failed (``runtime_error``), since a
+        verdict a program can reach on purpose must never be a mask (a policy would learn to
+        reach it); the log says so, as it is a bug of the worker to fix."""
         if task.attempts < 2:
             queue.appendleft(task)
             return
@@ -430,13 +410,9 @@ class SandboxPool:
 
 def remove_abandoned_dirs(parent: str) -> list[str]:
     """Remove the temp directories of this user's pools whose process is gone; returns them.
-
-    A pool killed before :meth:`SandboxPool.close` (a crash, or Ray restarting the actor)
-    takes its workers with it (parent-death signal) but leaves ``sandbox-<pid>-*`` behind with
-    whatever its last executions wrote. The next pool on the machine removes those, never the
-    directory of a live process, of another user, or of a process in another PID namespace (a
-    container sharing ``/tmp``), whose liveness cannot be seen from here.
-    """
+    A pool killed before :meth:`SandboxPool.close` takes its workers with it but leaves its
+    directory behind. Never the directory of a live process, of another user, or of another
+    PID namespace (a container sharing ``/tmp``), whose liveness cannot be seen from here."""
     removed, namespace = [], host.pid_namespace()
     for entry in os.scandir(parent):
         parts = entry.name.split("-")
@@ -458,7 +434,6 @@ def _fallback_possible() -> bool:
 
 
 def _restarted_by_ray() -> bool:
-    """Whether this pool is a Ray actor that Ray restarted after its process died."""
     ray = sys.modules.get("ray")  # not imported: not in a Ray actor
     if ray is None or not ray.is_initialized():
         return False

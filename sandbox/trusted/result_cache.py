@@ -12,7 +12,9 @@ import functools
 import hashlib
 import json
 from collections import OrderedDict
+from collections.abc import Hashable
 from pathlib import Path
+from typing import Any
 
 from common.types import ExecutionJob, ExecutionResult, StdioSpec
 
@@ -45,22 +47,42 @@ def stdio_digest(spec: StdioSpec) -> str:
     return digest.hexdigest()
 
 
+class Lru:
+    """A map that drops its least recently used entries while their sizes add up to more than
+    ``most`` (the last entry always stays)."""
+
+    def __init__(self, most: int) -> None:
+        self.most, self.held = most, 0
+        self.entries: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
+
+    def get(self, key: Hashable) -> Any | None:
+        entry = self.entries.get(key)
+        if entry is None:
+            return None
+        self.entries.move_to_end(key)
+        return entry[0]
+
+    def put(self, key: Hashable, value: Any, size: int = 1) -> None:
+        self.held += size - self.entries.pop(key, (None, 0))[1]
+        self.entries[key] = (value, size)
+        while self.held > self.most and len(self.entries) > 1:
+            _, (_, dropped) = self.entries.popitem(last=False)
+            self.held -= dropped
+
+
 class ResultCache:
     """A bounded LRU map from job key to result; stored and returned as copies."""
 
     def __init__(self, max_entries: int = 100_000) -> None:
-        self.max_entries = max_entries
-        self._entries: OrderedDict[str, ExecutionResult] = OrderedDict()
+        self._entries = Lru(max_entries)
 
     def get(self, key: str) -> ExecutionResult | None:
         result = self._entries.get(key)
-        if result is None:
-            return None
-        self._entries.move_to_end(key)
-        return dataclasses.replace(result, test_verdicts=list(result.test_verdicts))
+        return None if result is None else _copy(result)
 
     def put(self, key: str, result: ExecutionResult) -> None:
-        self._entries[key] = dataclasses.replace(result, test_verdicts=list(result.test_verdicts))
-        self._entries.move_to_end(key)
-        while len(self._entries) > self.max_entries:
-            self._entries.popitem(last=False)
+        self._entries.put(key, _copy(result))
+
+
+def _copy(result: ExecutionResult) -> ExecutionResult:
+    return dataclasses.replace(result, test_verdicts=list(result.test_verdicts))

@@ -1,31 +1,23 @@
 """Whole programs' tests by reference: each problem's tests travel to the pool's node once.
 
-A contest problem's tests can be megabytes (CodeContests' generated tests, a 50 MB answer); a
-run judges the same problem again and again (a group's G samples, dynamic sampling's extra
-rounds, every epoch, every evaluation). Sent inline, a call to the pool actor carries each
-problem's tests once (pickle keeps one copy of a spec its jobs share), but every call again.
-
-So the driver's :class:`launch.fleet.clients.SandboxClient` puts a spec into Ray's object store
-once (:class:`SpecRefs`) and sends the jobs without it, each with its spec's reference; the
-pool (:class:`SpecStore`) fetches a reference it has not seen, once, and keeps the spec. An
-object lives as long as the driver holds its reference, so a pool that Ray restarted fetches
-again what it needs: nothing is resent by hand, no call fails for a spec it lacks. Both sides
-are bounded by the bytes of the tests they hold (least recently used first out); a spec the
-client let go is put again when it comes back.
-
-The key is the spec itself (a frozen dataclass: equal specs share an entry; hashing the test
-bytes once, Python caches a ``bytes`` object's hash).
+A contest problem's tests can be megabytes, and a run judges the same problem again and again
+(a group's G samples, every epoch). So the driver's ``SandboxClient`` puts a spec into Ray's
+object store once (:class:`SpecRefs`) and sends jobs with its reference; the pool
+(:class:`SpecStore`) fetches a reference it has not seen once and keeps the spec. An object
+lives as long as the driver holds its reference, so a pool that Ray restarted fetches again
+what it needs. Both sides are bounded by the bytes they hold; the key is the spec itself (a
+frozen dataclass: equal specs share an entry).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from common.types import ExecutionJob, StdioSpec
+from sandbox.trusted.result_cache import Lru
 
 HELD_BYTES = 1 << 30  # each side's bound: a few hundred typical contest problems' tests
 
@@ -39,35 +31,12 @@ def _data(spec: StdioSpec) -> list[bytes | Path]:
     return [data for test in spec.tests for data in (test.input, test.answer)]
 
 
-class _Bounded:
-    """An LRU map bounded by the bytes of its values (at least the last entry stays)."""
-
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self.entries: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
-        self.held = 0
-
-    def get(self, key: Hashable) -> Any | None:
-        entry = self.entries.get(key)
-        if entry is None:
-            return None
-        self.entries.move_to_end(key)
-        return entry[0]
-
-    def put(self, key: Hashable, value: Any, size: int) -> None:
-        self.entries[key] = (value, size)
-        self.held += size
-        while self.held > self.max_bytes and len(self.entries) > 1:
-            _, (_, dropped) = self.entries.popitem(last=False)
-            self.held -= dropped
-
-
 class SpecRefs:
     """The client's side: one object-store reference per spec, put on first use."""
 
     def __init__(self, put: Callable[[StdioSpec], Any], max_bytes: int = HELD_BYTES) -> None:
         self._put = put
-        self._refs = _Bounded(max_bytes)
+        self._refs = Lru(max_bytes)
 
     def ref(self, spec: StdioSpec) -> Any:
         ref = self._refs.get(spec)
@@ -100,7 +69,7 @@ class SpecStore:
         self, get: Callable[[list[Any]], list[StdioSpec]] = fetch, max_bytes: int = HELD_BYTES
     ) -> None:
         self._get = get
-        self._specs = _Bounded(max_bytes)
+        self._specs = Lru(max_bytes)
         self.fetched = 0  # specs fetched from the object store (the pool's stats)
 
     def join(self, jobs: list[ExecutionJob], refs: list[Any]) -> list[ExecutionJob]:

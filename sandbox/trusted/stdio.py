@@ -1,26 +1,12 @@
 """Judging a whole program that reads stdin and writes stdout, as a contest judge does.
 
-Each test is one execution: a fresh child of the worker's zygote (no interpreter start: the
-worker's is already warm) reads the test's input on its stdin and writes its stdout, which the
-worker's server sends here as it comes; the answer never leaves this process, so no program
-can read it. Here the output is compared with the answer by the Kattis default output
-validator's rules (:mod:`sandbox.trusted.answers`), the answer read from its file in chunks.
-The output is held until the execution ends (at most the output limit); the answer never is.
-
-A test's verdict, strongest evidence first: a program that does not compile (``syntax_error``);
-the memory cgroup's OOM kill (``memory_limit``); the deadline or the CPU limit (``timeout``);
-more output than the limit (``output_limit``); a signal, or an exit status other than 0
-(``runtime_error``: an uncaught exception exits with 1, as ``python3 prog.py`` does); else the
-comparison (``passed``, or ``failed``: a wrong answer), or the problem's own output validator
-(``sandbox/trusted/native.py``). The process's own account of itself counts for nothing: the
-end of its stderr (a traceback's last line) is only shown in the detail. A C or C++ program is
-compiled first, once (``native.py``).
-
-Samples run first (``StdioSpec.in_run_order``). With ``stop_at_first_failure`` (the binary
-reward) the tests run one after another and the first failure ends the job; otherwise every
-test runs, in parallel on the workers. Every test of a problem runs under the same limits:
-the problem's time limit times ``sandbox.time_multiplier``, for each test on its own (never
-one budget shared by all).
+Each test is one execution, a fresh child of the worker's zygote, on the test's input; its
+stdout comes here as it is written and is compared with the answer by the Kattis default
+validator's rules (``answers.py``), or by the problem's own validator (``native.py``). The
+answer never leaves this process, so no program can read it. How the process ended decides
+first (``processes.py``); what it says of itself (its stderr) is only shown in the detail.
+With ``stop_at_first_failure`` the tests run one after another, samples first, and the first
+failure ends the job; otherwise all run in parallel. docs/sandbox.md, "Whole programs".
 """
 
 from __future__ import annotations
@@ -191,9 +177,7 @@ class StdioTask:
         self.output.append(data)
 
     def finish(self, message: dict) -> Outcome:
-        """Judging is written not to raise on anything a program does; should it still, the
-        test fails (as ``FunctionTask.finish`` does): an exception out of the pool's ``run``
-        would lose the results of the whole call."""
+        """Should judging raise after all, the test fails (as ``FunctionTask.finish`` does)."""
         try:
             return self._finish(message)
         except Exception as exc:

@@ -1,16 +1,14 @@
 """What the pool dispatches: one execution of a job on one worker, and how it is judged.
 
-A job of the ``function`` kind is one execution (the program, then each test's child part in
-the same process); a ``stdio`` job is one execution per test (``sandbox/trusted/stdio.py``).
-The pool drives both through the same few calls, so it never asks which kind it holds:
+A ``function`` job is one execution; a ``stdio`` job one per test (``stdio.py``). The pool
+drives both through the same calls, so it never asks which kind it holds:
 
-- ``begin(config)``: a fresh attempt; returns the ``run`` message's fields (what the worker
-  may see: never an expected value or an answer) and ``backstop_s``, the worker's own deadline;
-- ``on_record(record)`` / ``on_output(data)``: what the execution sent while it ran (records
-  of the harness; a whole program's stdout); ``on_record`` returns True to stop it early;
-- ``finish(message)`` / ``give_up(verdict, why)``: the execution ended (the worker's ``done``),
-  or failed twice; each returns the job's result once it has one (else None) and the tasks to
-  run next (the next test of a ``stdio`` job that stops at its first failure).
+- ``begin(config)``: a fresh attempt; returns the ``run`` message's fields (never an expected
+  value or an answer) and ``backstop_s``, the worker's own deadline;
+- ``on_record(record)`` / ``on_output(data)``: what the execution sent while it ran;
+  ``on_record`` returns True to stop it early;
+- ``finish(message)`` / ``give_up(verdict, why)``: the execution ended, or failed twice; each
+  returns the job's result once it has one (else None) and the tasks to run next.
 """
 
 from __future__ import annotations
@@ -68,12 +66,9 @@ class FunctionTask:
         """A function job's output is discarded by the worker: nothing comes."""
 
     def finish(self, message: dict) -> Outcome:
-        """The result from the judgement and the worker's ``done``.
-
-        Judging is written not to raise on anything a program does; should it still, that
-        one result is ``failed`` rather than an exception out of ``run``, which would lose the
-        results of the whole call (and restart the workers that held its other jobs).
-        """
+        """The result from the judgement and the worker's ``done``. Should judging raise after
+        all, that one result is ``failed``: an exception out of ``run`` would lose the results
+        of the whole call."""
         duration_ms = float(message.get("duration_ms") or 0.0)
         try:
             status, signum = message.get("status", ""), int(message.get("signal") or 0)

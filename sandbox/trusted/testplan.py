@@ -1,18 +1,16 @@
 """Split each test into what the untrusted child computes and what the trusted side judges.
 
-Three forms, strongest first (docs/sandbox.md lists them):
+Three forms, strongest first (docs/sandbox.md, "Test forms"):
 
 - ``compare``: ``assert EXPR == EXPECTED`` where EXPECTED uses no candidate names. The child
-  evaluates EXPR and sends its canonical value; EXPECTED is evaluated here, outside the
-  child, and compared with Python's ``==`` on rebuilt plain values. The child never sees
-  EXPECTED.
+  sends EXPR's canonical value; EXPECTED is evaluated here and compared with ``==``. The child
+  never sees EXPECTED.
 - ``calls``: any other single ``assert`` whose candidate names occur only as outermost calls
-  (``assert f(x)``, ``assert not f(x)``, ``assert math.isclose(f(x), y)``). The child sends
-  the return values of those calls; the whole assertion is evaluated here with the values
-  substituted.
-- ``exec``: everything else (loops, candidate globals used as values, several statements).
-  The child runs the statement itself and reports whether it raised; this is the only form
-  in which the child's word decides the outcome, and it is marked as such.
+  (``assert math.isclose(f(x), y)``). The child sends those calls' values; the assertion is
+  evaluated here with them substituted.
+- ``exec``: everything else (loops, several statements, the setup code's helpers). It runs in
+  a process of its own beside the program's (``sandbox/isolated/split.py``), which reports
+  whether it raised.
 """
 
 from __future__ import annotations
@@ -32,12 +30,9 @@ VALUE_PREFIX = "__sandbox_v"
 
 @dataclass(frozen=True)
 class TestPlan:
-    """How one test is executed and judged.
-
-    ``child`` is the part sent to the untrusted process: ``{"kind": "value", "exprs": [...]}``
-    or ``{"kind": "exec", "src": ...}``. ``judge`` is a compiled trusted expression (None for
-    the ``exec`` form) and ``namespace`` the trusted names it may use.
-    """
+    """How one test is executed and judged: ``child`` is the part sent to the untrusted process
+    (``{"kind": "value", "exprs": [...]}`` or ``{"kind": "exec", "src": ...}``), ``judge`` a
+    compiled trusted expression (None for ``exec``) and ``namespace`` the names it may use."""
 
     form: str
     child: dict
@@ -215,15 +210,11 @@ def _compile_judge(expr: ast.expr) -> Any:
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # The names a program binds, as the shadowing check reads them: the word after ``def``,
 # ``class``, ``import`` or ``as`` (``_DEFINED``), and a line's first word when ``=`` follows it
-# (``_ASSIGNED``, over the text with a newline before it). The program is untrusted and up to
-# ``pool.MAX_SOURCE_BYTES`` long, and the front scans it while every worker waits, so each scan
-# is linear in its length: a pattern starts with a literal (the engine skips to the few
-# characters that can start a match; ``d(?<!\wd)`` is ``\bd``, written so that it still starts
-# with one), each run of whitespace is scanned from one place only (the keyword or the line
-# start just before it), and lookaheads consume nothing, so no binding hides another. The
-# former ``^\s*NAME\s*=`` (re.M) scanned a run of blank lines again from each of its line
-# starts, quadratic: 100k blank lines cost the front ~16 s. The names found are those the
-# former ``(\bdef|\bclass|\bimport|\bas)\s+NAME\b|^\s*NAME\s*=`` found, in any text
+# (``_ASSIGNED``). The program is untrusted and the front scans it while every worker waits, so
+# each scan is linear in its length: a pattern starts with a literal (``d(?<!\wd)`` is ``\bd``,
+# written to start with one), each run of whitespace is scanned from one place only, and
+# lookaheads consume nothing, so no binding hides another. They find what
+# ``(\bdef|\bclass|\bimport|\bas)\s+NAME\b|^\s*NAME\s*=`` (re.M, quadratic in blank lines) finds
 # (``tests/unit/sandbox/test_trusted_bounds.py`` compares the two).
 _DEFINED = re.compile(r"(?:d(?<!\wd)ef|c(?<!\wc)lass|i(?<!\wi)mport|a(?<!\wa)s)(?=\s+(\w+))")
 _ASSIGNED = re.compile(r"\n(?=[^\S\n]*(\w+)\s*=)")
@@ -231,12 +222,9 @@ _ASSIGNED = re.compile(r"\n(?=[^\S\n]*(\w+)\s*=)")
 
 def shadowed_names(code: str, tests: tuple[str, ...]) -> frozenset[str]:
     """Builtin or module names used by the tests that the program redefines (MBPP task 126
-    defines its own ``sum``): those belong to the candidate, as in Python.
-
-    Linear in the program's length (see ``_DEFINED``), with no scan at all when the tests use
-    no such name (most tests). Matches are read one at a time: ``findall`` would hold a string
-    for each, ~20 MiB for a 1 MiB program of ``as as as``.
-    """
+    defines its own ``sum``): those belong to the candidate, as in Python. Linear in the
+    program's length (see ``_DEFINED``), and no scan when the tests use no such name. Matches
+    are read one at a time: ``findall`` would hold a string for each."""
     used = {m.group() for test in tests for m in _IDENTIFIER.finditer(test)}
     common = {n for n in used if hasattr(builtins, n) or n in sys.stdlib_module_names}
     if not common:
@@ -298,12 +286,8 @@ def _compare_plan(expr: ast.expr, names: _Names) -> TestPlan | None:
             return None
     judged = ast.Compare(ast.Name(f"{VALUE_PREFIX}0", ast.Load()), [ast.Eq()], [right])
     namespace = {**names.namespace, **names.modules}
-    return TestPlan(
-        "compare",
-        {"kind": "value", "exprs": [ast.unparse(left)]},
-        _compile_judge(judged),
-        namespace,
-    )
+    child = {"kind": "value", "exprs": [ast.unparse(left)]}
+    return TestPlan("compare", child, _compile_judge(judged), namespace)
 
 
 def judge(plan: TestPlan, values: list[Any]) -> bool:

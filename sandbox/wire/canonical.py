@@ -1,16 +1,14 @@
 """Canonical, type-exact serialisation of values crossing from the untrusted child.
 
-The child turns each value it was asked for into plain JSON with type tags
-(``["int", "1f"]``, ``["tuple", [...]]``, ``["dict", [[k, v], ...]]`` ...); the trusted side
-rebuilds plain builtins from it and compares them with Python's own ``==``. Nothing is
-pickled, so a value can never run code on the trusted side.
+The child turns each value into plain JSON with type tags (``["int", "1f"]``, ``["tuple",
+[...]]``, ``["dict", [[k, v], ...]]`` ...); the trusted side rebuilds plain builtins from it
+and compares them with ``==``. Nothing is pickled, so a value can never run code there.
 
 Subclasses of builtin types are read through the *base type's* methods (``int.__index__``,
-``str.__str__``, ``dict.items``, ``list.__iter__``): a ``Counter`` becomes the ``dict`` it
-holds (Python's ``==`` says ``Counter(a=1) == {"a": 1}``, and MBPP tests rely on it), and a
-subclass whose ``__eq__`` lies is stripped down to the value it really holds. Anything else
-(custom objects, generators, cycles, values over the size budget) is refused: a value that
-cannot be carried faithfully is a failed test, never a guess.
+``dict.items``, ...): a ``Counter`` becomes the ``dict`` it holds (``Counter(a=1) == {"a": 1}``,
+which MBPP tests rely on), and a subclass whose ``__eq__`` lies is reduced to its value.
+Anything else (custom objects, generators, cycles, values over the budget) is refused: a value
+that cannot be carried faithfully is a failed test, never a guess.
 """
 
 from __future__ import annotations
@@ -24,9 +22,8 @@ MAX_DEPTH = 64
 MAX_NODES = 100_000
 MAX_CHARS = 1_000_000
 # Keys of one set or dict that may share a hash. Int, float and tuple hashes are not salted, so
-# a child can send keys that all collide (``k * (2**61 - 1) + 1``): building that set costs the
-# front time quadratic in their number (~5 s for 20,000, ~1 min for a 2 MiB record's worth).
-# Honest values have a handful of collisions at most.
+# a child can send keys that all collide: building that set costs the front time quadratic in
+# their number (docs/sandbox.md, "Judging never raises"). Honest values have a few at most.
 MAX_SAME_HASH = 64
 
 
@@ -120,12 +117,9 @@ def _encode_container(value: Any, kind: type, budget: _Budget, active: set[int],
 
 
 def rebuild(data: Any, depth: int = 0) -> Any:
-    """Rebuild plain builtins from ``canonicalise`` output; raises ``ValueError`` if malformed.
-
-    Runs on the trusted side on data the child produced, so every shape is checked. It may
-    also raise ``TypeError`` (an unhashable set member or dict key), and any exception here
-    fails the test (``sandbox.trusted.judging``).
-    """
+    """Rebuild plain builtins from ``canonicalise`` output, on the trusted side: every shape is
+    checked. Raises ``ValueError`` if malformed, ``TypeError`` for an unhashable set member or
+    dict key; any exception here fails the test."""
     if depth > MAX_DEPTH + 2:
         raise ValueError("too deep")
     if data is None or type(data) is bool:
@@ -136,10 +130,10 @@ def rebuild(data: Any, depth: int = 0) -> Any:
     return _REBUILD[tag](body, depth)
 
 
-def _items(body: Any, depth: int) -> list:
+def _items(body: Any, depth: int, item: Callable[[Any, int], Any] = rebuild) -> list:
     if type(body) is not list:
         raise ValueError("malformed container")
-    return [rebuild(x, depth + 1) for x in body]
+    return [item(x, depth + 1) for x in body]
 
 
 def _keys(keys: list) -> list:
@@ -150,11 +144,11 @@ def _keys(keys: list) -> list:
     return keys
 
 
-def _dict(body: Any, depth: int) -> dict:
+def _dict(body: Any, depth: int, item: Callable[[Any, int], Any] = rebuild) -> dict:
     if type(body) is not list or any(type(p) is not list or len(p) != 2 for p in body):
         raise ValueError("malformed dict")
-    keys = _keys([rebuild(k, depth + 1) for k, _ in body])
-    return dict(zip(keys, [rebuild(v, depth + 1) for _, v in body]))
+    keys = _keys([item(k, depth + 1) for k, _ in body])
+    return dict(zip(keys, [item(v, depth + 1) for _, v in body]))
 
 
 def _float(text: Any, _depth: int = 0) -> float:
@@ -183,6 +177,14 @@ def _range(body: Any, depth: int) -> range:
     return range(start, stop, step)
 
 
+#: Containers, given what rebuilds the values they hold (``remote.py`` puts objects in them).
+CONTAINERS: dict[str, Callable] = {
+    "list": _items,
+    "tuple": lambda b, d, item=rebuild: tuple(_items(b, d, item)),
+    "set": lambda b, d, item=rebuild: set(_keys(_items(b, d, item))),
+    "frozenset": lambda b, d, item=rebuild: frozenset(_keys(_items(b, d, item))),
+    "dict": _dict,
+}
 _REBUILD = {
     "int": lambda b, d: int(_text(b), 16),
     "float": _float,
@@ -191,9 +193,5 @@ _REBUILD = {
     "bytes": lambda b, d: bytes.fromhex(_text(b)),
     "bytearray": lambda b, d: bytearray.fromhex(_text(b)),
     "range": _range,
-    "list": _items,
-    "tuple": lambda b, d: tuple(_items(b, d)),
-    "set": lambda b, d: set(_keys(_items(b, d))),
-    "frozenset": lambda b, d: frozenset(_keys(_items(b, d))),
-    "dict": _dict,
+    **CONTAINERS,
 }

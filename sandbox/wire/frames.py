@@ -1,22 +1,16 @@
-"""Length-prefixed frames: the child's records (JSON), and the pool <-> worker messages.
+"""Length-prefixed frames (a ``>I`` length, then the body): the child's records (JSON) and the
+pool <-> worker messages (``marshal``).
 
-Both use a ``>I`` length, then the body. The child writes records on its value pipe as JSON;
-that is untrusted input, bounded before anything decodes it. In the worker's server, which
-never decodes one (:class:`ChildRecords`): a frame over ``FRAME_CAP`` or more than
+The child's records are untrusted input, bounded before anything decodes them. The worker's
+server never decodes one (:class:`ChildRecords`): a frame over ``FRAME_CAP`` or more than
 ``VALUE_CAP`` bytes in one execution ends it as ``output_limit``, more records than the harness
-sends as ``TOO_MANY_RECORDS`` (a failure), and their bytes are passed on, at the latest once
-``FLUSH_BYTES`` of them wait. In the front, which decodes each only as it judges it: a record
-that could decode to more than the harness sends is refused first (:func:`record`), and one
-that is not a JSON object becomes ``garbled`` (either fails its test). So a flood of records
-(16 MiB of nested ``{}``, decoded whole in the server and again in the front, grew each by
-~400 MiB) holds a few MiB of bytes in either process and one record's values in the front at
-a time (docs/sandbox.md, "Records", states the bounds).
+sends as ``TOO_MANY_RECORDS``, and their bytes are passed on. The front decodes each only as it
+judges it, after refusing one that could decode to more than the harness sends
+(:func:`record`). docs/sandbox.md, "Records", states the bounds.
 
-The pool and its workers talk over a socketpair (plain ``os.read``/``os.write``: no zmq in the
-worker, so no I/O thread to wake per message and a smaller process to fork) in ``marshal``:
-both ends are trusted, and the child's records cross it as the bytes it wrote, which
-``marshal`` carries as they are. ``marshal`` took JSON's encoding cost out of the servers' and
-the front's CPU time.
+The pool and its workers talk over a socketpair (no zmq in the worker: no I/O thread to wake,
+a smaller process to fork) in ``marshal``: both ends are trusted, and the child's records
+cross it as the bytes it wrote.
 """
 
 from __future__ import annotations
@@ -31,22 +25,19 @@ VALUE_CAP = 16 * 1024 * 1024  # all records of one execution
 FILE_CAP = 16 * 1024 * 1024  # RLIMIT_FSIZE
 MESSAGE_CAP = 256 * 1024 * 1024  # one pool <-> worker message (a job, or a result's records)
 # Records' bytes a server holds before it sends them on in a ``records`` message (an honest
-# execution's records are a few hundred bytes and travel with ``done``, one message): what it
-# holds, and the front receives at once, stays under this plus one frame and one read.
+# execution's travel with ``done``): what it holds stays under this plus one frame and one read.
 FLUSH_BYTES = 256 * 1024
-# The status of an execution whose child wrote more records than the harness sends (``loaded``,
-# one per test, ``end``): only the program could, and it fails (never ``infra_error``).
+# The status of an execution whose child wrote more records than the harness sends: only the
+# program could, and it fails (never ``infra_error``).
 TOO_MANY_RECORDS = "too_many_records"
-# Records up to this size are decoded without :func:`containers`: 64 KiB of JSON holds at most
-# 32k arrays or objects, ~3 MiB decoded.
+# Records up to this size are decoded without :func:`containers` (they hold few containers).
 CHECK_BYTES = 64 * 1024
-# Bytes asked of one read. Below glibc's mmap threshold (128 KiB): a 1 MiB read buffer was an
-# mmap, an mremap to the size read and a munmap every time, in the front and in every server.
+# Bytes asked of one read: below glibc's mmap threshold (128 KiB), so a read buffer is no
+# mmap, mremap and munmap each time.
 READ_BYTES = 64 * 1024
 
 
-# One decoder, and text rather than bytes: ``json.loads`` makes neither again on every call
-# (the front decodes ~6 records per execution). Bytes that are not UTF-8 raise a ValueError.
+# One decoder, made once; text, as bytes that are not UTF-8 must raise a ValueError.
 _decode = json.JSONDecoder().decode
 
 
@@ -54,29 +45,9 @@ GARBLED = {"t": "garbled"}  # what a child's frame becomes when it cannot be car
 
 
 def encode(message: dict) -> bytes:
-    """A pool <-> worker message, framed (``marshal``: trusted on both ends).
-
-    The child's records cross as the bytes it wrote, which ``marshal`` always writes. A record
-    given decoded (the server's own ``load_error``) nested deeper than ``marshal`` writes
-    (2,000 levels) would travel as ``garbled`` (which fails its test) rather than raise in the
-    worker, which would end it and make the job an ``infra_error``: records were decoded in
-    the server before, and JSON decodes deeper than that on Python 3.13.
-    """
-    try:
-        data = marshal.dumps(message)
-    except ValueError:
-        if not message.get("recs"):
-            raise
-        data = marshal.dumps({**message, "recs": [_marshallable(r) for r in message["recs"]]})
+    """A pool <-> worker message, framed (``marshal``: trusted on both ends)."""
+    data = marshal.dumps(message)
     return struct.pack(">I", len(data)) + data
-
-
-def _marshallable(record: object) -> object:
-    try:
-        marshal.dumps(record)
-    except ValueError:
-        return dict(GARBLED)
-    return record
 
 
 def decode_record(body: bytearray) -> object:
@@ -89,8 +60,8 @@ def decode_message(body: bytearray) -> object:
     return marshal.loads(body)
 
 
-# Bytes of a record split at a time by :func:`containers`: what it holds at once is at most
-# this many pieces (~2 MiB), whatever the record.
+# Bytes of a record split at a time by :func:`containers`, which so holds at most this many
+# pieces at once.
 _SPLIT_BYTES = 64 * 1024
 
 
@@ -98,15 +69,11 @@ def containers(body: bytes) -> tuple[int, int]:
     """No fewer JSON arrays, and objects, than ``body`` decodes to (or the decoder builds
     before the error it finds): its ``[`` and its ``{`` outside strings.
 
-    The decoder's memory is what a record costs the front, and containers are its dearest part
-    (``{}`` is 2 bytes of JSON and ~72 of Python, ``{"a":0}`` 7 and ~190), so the front counts
-    them before it decodes a large record (:func:`record`). Escaped backslashes, then escaped
-    quotes, are dropped, so that every quote left opens or closes a string; the text is then
-    split at quotes, ``_SPLIT_BYTES`` at a time, and the brackets of every other piece are
-    counted. Linear, in C but for a step per 64 KiB (``re.sub`` of the strings held a piece
-    per string, ~50 MiB for 2 MiB of ``{"a":{}}``). Exact where the JSON is valid (a backslash
-    stands only in a string, where it escapes one character); past an error it can only count
-    more.
+    Containers are the dearest part of a decoded record, so the front counts them before it
+    decodes a large one. Escaped backslashes, then escaped quotes, are dropped, so that every
+    quote left opens or closes a string; the text is split at quotes, ``_SPLIT_BYTES`` at a
+    time, and the brackets of every other piece counted: linear, and in C but for a step per
+    piece. Exact where the JSON is valid; past an error it can only count more.
     """
     text = body.replace(b"\\\\", b"").replace(b'\\"', b"")
     arrays = objects = inside = 0  # inside: the piece at hand is in a string
@@ -121,13 +88,10 @@ def containers(body: bytes) -> tuple[int, int]:
 
 def record(body: bytes, most_arrays: int) -> dict:
     """A child's record, as the front judges it (the server passes its bytes on undecoded).
-
     ``garbled`` where it is not a JSON object, or where it is over ``CHECK_BYTES`` and could
     decode to more than the harness sends (:func:`containers`): an object inside the record
-    (canonical values are arrays), or more than ``most_arrays`` arrays (what the test it is
-    judged for can hold). Such a record is refused before it is decoded. Never raises: the
-    bytes are the program's to choose.
-    """
+    (canonical values are arrays), or more than ``most_arrays`` arrays. Such a record is
+    refused undecoded. Never raises: the bytes are the program's to choose."""
     try:
         if len(body) > CHECK_BYTES and _more_than(body, most_arrays):
             return dict(GARBLED)
@@ -139,17 +103,15 @@ def record(body: bytes, most_arrays: int) -> dict:
 
 def _more_than(body: bytes, most_arrays: int) -> bool:
     """Whether ``body`` can decode to more than one object or ``most_arrays`` arrays. Its
-    brackets, strings' included, are counted first: a bound that needs no strings found (~1 ms
-    for 2 MiB, where finding them takes up to ~30) and is exact for most records."""
+    brackets, strings' included, are counted first: a cheap bound, exact for most records."""
     if body.count(b"{") <= 1 and body.count(b"[") <= most_arrays:
         return False
     arrays, objects = containers(body)
     return objects > 1 or arrays > most_arrays
 
 
-# How the worker's server knows the harness's last record without decoding it: ``end`` is the
-# same bytes every time (``child.END``), and a ``load_error`` record begins with its ``t``
-# (``child.frame``); a unit test checks both against the harness.
+# How the worker's server knows the harness's last record without decoding it (a unit test
+# checks both against the harness).
 END_RECORD = b'{"t":"end"}'
 LOAD_ERROR_START = b'{"t":"load_error"'
 
@@ -183,11 +145,8 @@ class ChildRecords:
 
 
 class Frames:
-    """Reassembles frames from reads of any size; ``total_cap`` None means no total cap.
-
-    ``decode`` None returns each frame's body as bytes (what the worker's server does with the
-    child's records: see the module docstring).
-    """
+    """Reassembles frames from reads of any size; ``total_cap`` None means no total cap,
+    ``decode`` None returns each frame's body as bytes."""
 
     def __init__(
         self,

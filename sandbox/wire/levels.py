@@ -1,9 +1,6 @@
-"""The isolation levels a worker reports in its ``ready`` message, strongest first.
-
-The worker's server finds its level (``sandbox/isolated/namespaces.py``); the front takes the
-weakest of its workers' as the pool's, exposes it as a metric (``LEVEL_NUMBER``) and refuses
-to run below ``sandbox.min_isolation`` (``LEVEL_NAMED``). docs/sandbox.md says what each stops.
-"""
+"""The isolation levels a worker reports in its ``ready`` message, strongest first. The pool's
+is the weakest of its workers', a metric (``LEVEL_NUMBER``), and the pool refuses to run below
+``sandbox.min_isolation`` (``LEVEL_NAMED``). docs/sandbox.md says what each stops."""
 
 from __future__ import annotations
 

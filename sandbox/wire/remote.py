@@ -1,23 +1,18 @@
-"""Values between a test's process and the program's (``sandbox/isolated/split.py``).
+"""Values between a test's process and the program's (``sandbox/isolated/split.py``): canonical
+values (``canonical.py``) with these additions:
 
-A test that is code (a loop, a ``check`` function, helpers of the dataset's) runs in a process of
-its own; the program's names are proxies there, and every call crosses as canonical values
-(``sandbox/wire/canonical.py``) with two additions:
+- **objects of a shared class** (one the problem's setup code defines, which both processes ran:
+  LeetCode's ``ListNode``) cross by value, as a table of objects (class name, attributes) that
+  values point into by index: a long linked list is a flat table, not deep nesting, and shared
+  or cyclic links survive;
+- **a builtin type** by its name, an **exception class** by its name and nearest builtin
+  base, a ``datetime`` (``date``, ``time``, ``timedelta``) by its fields;
+- **any other object** (the program's ``Solution()``, a function the test hands the program)
+  stays with its side and crosses as a *handle*, its number in that side's table; handed
+  back, it is ``yours``: the receiver's own object again.
 
-- **objects of a shared class** (a class the problem's setup code defines, which both processes
-  ran: LeetCode's ``ListNode`` and ``TreeNode``) cross by value, as a table of objects (class
-  name, attributes) that values point into by index: a linked list of 10,000 nodes is a flat
-  table, not 10,000 levels of nesting, and shared or cyclic links survive;
-- **a builtin type** (``int``, as a function's annotations hold it) by its name, an
-  **exception class** by its name and nearest builtin base, a ``datetime`` (``date``, ``time``,
-  ``timedelta``) by its fields;
-- **any other object** (the program's ``Solution()``, a bound method; a function the test hands
-  the program) stays with the side that has it and crosses as a *handle*, its number in that
-  side's table; handed back, it is ``yours``: the receiver's own object again.
-
-Decoding builds only plain builtins, instances of the receiver's own shared classes (made with
-``object.__new__`` and given their attributes: no constructor of the sender's runs) and
-handles; every shape is checked as ``canonical.rebuild`` checks it.
+Decoding builds only plain builtins, instances of the receiver's shared classes (made with
+``object.__new__``: no constructor of the sender's runs) and handles; every shape is checked.
 """
 
 from __future__ import annotations
@@ -27,15 +22,15 @@ import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
-from sandbox.wire.canonical import MAX_DEPTH, Unserialisable, _Budget, _encode, _keys
+from sandbox.wire.canonical import CONTAINERS, MAX_DEPTH, Unserialisable, _Budget, _encode
 from sandbox.wire.canonical import rebuild as rebuild_plain
 
 OBJ, GRAPH, TYPE, ERROR, TIME = "obj", "graph", "type", "exception", "datetime"
 # An object kept by the side that sends it, or one the receiver lent before: by its number in
 # that side's table (``proxies.Calls.local``).
 HANDLE, YOURS = "handle", "yours"
-# One call's arguments or value, between two sandboxed processes (the front's own bound,
-# ``canonical.MAX_NODES``, is for what it must hold): a test may pass a list of a million.
+# One call's arguments or value between two sandboxed processes: a test may pass a list of a
+# million (the front's bound, ``canonical.MAX_NODES``, is for what it must hold).
 CALL_NODES, CALL_CHARS = 10_000_000, 64_000_000
 _TIMES = {cls.__name__: cls for cls in (dt.date, dt.datetime, dt.time, dt.timedelta)}
 
@@ -190,17 +185,6 @@ class _Decoder:
             if body >= len(self.shells):
                 raise ValueError("object out of range")
             return self.shells[body]
-        if tag == "dict":
-            if type(body) is not list or any(type(p) is not list or len(p) != 2 for p in body):
-                raise ValueError("malformed dict")
-            keys = _keys([self.value(k, depth + 1) for k, _ in body])
-            return dict(zip(keys, [self.value(v, depth + 1) for _, v in body]))
-        if tag in _SEQUENCES:
-            if type(body) is not list:
-                raise ValueError("malformed container")
-            items = [self.value(x, depth + 1) for x in body]
-            return _SEQUENCES[tag](_keys(items) if tag in ("set", "frozenset") else items)
+        if tag in CONTAINERS:
+            return CONTAINERS[tag](body, depth, self.value)
         return rebuild_plain(data, depth)
-
-
-_SEQUENCES: dict[str, Callable] = {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}

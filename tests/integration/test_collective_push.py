@@ -41,9 +41,9 @@ def test_collective_push_makes_engine_logprobs_match_the_learner(
     import threading
 
     from actor.rollout_worker import RolloutWorker
+    from bench.learner.perturb import PerturbableLearner
     from common.rendezvous import LOOPBACK, hold, interface_of
     from common.transport.collective import engine_init_info
-    from learner.bench.perturb import PerturbableLearner
 
     rollout = RolloutConfig(
         batch_size=8,

@@ -73,7 +73,7 @@ def test_the_readme_states_what_a_fresh_demo_run_measures(demo):
 
 
 def test_the_demo_learns_exact_answers_a_constant_cannot_earn(demo):
-    from launch.bench.constant import best, score_constants
+    from bench.launch.constant import best, score_constants
     from sandbox.trusted.pool import SandboxPool
 
     config, run_dir, _ = demo

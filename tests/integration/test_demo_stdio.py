@@ -50,7 +50,7 @@ def _rate(records: list[dict]) -> float:
 
 
 def test_the_stdio_demo_learns_exact_answers_a_constant_cannot_earn(demo):
-    from launch.bench.constant import best, score_constants
+    from bench.launch.constant import best, score_constants
     from sandbox.trusted.pool import SandboxPool
 
     config, run_dir = demo

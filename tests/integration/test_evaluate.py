@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from launch.tools import evaluate
+from launch import evaluate
 
 pytestmark = pytest.mark.integration
 

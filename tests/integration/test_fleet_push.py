@@ -115,9 +115,9 @@ def test_real_engine_restarted_after_a_push_generates_from_the_pushed_weights(
 ):
     import ray
 
+    from bench.learner.perturb import PerturbableLearner
     from common.config import LearnerConfig
     from launch.fleet.rollout_fleet import RolloutFleet
-    from learner.bench.perturb import PerturbableLearner
 
     config = short_config(tmp_path, "stale-engine", tiny_model_path, 1)
     learner = PerturbableLearner(tiny_model_path, LearnerConfig(num_cpus=1))

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from launch.tools.head import head_env, ray_cli
+from launch.head import head_env, ray_cli
 from tests.integration.helpers import REPO
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]

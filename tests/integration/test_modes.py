@@ -46,8 +46,8 @@ from pathlib import Path
 import pytest
 
 from common.config import LearnerConfig, load_config
-from common.memory import ModelShape
-from common.memory_fit import fit_micro_batch
+from common.memory.arithmetic import ModelShape
+from common.memory.fit import fit_micro_batch
 from launch.loop.rollouts import read_rollouts
 from learner.schedule import learning_rate
 from tests.integration.helpers import REPO, read_jsonl, run_module
@@ -67,7 +67,7 @@ PARITY_BOUND = 0.05
 
 #: learner.memory_gib with "auto" checkpointing, on the tiny model: the target at which a
 #: micro-batch of 1,200 tokens fits with one of its two decoder layers checkpointed and not
-#: with none (common/memory.py: ~1,070 tokens fit without, ~1,560 with one).
+#: with none (common/memory/arithmetic.py: ~1,070 tokens fit without, ~1,560 with one).
 MEMORY_TARGET = (
     "--learner.gradient_checkpointing", "auto",
     "--learner.memory_gib", "0.55",
@@ -156,13 +156,13 @@ def test_mbpp_with_long_prompts_trains_and_evaluates(tmp_path, tiny_model_path):
         "--rollout.max_new_tokens", "16",
         "--rollout.max_num_batched_tokens", "1024",
         "--rollout.batch_size", "64",
-        "--learner.beta", "0",
+        "--algorithm.loss.beta", "0",
         "--learner.lr_schedule", "cosine",
         "--learner.warmup_steps", "1",
         "--learner.min_lr", "1e-6",
         "--learner.adam_betas", "[0.9, 0.95]",
         "--learner.logprob_chunk_tokens", "0",
-        "--advantage.tie_noise", "0.05",
+        "--algorithm.advantage.tie_noise", "0.05",
         "--eval.every", "2",
         "--eval.max_problems", "4",
         "--eval.n", "2",
@@ -232,7 +232,7 @@ def test_lora_adapter_async_kalman_separate_engine(tmp_path, tiny_model_path):
         "--learner.dtype", "bfloat16",
         "--learner.lora.base_dtype", "bfloat16",
         "--async.max_staleness", "1",
-        "--advantage.baseline", "kalman",
+        "--algorithm.advantage.baseline", "kalman",
         "--data.curriculum", "easy_to_hard",
         "--rollout.engine_process", "separate",
         config=DEMO_LORA,
@@ -245,13 +245,13 @@ def test_lora_adapter_async_kalman_separate_engine(tmp_path, tiny_model_path):
 
 def test_lora_merged_kl_in_reward_dynamic_sampling_resumed(tmp_path, tiny_model_path):
     args = [
-        "--learner.kl_in", "reward",
-        "--learner.beta", "0.04",
-        "--learner.kl_control", "linear",
-        "--learner.beta_final", "0.02",
-        "--advantage.dynamic_sampling", "true",
-        "--advantage.max_sampling_rounds", "2",
-        "--advantage.low_variance_temperature", "1.5",
+        "--algorithm.loss.kl_in", "reward",
+        "--algorithm.loss.beta", "0.04",
+        "--algorithm.loss.kl_control", "linear",
+        "--algorithm.loss.beta_final", "0.02",
+        "--algorithm.advantage.dynamic_sampling", "true",
+        "--algorithm.advantage.max_sampling_rounds", "2",
+        "--algorithm.advantage.low_variance_temperature", "1.5",
         "--run.checkpoint_every", "2",
         "--learner.num_ranks", "2",
         "--learner.num_cpus", "0.5",
@@ -306,8 +306,8 @@ options = {{ run_dir = "{run_dir}" }}
         "--rollout.max_new_tokens", "4",  # room for the saboteur's bugs and the length term
         "--weights.bucket_mib", "0.125",
         "--weights.transport", "collective",
-        "--learner.kl_control", "adaptive",
-        "--learner.ratio_level", "sequence",
+        "--algorithm.loss.kl_control", "adaptive",
+        "--algorithm.loss.ratio_level", "sequence",
         "--selfplay.saboteur", "true",
         "--selfplay.saboteur_prompts", "1",
         "--model.max_model_len", "384",  # the saboteur's and fixers' prompts hold programs
@@ -323,7 +323,7 @@ options = {{ run_dir = "{run_dir}" }}
     assert all(m["weights/buckets"] > 1 for m in metrics)
     assert all(m["train/kl"] >= 0 for m in metrics) and metrics[-1]["train/kl"] > 0
     betas = [m["train/beta"] for m in metrics]
-    assert betas[0] == load_config(DEMO).learner.beta and len(set(betas)) == 3, (
+    assert betas[0] == load_config(DEMO).algorithm.loss.beta and len(set(betas)) == 3, (
         "the adaptive beta moved every step"
     )
 
@@ -372,7 +372,7 @@ def test_multi_turn_episodes_with_a_discounted_reward(tmp_path, tiny_model_path)
 
 
 def _check_memory_fit(run_dir: Path, metrics: list[dict]) -> None:
-    """Every step ran with what common/memory.py's arithmetic fits to MEMORY_TARGET on the
+    """Every step ran with what common/memory/arithmetic.py fits to MEMORY_TARGET on the
     run's model and saved config: some but not all of its decoder layers checkpointed, and
     micro-batches of the budget derived at that count (the learner on CPU: its "auto"
     settings resolved there, no IPC copy with the collective transport)."""
@@ -380,7 +380,8 @@ def _check_memory_fit(run_dir: Path, metrics: list[dict]) -> None:
     model = json.loads((Path(saved["model"]["path"]) / "config.json").read_text())
     shape = ModelShape.from_config(model)
     learner = LearnerConfig.model_validate(saved["learner"])
-    fit = fit_micro_batch(shape, learner, device="cpu")
+    reference = saved["algorithm"]["loss"]["beta"] > 0  # the loss's KL term keeps one
+    fit = fit_micro_batch(shape, learner, device="cpu", with_reference=reference)
     assert 0 < fit.checkpointed < shape.layers  # "auto" chose, rather than an extreme
     for m in metrics:
         assert m["train/checkpointed_layers"] == fit.checkpointed, m

@@ -14,7 +14,7 @@ import urllib.request
 
 import pytest
 
-from launch.tools.head import head_env, ray_cli
+from launch.head import head_env, ray_cli
 from tests.integration.helpers import REPO
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from bench.sandbox.stdio import table_program
 from common.config import Config
 from common.packages import load_packages
 from common.types import Problem, Verdict
 from launch.fleet.actors import start_sandbox
-from sandbox.bench.stdio import table_program
 from tests.integration.helpers import private_ray
 from tests.unit.sandbox.helpers import GOOD_F
 

@@ -27,7 +27,7 @@ def test_process_verifier_labels_steps_through_the_engine_and_sandbox(
 ):
     from actor.scorer import RewardScorer
     from common.config import ScorerOptions
-    from launch.tools.train_verifier import main
+    from launch.verifier.train import main
 
     rows = []
     for target in range(6):  # two steps each: the answer, then a line of dead code

@@ -29,7 +29,7 @@ BF16_TOLERANCE = 0.02
 @pytest.fixture(scope="module")
 def engine_and_learner(tiny_model_path):
     from actor.rollout_worker import RolloutWorker
-    from learner.bench.perturb import PerturbableLearner
+    from bench.learner.perturb import PerturbableLearner
 
     rollout = RolloutConfig(batch_size=8, group_size=8, max_new_tokens=8, kv_cache_gib=0.1)
     worker = RolloutWorker(tiny_model_path, rollout, ModelConfig(max_model_len=128))
@@ -136,7 +136,7 @@ def test_separate_engine_process_receives_bucketed_pushes(tiny_model_path):
     process as bytes, and the engine still ends up serving the learner's weights, loaded
     through the layerwise session (many buckets) or directly (one)."""
     from actor.rollout_worker import RolloutWorker
-    from learner.bench.perturb import PerturbableLearner
+    from bench.learner.perturb import PerturbableLearner
 
     rollout = RolloutConfig(
         batch_size=8, group_size=8, max_new_tokens=8, kv_cache_gib=0.1, engine_process="separate"
@@ -177,8 +177,8 @@ def test_sampled_logprobs_are_tagged_and_match_the_learner(engine_and_learner):
 def test_lora_adapter_push_reaches_the_engine(tiny_model_path, tmp_path):
     """lora.export = "adapter": only the adapter travels; vLLM serves it under a new id."""
     from actor.rollout_worker import RolloutWorker
+    from bench.learner.perturb import PerturbableLearner
     from common.config import LoraConfig
-    from learner.bench.perturb import PerturbableLearner
 
     lora = LoraConfig(enabled=True, rank=8, export="adapter")
     learner = PerturbableLearner(
@@ -202,7 +202,7 @@ def test_lora_adapter_push_reaches_the_engine(tiny_model_path, tmp_path):
 
 
 def test_push_benchmark_prints_one_row_per_bucket_size(tiny_model_path, capsys):
-    from launch.bench.push import main
+    from bench.launch.push import main
 
     assert main(["--model", tiny_model_path, "--bucket-mib", "1", "8", "--pushes", "3"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
@@ -224,7 +224,7 @@ def test_push_benchmark_prints_one_row_per_bucket_size(tiny_model_path, capsys):
 def test_push_benchmark_through_ray_reports_the_drivers_wait(tiny_model_path, capsys):
     import ray
 
-    from launch.bench.push import main
+    from bench.launch.push import main
 
     ray.shutdown()  # its own local cluster, not one an earlier test left in this process
     args = ["--model", tiny_model_path, "--bucket-mib", "1", "--pushes", "3", "--through-ray"]
@@ -241,7 +241,7 @@ def test_push_benchmark_through_ray_reports_the_drivers_wait(tiny_model_path, ca
 
 
 def test_push_benchmark_refuses_too_few_pushes(capsys):
-    from launch.bench.push import main
+    from bench.launch.push import main
 
     assert main(["--model", "unused", "--pushes", "2"]) == 2
     assert "--pushes must be at least 3" in capsys.readouterr().err

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from common.memory import ModelShape
+from common.memory.arithmetic import ModelShape
 
 CONFIGS = Path(__file__).parent / "model_configs"
 

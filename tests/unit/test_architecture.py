@@ -1,13 +1,15 @@
 """The layout's rules, checked on the source (docs: README "Layout").
 
 - The roles (``actor/``, ``learner/``, ``sandbox/``) never import each other or ``launch/``.
+- The benchmarks (``bench/``) may import any package; no product package imports them.
 - ``common/`` is the floor: it imports no other package of the project, and neither vLLM nor Ray.
 - ``algorithm/`` is pure: it imports ``common/`` only (and neither vLLM nor Ray).
-- In ``launch/``, the loop, the fleet and the data import no tool (``launch/tools/``).
+- In ``launch/``, no module imports a command (a module ``python -m`` runs), and
+  ``launch.train`` no other command.
 - No import cycle between files, counting imports inside functions (they hide cycles).
 - Every actor of a run is created in ``launch/fleet/actors.py``.
-- Product files stay under 500 lines and functions under 60, unless a comment says why.
-- Growth is budgeted: lines per package (benchmarks apart) and config keys stay under
+- Files stay under 500 lines and functions under 60, unless a comment says why.
+- Growth is budgeted: lines per package (``bench/`` one of them) and config keys stay under
   :data:`LINE_BUDGET` and :data:`KEY_BUDGET` (the rule: docs/testing.md, "Growth budget").
 """
 
@@ -22,10 +24,10 @@ import pytest
 from tests.conftest import REPO_ROOT
 
 ROLES = ("actor", "learner", "sandbox")
-PACKAGES = ("actor", "algorithm", "common", "launch", "learner", "sandbox")
-#: Benchmark tools (``<role>/bench/``) build their own actors on private clusters; they are not
-#: part of a run.
+#: Benchmark tools build their own actors on private clusters; they are not part of a run.
 BENCH = "bench"
+PRODUCT = ("actor", "algorithm", "common", "launch", "learner", "sandbox")
+PACKAGES = (*PRODUCT, BENCH)
 MAX_FILE_LINES = 500
 MAX_FUNCTION_LINES = 60
 #: A longer file or function says why in a comment starting with this, on the line above its
@@ -77,8 +79,18 @@ def test_roles_import_common_and_algorithm_never_each_other():
         assert not _offenders((role,), others)
 
 
+def test_no_product_package_imports_the_benchmarks():
+    assert not _offenders(PRODUCT, (BENCH,))
+
+
+def test_the_benchmark_check_finds_an_import_of_them():
+    assert "bench/sandbox/__main__.py imports bench.sandbox.stdio" in _offenders((BENCH,), (BENCH,))
+
+
 def test_common_is_the_floor():
-    assert not _offenders(("common",), ("actor", "algorithm", "launch", "learner", "sandbox"))
+    assert not _offenders(
+        ("common",), ("actor", "algorithm", "bench", "launch", "learner", "sandbox")
+    )
     assert not _offenders(("common",), ("ray", "vllm"))
 
 
@@ -86,18 +98,21 @@ def test_algorithm_imports_no_role():
     assert not _offenders(("algorithm",), ("actor", "launch", "learner", "sandbox", "ray", "vllm"))
 
 
-def test_the_loop_imports_no_tool():
-    below_tools = [
-        path
-        for path in _sources("launch")
-        if "tools" not in path.parts and BENCH not in path.parts and path.parent.name != "launch"
-    ]
-    below_tools.append(REPO_ROOT / "launch" / "train.py")
+def _is_command(path: Path) -> bool:
+    """Whether ``python -m`` runs ``path``: a package's ``__main__``, or a ``__main__`` block."""
+    return path.name == "__main__.py" or 'if __name__ == "__main__":' in path.read_text()
+
+
+def test_the_loop_imports_no_command():
+    commands = {_module(path) for path in _sources("launch") if _is_command(path)}
+    assert {"launch.train", "launch.evaluate", "launch.selfplay.__main__"} <= commands
+    below_commands = [path for path in _sources("launch") if not _is_command(path)]
+    below_commands.append(REPO_ROOT / "launch" / "train.py")
     wrong = [
         f"{path.relative_to(REPO_ROOT)} imports {module}"
-        for path in below_tools
+        for path in below_commands
         for module in sorted(_imports(path))
-        if module.startswith("launch.tools")
+        if module in commands and module != _module(path)
     ]
     assert not wrong
 
@@ -140,13 +155,12 @@ def test_the_cycle_check_finds_a_cycle():
 
 def test_every_actor_of_a_run_is_created_in_launch_fleet_actors():
     creators = set()
-    for path in _sources(*PACKAGES):
+    for path in _sources(*PRODUCT):
         for node in ast.walk(ast.parse(path.read_text())):
             call = isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
             if call and node.func.attr == "remote" and ast.unparse(node.func.value) == "ray":
                 creators.add(path.relative_to(REPO_ROOT))
-    product = {str(path) for path in creators if BENCH not in path.parts}
-    assert product == {"launch/fleet/actors.py"}
+    assert {str(path) for path in creators} == {"launch/fleet/actors.py"}
 
 
 def _explained(lines: list[str], line: int) -> bool:
@@ -173,16 +187,17 @@ def test_files_and_functions_stay_small(package):
     assert not long, long
 
 
-#: Lines of Python per package, its benchmarks (``bench/``) apart, and of all benchmarks; set on
+#: Lines of Python per package (``bench/`` one of them); set on
 #: 2026-12-06 at that day's size plus room for the open issues: issue 53 (hosts emulated on one
 #: machine: ~600 lines in launch, ~200 in common) and issue 54 (the optimiser step on the host:
 #: ~300 in learner, ~150 in common). Issue 52 cuts product code below 22.5k lines and lowers
-#: these as its cuts land.
+#: these as its cuts land. The memory plan's 447 lines moved from launch to common with the
+#: rest of memory planning (common/memory/), and their budget with them.
 LINE_BUDGET = {
     "actor": 1_250,
     "algorithm": 1_700,
-    "common": 6_500,
-    "launch": 9_800,
+    "common": 6_947,
+    "launch": 9_353,
     "learner": 4_100,
     "sandbox": 7_400,
     BENCH: 3_300,
@@ -193,15 +208,10 @@ KEY_BUDGET = 165
 
 
 def package_lines() -> dict[str, int]:
-    """Lines of Python per package, every package's ``bench/`` counted under :data:`BENCH`."""
-    counts = dict.fromkeys([*PACKAGES, BENCH], 0)
+    """Lines of Python per top-level package."""
+    counts = dict.fromkeys(PACKAGES, 0)
     for path in _sources(*PACKAGES):
-        where = (
-            BENCH
-            if BENCH in path.relative_to(REPO_ROOT).parts
-            else path.parts[len(REPO_ROOT.parts)]
-        )
-        counts[where] += len(path.read_text().splitlines())
+        counts[path.parts[len(REPO_ROOT.parts)]] += len(path.read_text().splitlines())
     return counts
 
 
@@ -215,7 +225,7 @@ def over_budget(counts: dict[str, int], budget: dict[str, int]) -> list[str]:
 
 
 def test_every_package_stays_within_its_line_budget():
-    assert set(LINE_BUDGET) == {*PACKAGES, BENCH}
+    assert set(LINE_BUDGET) == set(PACKAGES)
     over = over_budget(package_lines(), LINE_BUDGET)
     assert not over, f"{over}: see docs/testing.md, growth budget"
 

@@ -15,15 +15,15 @@ from tests.conftest import REPO_ROOT
 CLIS = [
     "launch.train",
     "launch.evaluate",
-    "launch.make_repairs",
+    "launch.selfplay.make_repairs",
     "launch.selfplay",
-    "launch.train_verifier",
+    "launch.verifier.train",
     "launch.scale",
     "launch.head",
-    "launch.bench",
+    "bench.launch",
     "sandbox.check",
-    "sandbox.bench",
-    "launch.fleet.memory_plan",
+    "bench.sandbox",
+    "common.memory.plan",
 ]
 HEAVY = ("torch", "ray", "vllm", "transformers")
 

@@ -10,8 +10,21 @@ import math
 import pytest
 import torch
 
-from algorithm.loss import grpo_loss, kl_divergence, sequence_kl, tis_weights
-from tests.unit.learner.helpers import learner_config
+from algorithm.loss import (
+    clip_range,
+    grpo_loss,
+    kl_divergence,
+    length_normaliser,
+    sequence_kl,
+    tis_weights,
+)
+from common.config import LossConfig
+
+
+def knobs(**options) -> LossConfig:
+    """``[algorithm.loss]`` with ``options``, TIS off unless asked for (it needs sampler
+    logprobs, which most of these hand-worked batches do not have)."""
+    return LossConfig(**{"tis_cap": 0.0, **options})
 
 
 def test_kl_estimators_by_hand():
@@ -33,7 +46,7 @@ def _ratios_batch():
 
 def test_clipped_surrogate_by_hand():
     logprobs, old, adv, mask = _ratios_batch()
-    loss, metrics = grpo_loss(logprobs, old, adv, mask, clip_eps_low=0.2, clip_eps_high=0.2)
+    loss, metrics = grpo_loss(logprobs, old, adv, mask, knobs(clip_eps_low=0.2, clip_eps_high=0.2))
     # A=+1: -min(rA, clip(r)A) = -min(.5,.8), -1, -min(1.5,1.2) -> -.5, -1, -1.2; mean -0.9
     # A=-1: -min(-.5,-.8), 1, -min(-1.5,-1.2)               ->  .8,  1,  1.5; mean  1.1
     assert loss.item() == pytest.approx((-0.9 + 1.1) / 2)
@@ -49,7 +62,7 @@ def test_clipped_surrogate_by_hand():
 
 def test_asymmetric_clip_higher():
     logprobs, old, adv, mask = _ratios_batch()
-    loss, _ = grpo_loss(logprobs, old, adv, mask, clip_eps_low=0.2, clip_eps_high=0.28)
+    loss, _ = grpo_loss(logprobs, old, adv, mask, knobs(clip_eps_low=0.2, clip_eps_high=0.28))
     # only row 0's r=1.5 changes: clipped to 1.28 instead of 1.2
     assert loss.item() == pytest.approx(((-0.5 - 1 - 1.28) / 3 + 1.1) / 2)
 
@@ -71,7 +84,7 @@ def _uneven_batch():
 )
 def test_aggregations_by_hand(aggregation, expected):
     logprobs, old, adv, mask = _uneven_batch()
-    loss, _ = grpo_loss(logprobs, old, adv, mask, aggregation=aggregation, max_len=8)
+    loss, _ = grpo_loss(logprobs, old, adv, mask, knobs(aggregation=aggregation), max_len=8)
     assert loss.item() == pytest.approx(expected)
 
 
@@ -80,14 +93,14 @@ def test_aggregations_by_hand(aggregation, expected):
 )
 def test_micro_batch_losses_sum_to_full_batch_loss(aggregation):
     logprobs, old, adv, mask = _uneven_batch()
-    full, _ = grpo_loss(logprobs, old, adv, mask, aggregation=aggregation, max_len=8)
+    full, _ = grpo_loss(logprobs, old, adv, mask, knobs(aggregation=aggregation), max_len=8)
     parts = [
         grpo_loss(
             logprobs[i : i + 1],
             old[i : i + 1],
             adv[i : i + 1],
             mask[i : i + 1],
-            aggregation=aggregation,
+            knobs(aggregation=aggregation),
             max_len=8,
             batch_num_sequences=2,
             batch_num_tokens=4,
@@ -104,8 +117,8 @@ def test_kl_penalty_by_hand():
         logprobs.detach(),
         torch.zeros(1),
         torch.ones(1, 1),
-        torch.tensor([[-1.5]]),
-        beta=0.5,
+        knobs(beta=0.5),
+        ref_logprobs=torch.tensor([[-1.5]]),
     )
     # A = 0, so only beta * k3(log r = 0.5) = 0.5 * 0.1065307
     assert loss.item() == pytest.approx(0.5 * 0.1065307, rel=1e-5)
@@ -115,14 +128,14 @@ def test_kl_penalty_by_hand():
 def test_beta_without_reference_is_refused():
     logprobs, old, adv, mask = _ratios_batch()
     with pytest.raises(ValueError, match="ref_logprobs"):
-        grpo_loss(logprobs, old, adv, mask, beta=0.1)
+        grpo_loss(logprobs, old, adv, mask, knobs(beta=0.1))
 
 
 def test_entropy_bonus_by_hand():
     logprobs, old, _, mask = _uneven_batch()
     entropy = torch.tensor([[1.0, 2.0, 3.0, 9.0], [9.0, 4.0, 9.0, 9.0]])
     loss, metrics = grpo_loss(
-        logprobs, old, torch.zeros(2), mask, entropy=entropy, entropy_coef=0.1
+        logprobs, old, torch.zeros(2), mask, knobs(entropy_coef=0.1), entropy=entropy
     )
     # per-sequence mean entropies 2 and 4 -> mean 3; loss -0.1 * 3
     assert loss.item() == pytest.approx(-0.3)
@@ -143,12 +156,10 @@ def test_gradient_flows_only_through_completion_tokens():
         old,
         torch.tensor([0.7, -1.3]),
         mask,
-        ref,
-        beta=0.1,
+        knobs(beta=0.1, entropy_coef=0.01, tis_cap=2.0),
+        ref_logprobs=ref,
         entropy=entropy,
-        entropy_coef=0.01,
         sampler_logprobs=sampler,
-        tis_cap=2.0,
     )
     loss.backward()
     assert torch.isfinite(loss)
@@ -183,7 +194,9 @@ def test_tis_multiplies_the_policy_gradient_term():
     logprobs, old, adv, mask = _ratios_batch()  # ratios .5, 1, 1.5; old logprobs 0
     # w = min(exp(0 - sampler), 2): row 0 (A = +1) 2, 1, 0.5; row 1 (A = -1) all 1
     sampler = torch.tensor([[-5.0, 0.0, math.log(2.0)], [0.0, 0.0, 0.0]])
-    loss, metrics = grpo_loss(logprobs, old, adv, mask, sampler_logprobs=sampler, tis_cap=2.0)
+    loss, metrics = grpo_loss(
+        logprobs, old, adv, mask, knobs(tis_cap=2.0), sampler_logprobs=sampler
+    )
     # row 0 surrogate -.5, -1, -1.2 weighted -> -1, -1, -.6: mean -2.6/3; row 1 mean 1.1
     assert loss.item() == pytest.approx((-2.6 / 3 + 1.1) / 2)
     assert metrics["tis_weight_mean"] == pytest.approx((2 + 1 + 0.5 + 3) / 6)
@@ -197,7 +210,7 @@ def test_tis_multiplies_the_policy_gradient_term():
 def test_tis_without_sampler_logprobs_is_refused():
     logprobs, old, adv, mask = _ratios_batch()
     with pytest.raises(ValueError, match="sampler_logprobs"):
-        grpo_loss(logprobs, old, adv, mask, tis_cap=2.0)
+        grpo_loss(logprobs, old, adv, mask, knobs(tis_cap=2.0))
 
 
 def test_kl_estimators_in_the_loss_by_hand():
@@ -210,9 +223,8 @@ def test_kl_estimators_in_the_loss_by_hand():
             logprobs.detach(),
             torch.zeros(1),
             torch.ones(1, 2),
-            ref,
-            beta=0.5,
-            kl_estimator=estimator,
+            knobs(beta=0.5, kl_estimator=estimator),
+            ref_logprobs=ref,
         )
         assert loss.item() == pytest.approx(0.5 * kl, rel=1e-5), estimator
         assert metrics["kl"] == pytest.approx(kl, rel=1e-5), estimator
@@ -231,9 +243,8 @@ def _two_completions():
 
 def test_sequence_ratio_is_the_geometric_mean_and_the_loss_averages_completions():
     new, old, mask, adv = _two_completions()
-    loss, metrics = grpo_loss(
-        new, old, adv, mask, clip_eps_low=1.0, clip_eps_high=1.0, ratio_level="sequence"
-    )
+    sequence = knobs(seq_clip_eps_low=1.0, seq_clip_eps_high=1.0, ratio_level="sequence")
+    loss, metrics = grpo_loss(new, old, adv, mask, sequence)
     s = [math.exp((0.1 - 0.1 + 0.1) / 3), math.exp(0.1 / 2)]  # exp(mean log-ratio)
     assert loss.item() == pytest.approx(-(s[0] * 1.0 + s[1] * -0.5) / 2, rel=1e-6)
     assert metrics["ratio_mean"] == pytest.approx((3 * s[0] + 2 * s[1]) / 5, rel=1e-6)
@@ -246,9 +257,9 @@ def test_sequence_ratio_is_the_geometric_mean_and_the_loss_averages_completions(
 def test_sequence_clip_removes_the_gradient_of_a_completion_out_of_range():
     new, old, mask, adv = _two_completions()
     # s_0 = exp(0.1/3) = 1.034 > 1 + 0.01 with A > 0: clipped; s_1 = exp(0.05) with A < 0: kept
-    loss, metrics = grpo_loss(
-        new, old, adv, mask, clip_eps_low=0.01, clip_eps_high=0.01, ratio_level="sequence"
-    )
+    # GSPO's own clip range applies; the token one (0.2) would not clip s_0
+    sequence = knobs(seq_clip_eps_low=0.01, seq_clip_eps_high=0.01, ratio_level="sequence")
+    loss, metrics = grpo_loss(new, old, adv, mask, sequence)
     s1 = math.exp(0.05)
     assert loss.item() == pytest.approx(-(1.01 * 1.0 + s1 * -0.5) / 2, rel=1e-6)
     assert metrics["clip_frac"] == pytest.approx(3 / 5)  # completion 0's three tokens
@@ -266,10 +277,11 @@ def test_one_token_completions_give_the_token_level_loss_and_gradient():
     results = []
     for level in ("token", "sequence"):
         new = base.clone().requires_grad_(True)
-        loss, _ = grpo_loss(
-            new, old, adv, mask, clip_eps_low=0.2, clip_eps_high=0.25,
-            sampler_logprobs=sampler, tis_cap=1.5, ratio_level=level,
+        config = knobs(
+            clip_eps_low=0.2, clip_eps_high=0.25, seq_clip_eps_low=0.2, seq_clip_eps_high=0.25,
+            tis_cap=1.5, ratio_level=level,
         )  # fmt: skip
+        loss, _ = grpo_loss(new, old, adv, mask, config, sampler_logprobs=sampler)
         loss.backward()
         results.append((loss.detach(), new.grad))
     torch.testing.assert_close(results[0][0], results[1][0])
@@ -278,7 +290,28 @@ def test_one_token_completions_give_the_token_level_loss_and_gradient():
 
 def test_sequence_ratios_refuse_token_weighted_aggregations():
     with pytest.raises(ValueError, match="needs aggregation = 'seq_mean_token_mean'"):
-        learner_config(ratio_level="sequence", aggregation="token_mean")
-    new, old, mask, adv = _two_completions()
-    with pytest.raises(ValueError, match="seq_mean_token_mean"):
-        grpo_loss(new, old, adv, mask, aggregation="token_mean", ratio_level="sequence")
+        LossConfig(ratio_level="sequence", aggregation="token_mean")
+
+
+# ---- the choices the config makes: clip range, KL weight, Dr. GRPO's length -------------------
+
+
+def test_the_clip_range_is_gspos_with_sequence_ratios_else_the_token_one():
+    config = {"clip_eps_low": 0.2, "clip_eps_high": 0.28, "seq_clip_eps_low": 3e-4}
+    assert clip_range(LossConfig(**config)) == (0.2, 0.28)
+    assert clip_range(LossConfig(**config, ratio_level="sequence")) == (3e-4, 4e-4)
+
+
+def test_the_kl_is_a_loss_term_at_the_controllers_beta_unless_charged_in_the_reward():
+    logprobs = torch.tensor([[-1.0]], requires_grad=True)
+    batch = (logprobs, logprobs.detach(), torch.zeros(1), torch.ones(1, 1))
+    ref = torch.tensor([[-1.5]])  # k3(log r = 0.5) = 0.1065307
+    loss, _ = grpo_loss(*batch, knobs(beta=0.5), beta=0.2, ref_logprobs=ref)
+    assert loss.item() == pytest.approx(0.2 * 0.1065307, rel=1e-5)  # the controller's beta
+    loss, metrics = grpo_loss(*batch, knobs(beta=0.5, kl_in="reward"))  # no reference needed
+    assert loss.item() == 0.0 and metrics["kl"] == 0.0
+
+
+def test_dr_grpos_length_is_max_len_or_the_batchs_longest_completion():
+    assert length_normaliser(LossConfig(), [3, 7, 5]) == 7
+    assert length_normaliser(LossConfig(max_len=512), [3, 7, 5]) == 512

@@ -124,10 +124,10 @@ def test_an_output_directory_with_results_needs_overwrite(tmp_path):
 
 @pytest.fixture
 def evaluate(tmp_path, monkeypatch):
-    """``launch.tools.evaluate`` with a model directory that passes ``locate_model`` and every
+    """``launch.evaluate`` with a model directory that passes ``locate_model`` and every
     later stage a stub: loading the tokenizer (the first) says it started, the engine and the
     sandbox say they started too soon."""
-    from launch.tools import evaluate as module
+    from launch import evaluate as module
 
     model = tmp_path / "model"
     model.mkdir()
@@ -191,7 +191,7 @@ def test_selfplay_evaluates_into_its_own_directory_again(tmp_path, monkeypatch, 
     """``launch.selfplay`` runs ``launch.evaluate`` into a round directory that already holds
     the phase's log (and, in a retried round 0, the earlier try): its command passes the check."""
     from common.config import load_config
-    from launch.tools import selfplay
+    from launch.selfplay import __main__ as selfplay
 
     module, argv = evaluate
     model = argv[argv.index("--model") + 1]
@@ -211,7 +211,7 @@ def test_selfplay_evaluates_into_its_own_directory_again(tmp_path, monkeypatch, 
         play.evaluate(model, out, held_out=True)
 
 
-# ---- sandbox.check and launch.make_repairs -------------------------------------------------
+# ---- sandbox.check and launch.selfplay.make_repairs ------------------------------------
 
 MBPP_ROW = {
     "task_id": 2,
@@ -232,12 +232,12 @@ def problems(tmp_path):
 @pytest.fixture
 def tools(monkeypatch):
     """The two commands' modules, their sandbox pool a stub that starts nothing."""
-    from launch.tools import make_repairs
+    from launch.selfplay import make_repairs
     from sandbox import check
 
     monkeypatch.setattr(check, "SandboxPool", _too_soon)
     monkeypatch.setattr(make_repairs, "SandboxPool", _too_soon)
-    return {"sandbox.check": check, "launch.make_repairs": make_repairs}
+    return {"sandbox.check": check, "launch.selfplay.make_repairs": make_repairs}
 
 
 def _argv(tool: str, problems, out) -> list[str]:
@@ -245,7 +245,7 @@ def _argv(tool: str, problems, out) -> list[str]:
     return ["--problems", str(problems), *extra, "--out", str(out)]
 
 
-@pytest.mark.parametrize("tool", ["sandbox.check", "launch.make_repairs"])
+@pytest.mark.parametrize("tool", ["sandbox.check", "launch.selfplay.make_repairs"])
 def test_an_out_that_is_a_directory_is_refused_before_any_sample_runs(
     tmp_path, capsys, problems, tools, tool
 ):
@@ -256,7 +256,7 @@ def test_an_out_that_is_a_directory_is_refused_before_any_sample_runs(
     assert not any(out.iterdir())
 
 
-@pytest.mark.parametrize("tool", ["sandbox.check", "launch.make_repairs"])
+@pytest.mark.parametrize("tool", ["sandbox.check", "launch.selfplay.make_repairs"])
 def test_an_out_below_a_file_is_refused_before_any_sample_runs(
     tmp_path, capsys, problems, tools, tool
 ):
@@ -267,7 +267,7 @@ def test_an_out_below_a_file_is_refused_before_any_sample_runs(
     ]
 
 
-@pytest.mark.parametrize("tool", ["sandbox.check", "launch.make_repairs"])
+@pytest.mark.parametrize("tool", ["sandbox.check", "launch.selfplay.make_repairs"])
 def test_an_out_in_directories_not_made_yet_is_accepted(
     tmp_path, monkeypatch, problems, tools, tool
 ):
@@ -279,7 +279,7 @@ def test_an_out_in_directories_not_made_yet_is_accepted(
 def test_make_repairs_refuses_stdin_stdout_problems_in_one_line(tmp_path, capsys, tools):
     hello = REPO_ROOT.parent / "shared" / "data" / "kattis-examples" / "hello"
     argv = ["--problems", str(hello), "--split", "all", "--out", str(tmp_path / "out.jsonl")]
-    assert tools["launch.make_repairs"].main(argv) == 2
+    assert tools["launch.selfplay.make_repairs"].main(argv) == 2
     assert _error_lines(capsys) == [
         f"error: {hello}: 1 of its 1 problems are stdin/stdout programs (hello first); repair "
         "tasks are made from function problems (unit tests)"
@@ -291,8 +291,8 @@ def test_make_repairs_refuses_stdin_stdout_problems_in_one_line(tmp_path, capsys
     [
         ("sandbox.check", "--workers", "0"),
         ("sandbox.check", "--timeout-s", "-1"),
-        ("launch.make_repairs", "--workers", "0"),
-        ("launch.make_repairs", "--per-problem", "0"),
+        ("launch.selfplay.make_repairs", "--workers", "0"),
+        ("launch.selfplay.make_repairs", "--per-problem", "0"),
     ],
 )
 def test_a_sandbox_tool_refuses_a_number_out_of_range(
@@ -317,7 +317,7 @@ def test_check_canonical_refuses_rows_without_a_reference(tmp_path, capsys, tool
     assert not out.exists()
 
 
-# ---- launch.train_verifier, sandbox.bench, launch.bench.push ------------------------------
+# ---- launch.verifier.train, bench.sandbox, bench.launch.push ------------------------------
 
 
 @pytest.mark.parametrize(
@@ -325,7 +325,7 @@ def test_check_canonical_refuses_rows_without_a_reference(tmp_path, capsys, tool
     [("--lr", "-1"), ("--lr", "0"), ("--epochs", "0"), ("--batch-size", "0"), ("--workers", "0")],
 )
 def test_train_verifier_refuses_a_number_out_of_range(tmp_path, capsys, flag, value):
-    from launch.tools.train_verifier import main
+    from launch.verifier.train import main
 
     argv = ["--rollouts", str(tmp_path), "--model", str(tmp_path), "--out", str(tmp_path / "v")]
     line = _refused_by_argparse(main, [*argv, flag, value], capsys)
@@ -336,7 +336,7 @@ def test_train_verifier_refuses_a_number_out_of_range(tmp_path, capsys, flag, va
 def test_train_verifier_refuses_an_out_that_is_a_file_before_training(
     tmp_path, capsys, monkeypatch
 ):
-    from launch.tools import train_verifier
+    from launch.verifier import train as train_verifier
 
     monkeypatch.setattr(train_verifier, "locate_model", _too_soon)
     out = tmp_path / "verifier"
@@ -349,7 +349,7 @@ def test_train_verifier_refuses_an_out_that_is_a_file_before_training(
 
 @pytest.mark.parametrize(("flag", "value"), [("--workers", "0"), ("--limit", "0")])
 def test_sandbox_bench_refuses_a_number_out_of_range(capsys, flag, value):
-    from sandbox.bench.throughput import main
+    from bench.sandbox.throughput import main
 
     assert f"error: argument {flag}: must be" in _refused_by_argparse(main, [flag, value], capsys)
 
@@ -364,7 +364,7 @@ def test_sandbox_bench_refuses_a_number_out_of_range(capsys, flag, value):
 def test_push_bench_finds_its_model_as_the_other_tools_do(
     tmp_path, capsys, monkeypatch, model, said
 ):
-    from launch.bench import push
+    from bench.launch import push
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # what push sets, undone after the test
     monkeypatch.setattr(push, "measure", _too_soon)

@@ -144,7 +144,7 @@ def test_resolved_config_round_trips_through_toml(tmp_path):
 def test_every_shipped_config_parses(path):
     """Each config parses the way its command reads it (bench configs carry a [bench] table)."""
     if path.name.startswith("bench"):
-        from launch.bench.workload import load_bench_config
+        from bench.launch.workload import load_bench_config
 
         config, bench = load_bench_config(str(path), [])
         assert bench["steps"] > bench["warmup"]
@@ -186,8 +186,31 @@ def test_reference_documents_every_config_key():
 
 
 def test_the_kalman_baseline_refuses_batch_std():
+    kalman = ["--algorithm.advantage.baseline", "kalman", "--algorithm.advantage.scale"]
     with pytest.raises(ConfigError, match="batch_std' is not defined for the Kalman baseline"):
-        load_config(None, ["--advantage.baseline", "kalman", "--advantage.scale", "batch_std"])
+        load_config(None, [*kalman, "batch_std"])
+
+
+def test_the_math_is_set_under_algorithm_and_its_old_keys_are_refused_naming_the_new_ones(
+    tmp_path,
+):
+    config = load_config(None, ["--algorithm.loss.beta", "0.1", "--algorithm.advantage.eps", "0.5"])
+    assert (config.algorithm.loss.beta, config.algorithm.advantage.eps) == (0.1, 0.5)
+    with pytest.raises(
+        ConfigError,
+        match=r"learner\.clip_eps_low: unknown key; it is algorithm\.loss\.clip_eps_low now",
+    ):
+        load_config(None, ["--learner.clip_eps_low", "0.1"])
+    path = tmp_path / "old.toml"
+    path.write_text("[advantage]\ntie_noise = 0.05\n\n[learner]\nbeta = 0.04\n")
+    with pytest.raises(ConfigError) as refused:
+        load_config(path)
+    assert str(refused.value).splitlines()[1:] == [
+        "  learner.beta: unknown key; it is algorithm.loss.beta now",
+        "  advantage: unknown key; it is algorithm.advantage now",
+    ]
+    with pytest.raises(ConfigError, match=r"learner\.lr_typo: unknown key \(check the spelling"):
+        load_config(None, ["--learner.lr_typo", "1"])
 
 
 def test_the_sandbox_stops_early_only_when_every_execution_term_is_binary():
@@ -230,8 +253,8 @@ def test_requested_cpus_counts_every_actor():
 
 
 def test_learner_keys_are_saved_in_their_old_order_every_key_once():
-    """[learner]'s keys are grouped by role in the schema (loss, optimiser, speed, resources),
-    but a resolved config lists them as it always did, so saved configs stay comparable."""
+    """[learner]'s keys are grouped by role in the schema (optimiser, speed, resources), but a
+    resolved config lists them in one fixed order, so saved configs stay comparable."""
     from common.config.learner import _SAVED_ORDER
 
     assert sorted(_SAVED_ORDER) == sorted(LearnerConfig.model_fields)

@@ -275,7 +275,7 @@ def test_an_actors_project_lines_are_known_for_the_runs_own_once_forwarded():
 
 def test_a_tools_own_lines_are_shown_beside_the_projects():
     """launch.evaluate's console: its printed lines (``extra``) and errors, not vLLM's."""
-    from launch.tools.evaluate import CONSOLE_LINES
+    from launch.evaluate import CONSOLE_LINES
 
     classifier = Classifier(extra=CONSOLE_LINES)
     shown = [

@@ -95,7 +95,7 @@ def test_a_missing_problems_file_is_named(tmp_path, capsys, tiny_model_path):
 
 
 def test_evaluate_without_its_model_says_how_to_get_it(tmp_path, capsys, empty_hub_cache):
-    from launch.tools.evaluate import main
+    from launch.evaluate import main
 
     args = ["--model", "Qwen/Qwen2.5-Coder-0.5B", "--problems", str(MBPP), "--n", "2"]
     assert main([*args, "--out", str(tmp_path / "eval")]) == 2
@@ -115,7 +115,7 @@ def test_evaluate_without_its_model_says_how_to_get_it(tmp_path, capsys, empty_h
     ],
 )
 def test_selfplay_refuses_what_it_cannot_run(tmp_path, capsys, args, said):
-    from launch.tools.selfplay import main
+    from launch.selfplay.__main__ import main
 
     demo = str(REPO_ROOT / "configs" / "demo.toml")
     status = main(["--config", demo, "--rounds", "1", "--run.output_dir", str(tmp_path), *args])
@@ -129,7 +129,10 @@ def test_saboteur_settings_that_cannot_work_are_refused():
 
     for data, said in [
         ({"selfplay": {"saboteur": True, "saboteur_prompts": 8}}, "must be fewer than"),
-        ({"selfplay": {"saboteur": True}, "advantage": {"baseline": "kalman"}}, "group_mean"),
+        (
+            {"selfplay": {"saboteur": True}, "algorithm": {"advantage": {"baseline": "kalman"}}},
+            "group_mean",
+        ),
         ({"selfplay": {"saboteur": True}, "episode": {"max_turns": 2}}, "do not combine"),
     ]:
         with pytest.raises(ConfigError, match=said):
@@ -348,7 +351,7 @@ def test_a_ray_address_where_nothing_answers_changes_nothing_in_the_run(
 
 
 def test_selfplay_overwrite_deletes_nothing_when_the_model_is_wrong(tmp_path, capsys):
-    from launch.tools.selfplay import main
+    from launch.selfplay.__main__ import main
 
     earlier = tmp_path / "demo" / "round-1"
     earlier.mkdir(parents=True)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from common.config import LoraConfig
+from bench.learner.perturb import PerturbableLearner
+from common.config import LoraConfig, LossConfig
 from learner.batching import SharedPrompts, collate, pack_micro_batches, sample_length
-from learner.bench.perturb import PerturbableLearner
 from learner.flops import step_flops
 from learner.learner import Learner
 from learner.logprobs import completion_logprobs
@@ -40,10 +40,8 @@ def test_shared_prompts_give_the_same_gradient(tied_model, beta, chunk):
     samples = grouped_samples()
     grads, metrics = [], []
     for share in (False, True):  # chunk 0: the shared path's LM head in one piece
-        config = learner_config(
-            share_prompts=share, beta=beta, logprob_chunk_tokens=chunk if share else 1024
-        )
-        learner = PerturbableLearner(tied_model, config)
+        config = learner_config(share_prompts=share, logprob_chunk_tokens=chunk if share else 1024)
+        learner = PerturbableLearner(tied_model, config, loss=LossConfig(beta=beta))
         learner.perturb_weights_(0.02, seed=1)  # so the reference differs from the policy
         metrics.append(learner.accumulate_gradients(samples))
         grads.append({n: p.grad.clone() for n, p in learner.model.named_parameters()})

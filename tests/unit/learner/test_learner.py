@@ -7,10 +7,10 @@ import json
 import pytest
 import torch
 
-from common.config import LearnerConfig, LoraConfig
+from bench.learner.perturb import PerturbableLearner
+from common.config import LearnerConfig, LoraConfig, LossConfig
 from common.transport.cpu_safetensors import decode_update
 from learner.batching import pack_micro_batches
-from learner.bench.perturb import PerturbableLearner
 from learner.learner import Learner
 from learner.logprobs import _full_logits_logprobs, completion_logprobs
 from tests.unit.learner.helpers import (
@@ -28,7 +28,7 @@ def untied_model(tmp_path_factory) -> str:
 
 
 def test_train_step_changes_every_trainable_parameter(tied_model):
-    learner = Learner(tied_model, learner_config(beta=0.05))
+    learner = Learner(tied_model, learner_config(), loss=LossConfig(beta=0.05))
     before = snapshot(learner)
     metrics = learner.train_step(tiny_samples())
     for name, param in learner.model.named_parameters():
@@ -44,7 +44,7 @@ def test_train_step_changes_every_trainable_parameter(tied_model):
 @pytest.mark.parametrize("modules_to_save", [[], ["model.norm"]])
 def test_lora_step_changes_only_the_adapter(tied_model, modules_to_save):
     lora = LoraConfig(enabled=True, rank=4, modules_to_save=modules_to_save)
-    learner = Learner(tied_model, learner_config(lora=lora, beta=0.05))
+    learner = Learner(tied_model, learner_config(lora=lora), loss=LossConfig(beta=0.05))
     names = [n for n, p in learner.model.named_parameters() if p.requires_grad]
     saved = [n for n in names if "lora_" not in n]
     # "model.norm" is the final RMSNorm alone, not the per-layer *_layernorm
@@ -67,8 +67,9 @@ def test_micro_batches_give_the_full_batch_gradient(tied_model, aggregation):
     samples = tiny_samples()
     grads, losses = [], []
     for budget in (4096, 16):  # one micro-batch vs one sample per micro-batch
-        config = learner_config(micro_batch_tokens=budget, beta=0.05, aggregation=aggregation)
-        learner = PerturbableLearner(tied_model, config)
+        config = learner_config(micro_batch_tokens=budget)
+        loss = LossConfig(beta=0.05, aggregation=aggregation)
+        learner = PerturbableLearner(tied_model, config, loss=loss)
         learner.perturb_weights_(0.02, seed=1)  # so the reference differs from the policy
         assert (len(pack_micro_batches(samples, budget)) > 1) == (budget == 16)
         metrics = learner.accumulate_gradients(samples)

@@ -1,5 +1,5 @@
 """learner.memory_gib: the learner derives its micro-batch token budget from a memory target
-and the model's shape (common/memory.py), and refuses a target below its state."""
+and the model's shape (common/memory/arithmetic.py), and refuses a target below its state."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from common.config import LearnerConfig
-from common.memory import (
+from common.memory.arithmetic import (
     GIB,
     ModelShape,
     activation_bytes_per_token,

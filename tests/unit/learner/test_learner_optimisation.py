@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from common.config import ConfigError, load_config
+from common.config import ConfigError, LossConfig, load_config
 from learner.learner import Learner
 from learner.schedule import learning_rate
 from tests.unit.learner.helpers import learner_config, tiny_samples
@@ -44,8 +44,8 @@ def test_schedule_settings_are_checked_at_config_time(tied_model):
 
 
 def test_learner_trains_with_sequence_ratios(tied_model):
-    config = learner_config(ratio_level="sequence", ppo_epochs=2)
-    metrics = Learner(tied_model, config).train_step(tiny_samples())
+    config, gspo = learner_config(ppo_epochs=2), LossConfig(ratio_level="sequence")
+    metrics = Learner(tied_model, config, loss=gspo).train_step(tiny_samples())
     assert metrics["train/optimizer_steps"] == 2
     # the second epoch's ratios moved, and GSPO's narrow range clipped some completions
     assert metrics["train/ratio_mean_last_epoch"] != 1.0
@@ -56,8 +56,8 @@ def test_learner_trains_with_sequence_ratios(tied_model):
 
 
 def test_learner_reports_the_beta_of_each_step_and_adapts_it(tied_model):
-    config = learner_config(beta=0.05, kl_control="adaptive", kl_target=1e-6, kl_horizon=8)
-    learner = Learner(tied_model, config)
+    loss = LossConfig(beta=0.05, kl_control="adaptive", kl_target=1e-6, kl_horizon=8)
+    learner = Learner(tied_model, learner_config(), loss=loss)
     betas = [learner.train_step(tiny_samples())["train/beta"] for _ in range(3)]
     # the first step starts at the reference (KL 0: beta shrinks 20% of n / horizon = 20%), then
     # the policy has moved away (KL >> target: beta grows 20%)
@@ -68,18 +68,16 @@ def test_learner_reports_the_beta_of_each_step_and_adapts_it(tied_model):
 
 
 def test_resume_continues_the_schedule_and_beta_exactly(tied_model, tmp_path):
-    config = learner_config(
-        lr_schedule="cosine", warmup_steps=1, min_lr=1e-3, beta=0.05, kl_control="adaptive",
-        kl_target=1e-4, kl_horizon=16,
-    )  # fmt: skip
+    config = learner_config(lr_schedule="cosine", warmup_steps=1, min_lr=1e-3)
+    loss = LossConfig(beta=0.05, kl_control="adaptive", kl_target=1e-4, kl_horizon=16)
     keys = ("train/lr", "train/beta")
-    straight = Learner(tied_model, config, total_steps=4)
+    straight = Learner(tied_model, config, loss=loss, total_steps=4)
     whole = [straight.train_step(tiny_samples(seed=k)) for k in range(4)]
-    first = Learner(tied_model, config, total_steps=4)
+    first = Learner(tied_model, config, loss=loss, total_steps=4)
     for k in range(2):
         first.train_step(tiny_samples(seed=k))
     first.save_checkpoint(str(tmp_path / "ckpt"))
-    resumed = Learner(tied_model, config, total_steps=4)
+    resumed = Learner(tied_model, config, loss=loss, total_steps=4)
     resumed.load_training_state(str(tmp_path / "ckpt"))
     rest = [resumed.train_step(tiny_samples(seed=k)) for k in (2, 3)]
     for want, got in zip(whole[2:], rest, strict=True):
@@ -87,7 +85,7 @@ def test_resume_continues_the_schedule_and_beta_exactly(tied_model, tmp_path):
     assert len({m["train/beta"] for m in whole}) == 4  # beta moved every step
     # optimiser settings come from the config on resume, not from the checkpoint
     changed = config.model_copy(update={"adam_betas": (0.9, 0.95), "adam_eps": 1e-6})
-    again = Learner(tied_model, changed, total_steps=4)
+    again = Learner(tied_model, changed, loss=loss, total_steps=4)
     again.load_training_state(str(tmp_path / "ckpt"))
     group = again.optimizer.param_groups[0]
     assert group["betas"] == (0.9, 0.95) and group["eps"] == 1e-6
@@ -97,17 +95,19 @@ def test_options_load_from_a_config_file(tmp_path):
     path = tmp_path / "run.toml"
     path.write_text(
         "[learner]\nlr_schedule = 'cosine'\nwarmup_ratio = 0.1\nadam_betas = [0.9, 0.95]\n"
-        "ratio_level = 'sequence'\nbeta = 0.01\nkl_control = 'linear'\nbeta_final = 0.001\n"
-        "[advantage]\ntie_noise = 0.05\n"
+        "[algorithm.loss]\nratio_level = 'sequence'\nbeta = 0.01\nkl_control = 'linear'\n"
+        "beta_final = 0.001\n[algorithm.advantage]\ntie_noise = 0.05\n"
     )
     config = load_config(path)
-    assert config.learner.adam_betas == (0.9, 0.95) and config.advantage.tie_noise == 0.05
-    path.write_text("[learner]\nratio_level = 'sequence'\naggregation = 'token_mean'\n")
+    assert config.learner.adam_betas == (0.9, 0.95)
+    assert config.algorithm.loss.beta_final == 0.001
+    assert config.algorithm.advantage.tie_noise == 0.05
+    path.write_text("[algorithm.loss]\nratio_level = 'sequence'\naggregation = 'token_mean'\n")
     with pytest.raises(ConfigError, match="seq_mean_token_mean"):
         load_config(path)
 
 
-# ---- samples drawn at their own temperature (advantage.low_variance_temperature) ---------------
+# ---- samples drawn at their own temperature (algorithm.advantage.low_variance_temperature) ----
 
 
 def test_rows_with_their_own_temperature_are_scored_at_it(tied_model):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from common.config import LoraConfig
-from learner.bench.perturb import PerturbableLearner
+from bench.learner.perturb import PerturbableLearner
+from common.config import LoraConfig, LossConfig
 from learner.learner import Learner
 from tests.unit.learner.helpers import learner_config, save_tiny_qwen2, snapshot, tiny_samples
 
@@ -16,9 +16,8 @@ def _lora(**overrides) -> LoraConfig:
 
 
 def test_two_epochs_take_the_ratio_off_one(tied_model):
-    learner = Learner(
-        tied_model, learner_config(ppo_epochs=2, clip_eps_low=0.02, clip_eps_high=0.02)
-    )
+    clip = LossConfig(clip_eps_low=0.02, clip_eps_high=0.02)
+    learner = Learner(tied_model, learner_config(ppo_epochs=2), loss=clip)
     before = snapshot(learner)
     metrics = learner.train_step(tiny_samples())
     assert metrics["train/optimizer_steps"] == 2
@@ -42,7 +41,7 @@ def test_tis_metrics(tied_model):
     metrics = Learner(tied_model, learner_config()).train_step(samples)
     assert 0 < metrics["train/tis_weight_mean"] < 1
     assert metrics["train/tis_clip_frac"] == 0
-    off = Learner(tied_model, learner_config(tis_cap=0.0)).train_step(samples)
+    off = Learner(tied_model, learner_config(), loss=LossConfig(tis_cap=0.0)).train_step(samples)
     assert "train/tis_weight_mean" not in off
 
 
@@ -50,7 +49,8 @@ def test_precomputed_reference_equals_frozen_copy(tied_model):
     samples = tiny_samples()
     results = []
     for mode in ("frozen_copy", "precomputed"):
-        learner = PerturbableLearner(tied_model, learner_config(beta=0.05, reference=mode))
+        config = learner_config(reference=mode)
+        learner = PerturbableLearner(tied_model, config, loss=LossConfig(beta=0.05))
         learner.perturb_weights_(0.02, seed=1)
         policy_before = learner.score(samples)
         ref = learner.reference_logprobs(samples)
@@ -69,9 +69,8 @@ def test_kl_in_reward(tied_model):
     from algorithm.loss import kl_divergence
 
     samples = tiny_samples()
-    learner = PerturbableLearner(
-        tied_model, learner_config(beta=0.05, kl_in="reward", kl_estimator="k1")
-    )
+    in_reward = LossConfig(beta=0.05, kl_in="reward", kl_estimator="k1")
+    learner = PerturbableLearner(tied_model, learner_config(), loss=in_reward)
     assert learner.sequence_kl(samples) == (0.05, [0.0] * len(samples))  # policy == reference
     learner.perturb_weights_(0.02, seed=1)
     beta, kl = learner.sequence_kl(samples)
@@ -81,7 +80,7 @@ def test_kl_in_reward(tied_model):
         assert got == pytest.approx(kl_divergence(p, r, "k1").sum().item(), abs=1e-5)
     assert any(abs(k) > 1e-4 for k in kl)
     assert learner.train_step(samples)["train/kl"] == 0.0  # no KL term in the loss
-    no_ref = Learner(tied_model, learner_config(kl_in="reward"))
+    no_ref = Learner(tied_model, learner_config(), loss=LossConfig(kl_in="reward"))
     assert no_ref.reference is None and no_ref.sequence_kl(samples)[1] == [0.0] * len(samples)
 
 
@@ -157,7 +156,7 @@ def test_a_compiled_policy_gives_the_eager_gradients(tmp_path, monkeypatch):
     model = save_tiny_qwen2(tmp_path / "model", tie_word_embeddings=True)
     losses, grads = [], []
     for compiled in (False, True):
-        learner = Learner(model, learner_config(beta=0.05, compile=compiled))
+        learner = Learner(model, learner_config(compile=compiled), loss=LossConfig(beta=0.05))
         losses.append(learner.accumulate_gradients(tiny_samples())["train/loss"])
         grads.append({n: p.grad.clone() for n, p in learner.model.named_parameters()})
         if compiled:  # the policy's layers, the reference's, the LM head's softmax math

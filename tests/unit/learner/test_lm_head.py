@@ -12,8 +12,8 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import distribute_tensor
 
+from bench.learner.live_bytes import LiveTensorBytes
 from learner import lm_head
-from learner.bench.live_bytes import LiveTensorBytes
 from learner.logprobs import _head_in_chunks, completion_logprobs
 from learner.sharding import Root, call
 from tests.unit.learner.head_helpers import F64, head_problem, head_reference
@@ -225,7 +225,7 @@ def test_the_backward_holds_one_chunk_of_logits_at_a_time():
     autocast; what was alive before backward not counted): 2.00 buffers' worth beyond the
     gradients (the buffer, the head's output and the exp-sums a block at a time); 3.00 with
     the buffer kept one chunk too long (a regression of 2026-11-27, found by
-    learner.bench.lm_head). Bound: midway."""
+    bench.learner.lm_head). Bound: midway."""
     gen = torch.Generator().manual_seed(0)
     width, vocab, chunk = 16, 4096, 32
     head = nn.Linear(width, vocab, bias=False)

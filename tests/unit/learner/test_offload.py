@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
-from common.config import ConfigError, LearnerConfig, LoraConfig, load_config
+from common.config import ConfigError, LearnerConfig, LoraConfig, LossConfig, load_config
 from learner.learner import Learner
 from tests.unit.learner.helpers import tiny_samples
 
@@ -22,7 +22,9 @@ from tests.unit.learner.helpers import tiny_samples
 # element whose gradient is rounding noise moves by +-lr on the noise's sign. eps = 1e-4 bounds
 # that amplification (as tests/unit/learner/test_sharding.py does), so what is compared is the
 # update, not the sign of noise.
-_BASE = {"lr": 1e-3, "micro_batch_tokens": 24, "num_cpus": 1, "adam_eps": 1e-4, "beta": 0.05}
+_BASE = {"lr": 1e-3, "micro_batch_tokens": 24, "num_cpus": 1, "adam_eps": 1e-4}
+#: a KL term in every step, so the frozen reference is built and used
+KL = LossConfig(beta=0.05)
 
 # Not bit for bit on CPU: the same float ops but for two orders of summation. The LM head runs
 # through its module under FSDP2 (learner/lm_head.py head_is_plain) and through the function
@@ -51,7 +53,7 @@ def _one_rank_group():
 
 
 def _run(model_path: str, config: LearnerConfig, steps: int = 2, **learner) -> dict:
-    built = Learner(model_path, config, export_dtype="float32", **learner)
+    built = Learner(model_path, config, loss=KL, export_dtype="float32", **learner)
     start = built.step
     metrics = [built.train_step(tiny_samples(12, seed=start + i)) for i in range(steps)]
     return {"learner": built, "metrics": metrics, "weights": built.export_tensors()}
@@ -69,7 +71,7 @@ def _assert_same_update(got: dict, want: dict) -> None:
 UPDATES = {
     "full": {},
     "lora": {"lora": LoraConfig(enabled=True, rank=4)},
-    "epochs": {"ppo_epochs": 2, "mini_batches": 2, "kl_in": "loss"},
+    "epochs": {"ppo_epochs": 2, "mini_batches": 2},
     # FSDP2's hooks gather a checkpointed layer's parameters again for its recompute
     "checkpointed_layer": {"gradient_checkpointing": 1},
 }
@@ -79,7 +81,8 @@ UPDATES = {
 def test_the_offloaded_step_computes_the_on_device_update(tied_model, name):
     want = _run(tied_model, _config("never", **UPDATES[name]))
     got = _run(tied_model, _config("step", **UPDATES[name]))
-    before = Learner(tied_model, _config("never", **UPDATES[name]), export_dtype="float32")
+    config = _config("never", **UPDATES[name])
+    before = Learner(tied_model, config, loss=KL, export_dtype="float32")
     initial = before.export_tensors()
     assert any(not torch.equal(t, initial[n]) for n, t in want["weights"].items())
     _assert_same_update(got, want)
@@ -88,7 +91,7 @@ def test_the_offloaded_step_computes_the_on_device_update(tied_model, name):
 def test_the_state_lives_on_the_host_and_the_reference_on_the_device(tied_model):
     """Every trained parameter is a one-shard DTensor in host memory, and so are its gradient
     (until the step frees it) and AdamW's moments; the frozen reference stays a plain module."""
-    learner = Learner(tied_model, _config("step"))
+    learner = Learner(tied_model, _config("step"), loss=KL)
     learner.trainer.accumulate_gradients(tiny_samples(12), learner.loss_beta)
     for param in learner.trainable:
         assert isinstance(param, DTensor) and param.to_local().device.type == "cpu"
@@ -134,7 +137,7 @@ def test_a_lora_checkpoint_saves_the_adapter_and_resumes(tied_model, tmp_path):
 
 
 def test_a_learner_inside_fsdp2_resumes_only_through_its_constructor(tied_model, tmp_path):
-    learner = Learner(tied_model, _config("step"))
+    learner = Learner(tied_model, _config("step"), loss=KL)
     with pytest.raises(ValueError, match=r"resumes through Learner\(\.\.\., resume_from=path\)"):
         learner.load_training_state(str(tmp_path))
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from common.config import LearnerConfig
-from common.memory import GIB, ModelShape
-from common.memory_fit import learner_step_peak
+from common.memory.arithmetic import GIB, ModelShape
+from common.memory.fit import learner_step_peak
 from learner.learner import Learner
 from learner.policy import checkpoint_layers, decoder_layers
 from tests.unit.learner.helpers import learner_config, tiny_samples

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from common.config import ConfigError, LoraConfig, load_config
-from common.memory import ModelShape, learner_state
+from common.config import ConfigError, LoraConfig, LossConfig, load_config
+from common.memory.arithmetic import ModelShape, learner_state
 from common.transport.cpu_safetensors import decode_update
 from learner.learner import Learner
 from tests.unit.learner.helpers import learner_config, tiny_samples
@@ -20,7 +20,7 @@ def _lora_learner(model: str, base_dtype: str, modules_to_save: tuple = ()) -> L
     lora = LoraConfig(
         enabled=True, rank=4, base_dtype=base_dtype, modules_to_save=list(modules_to_save)
     )
-    return Learner(model, learner_config(lora=lora, beta=0.05, dtype="bfloat16"))
+    return Learner(model, learner_config(lora=lora, dtype="bfloat16"), loss=LossConfig(beta=0.05))
 
 
 @pytest.mark.parametrize("modules_to_save", [(), ("embed_tokens",)])

@@ -6,15 +6,18 @@ import pytest
 import torch
 
 from algorithm.loss import kl_divergence
-from common.config import LearnerConfig, LoraConfig
-from learner.bench.perturb import PerturbableLearner
+from bench.learner.perturb import PerturbableLearner
+from common.config import LearnerConfig, LoraConfig, LossConfig
 from learner.learner import Learner
 from learner.reference import frozen_copy
 from tests.unit.learner.helpers import BASE_OPTIONS, tiny_samples
 
+#: a KL term, so the learner keeps a reference
+KL = LossConfig(beta=0.05)
+
 
 def _config(**overrides) -> LearnerConfig:
-    return LearnerConfig(**{**BASE_OPTIONS, "beta": 0.05, **overrides})
+    return LearnerConfig(**{**BASE_OPTIONS, **overrides})
 
 
 @pytest.mark.parametrize(
@@ -33,7 +36,7 @@ def test_auto_is_the_compute_dtype_on_cuda_and_the_parameters_on_cpu(settings, c
 
 
 def test_a_bf16_frozen_copy_keeps_the_policy_float32_and_the_head_tied(tied_model):
-    learner = Learner(tied_model, _config(dtype="bfloat16", reference_dtype="bfloat16"))
+    learner = Learner(tied_model, _config(dtype="bfloat16", reference_dtype="bfloat16"), loss=KL)
     with learner.reference.active() as reference:
         assert {p.dtype for p in reference.parameters()} == {torch.bfloat16}
         head = reference.get_output_embeddings().weight
@@ -50,7 +53,8 @@ def test_frozen_copy_casts_each_parameter_and_keeps_buffers():
 
 
 def test_precomputed_reference_keeps_its_initial_weights_in_bf16_on_the_host(tied_model):
-    learner = Learner(tied_model, _config(reference="precomputed", reference_dtype="bfloat16"))
+    config = _config(reference="precomputed", reference_dtype="bfloat16")
+    learner = Learner(tied_model, config, loss=KL)
     pairs = learner.reference._initial._pairs
     assert pairs and all(initial.dtype == torch.bfloat16 for _, initial in pairs)
     assert all(param.dtype == torch.float32 for param, _ in pairs)
@@ -58,7 +62,7 @@ def test_precomputed_reference_keeps_its_initial_weights_in_bf16_on_the_host(tie
 
 def test_lora_reference_is_the_base_with_the_adapter_off_whatever_the_dtype(tied_model):
     config = _config(lora=LoraConfig(enabled=True, rank=4), reference_dtype="bfloat16")
-    learner = Learner(tied_model, config)
+    learner = Learner(tied_model, config, loss=KL)
     assert learner.reference.mode == "lora_base" and learner.reference._frozen is None
 
 
@@ -79,7 +83,7 @@ def test_the_kl_term_against_a_bf16_reference_is_within_tolerance(tied_model, dt
         kl = {}
         for reference_dtype in ("float32", "bfloat16"):
             config = _config(dtype=dtype, reference_dtype=reference_dtype)
-            learner = PerturbableLearner(tied_model, config)
+            learner = PerturbableLearner(tied_model, config, loss=KL)
             learner.perturb_weights_(0.02, seed=100 + seed)
             policy = torch.cat(learner.policy_logprobs(samples, temperature=1.0))
             reference = torch.cat(learner.reference_logprobs(samples))

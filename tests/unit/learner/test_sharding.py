@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from common.config import LearnerConfig, LoraConfig
+from common.config import LearnerConfig, LoraConfig, LossConfig
 from common.rendezvous import LOOPBACK, GroupStore, interface_of
 from common.types import ProcessGroupSpec
 from learner import logprobs
@@ -28,8 +28,22 @@ from tests.unit.learner.helpers import grouped_samples, tiny_samples
 _BASE = {"lr": 1e-3, "micro_batch_tokens": 24, "num_cpus": 1, "adam_eps": 1e-4}
 
 
-def _config(**overrides) -> LearnerConfig:
-    return LearnerConfig(**{**_BASE, **overrides})
+@dataclass(frozen=True)
+class Configs:
+    """A learner's section and the loss it trains (``[algorithm.loss]``)."""
+
+    learner: LearnerConfig
+    loss: LossConfig
+
+
+def _config(**overrides) -> Configs:
+    """``_BASE`` with ``overrides``, each to the section that has its key."""
+    loss = {key: overrides.pop(key) for key in list(overrides) if key in LossConfig.model_fields}
+    return Configs(LearnerConfig(**{**_BASE, **overrides}), LossConfig(**loss))
+
+
+def _learner(model_path: str, config: Configs, **options) -> Learner:
+    return Learner(model_path, config.learner, loss=config.loss, **options)
 
 
 def _long_rows(seed: int) -> list:
@@ -60,7 +74,7 @@ class TwoRankJob:
     checkpoint (``resume``), saving one (``save``) at the end."""
 
     name: str
-    config: LearnerConfig
+    config: Configs
     steps: int = 1
     batch: str = "rows"
     save: str | None = None
@@ -74,7 +88,7 @@ def _rank_main(rank, world, jobs, addresses, model_path, out_dir) -> None:
     try:
         for job, address in zip(jobs, addresses, strict=True):
             group = ProcessGroupSpec(address, rank, world, interface=interface_of(LOOPBACK))
-            learner = Learner(
+            learner = _learner(
                 model_path, job.config, export_dtype="float32", group=group, resume_from=job.resume
             )
             metrics = _steps(learner, job.steps, job.batch)
@@ -109,13 +123,13 @@ def _dtypes(learner: Learner) -> dict[str, list[str]]:
 
 
 def _one_rank(model_path, config, steps=1, batch="rows") -> dict:
-    learner = Learner(model_path, config, export_dtype="float32")
+    learner = _learner(model_path, config, export_dtype="float32")
     return {"metrics": _steps(learner, steps, batch), "weights": learner.export_tensors()}
 
 
-def _assert_trained(model_path: str, config: LearnerConfig, want: dict) -> None:
+def _assert_trained(model_path: str, config: Configs, want: dict) -> None:
     """The one-learner run a test compares with moved some weight from the model's."""
-    before = Learner(model_path, config, export_dtype="float32").export_tensors()
+    before = _learner(model_path, config, export_dtype="float32").export_tensors()
     moved = [n for n, t in want["weights"].items() if not torch.equal(t, before[n])]
     assert moved, "the reference run did not train"
 
@@ -175,7 +189,7 @@ def test_two_ranks_share_prompts_and_compute_the_single_learner_update(tied_mode
     one rank together; the budget splits a group across micro-batches), and the gradients
     summed back into each prompt match one learner's."""
     config = _config(beta=0.05)
-    assert Learner(tied_model, config).share_prompts
+    assert _learner(tied_model, config).share_prompts
     want = _one_rank(tied_model, config, steps=2, batch="grouped")
     got = two_rank_runs["shared_prompts"]
     _assert_trained(tied_model, config, want)
@@ -232,7 +246,7 @@ def test_a_two_rank_checkpoint_resumes_the_run(tied_model, two_rank_runs):
 
 def test_a_sharded_checkpoint_needs_its_rank_count(tied_model, two_rank_runs):
     with pytest.raises(ValueError, match="written by several learner ranks"):
-        Learner(tied_model, _config(beta=0.05), resume_from=str(two_rank_runs["checkpoint_path"]))
+        _learner(tied_model, _config(beta=0.05), resume_from=str(two_rank_runs["checkpoint_path"]))
 
 
 def test_samples_are_dealt_by_tokens_and_micro_batches_padded():

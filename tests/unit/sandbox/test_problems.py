@@ -3,7 +3,7 @@ to top-level asserts."""
 
 from __future__ import annotations
 
-from sandbox.problems import humaneval_tests
+from common.datasets import humaneval_tests
 from sandbox.trusted import testplan
 
 

@@ -29,5 +29,5 @@ def test_every_field_has_a_meaning():
 
 def test_nested_and_term_tables_are_documented():
     tables = {section for section, _ in reference.sections()}
-    assert {"learner.lora", "advantage.kalman", "reward.terms.<name>"} <= tables
+    assert {"learner.lora", "algorithm.advantage.kalman", "reward.terms.<name>"} <= tables
     assert "reward.terms.scorer.options" in tables

@@ -103,7 +103,7 @@ def test_a_failed_download_is_one_line(hub_cache, monkeypatch, tmp_path):
 
 
 def test_without_a_download_directory_an_uncached_name_passes_through(hub_cache, monkeypatch):
-    # the tools that load a model in their own process (launch/tools/evaluate.py) keep this
+    # the tools that load a model in their own process (launch/evaluate.py) keep this
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     monkeypatch.setattr(model_source, "download", _no_download)
     assert locate_model("owner/coder") == "owner/coder"

@@ -10,7 +10,7 @@ import json
 import pytest
 import torch
 
-from common.config import Config, ConfigError, load_config
+from common.config import Config, ConfigError, LossConfig, load_config
 from launch.loop.control import ControlFile, request_resize
 from learner.learner import Learner
 from learner.offload import OptimizerOffload
@@ -306,8 +306,8 @@ def _params(learner: Learner) -> dict[str, torch.Tensor]:
 
 
 def test_offload_and_reload_leave_the_next_step_bit_identical(tied_model):
-    plain = Learner(tied_model, learner_config(beta=0.05))
-    moved = Learner(tied_model, learner_config(beta=0.05))
+    plain = Learner(tied_model, learner_config(), loss=LossConfig(beta=0.05))
+    moved = Learner(tied_model, learner_config(), loss=LossConfig(beta=0.05))
     for step in range(3):
         samples = tiny_samples(seed=step)
         plain.train_step(samples)

@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from launch.loop.control import CONTROL_FILE, MAX_BYTES, MAX_ROLLOUT_ACTORS, ControlFile, main
+from launch.loop.control import CONTROL_FILE, MAX_BYTES, MAX_ROLLOUT_ACTORS, ControlFile
+from launch.scale import main
 
 
 def _a_run(run_dir):

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from algorithm.rewards import discounted
-from common.config import Config, EpisodeConfig, LearnerConfig
+from common.config import Config, EpisodeConfig, LearnerConfig, LossConfig
 from common.types import Completion, ExecutionResult, Problem, TrainSample, Verdict
 from launch.data.tasks import hidden_problem
 from launch.loop.episodes import (
@@ -74,10 +74,11 @@ def test_an_episode_trains_like_its_turns_with_the_feedback_as_prompt(tmp_path):
         TrainSample(prompt, turn1, [-1.0] * 2, 0.7, 0),
         TrainSample(prompt + turn1 + feedback, turn2, [-1.0] * 3, 0.7, 0),
     ]
-    config = LearnerConfig(lr=1e-2, num_cpus=2, aggregation="token_mean", tis_cap=0.0)
+    config = LearnerConfig(lr=1e-2, num_cpus=2)
+    loss = LossConfig(aggregation="token_mean", tis_cap=0.0)
     grads, metrics = [], []
     for samples in ([episode], turns):
-        learner = Learner(model, config)
+        learner = Learner(model, config, loss=loss)
         metrics.append(learner.accumulate_gradients(samples))
         grads.append({n: p.grad.clone() for n, p in learner.model.named_parameters()})
         if samples is turns:

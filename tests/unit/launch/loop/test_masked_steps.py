@@ -78,7 +78,7 @@ def _collector(monkeypatch, result: ExecutionResult, **advantage) -> GroupCollec
 
     monkeypatch.setattr(ray, "get", lambda value: value)
     config = Config.model_validate(
-        {"rollout": {"group_size": 4, "batch_size": 8}, "advantage": advantage}
+        {"rollout": {"group_size": 4, "batch_size": 8}, "algorithm": {"advantage": advantage}}
     )
     problem = Problem("p", "def answer():\n    return", ("assert answer() == 7",),
                       program_prefix="def answer():\n    return")  # fmt: skip

@@ -9,9 +9,9 @@ import subprocess
 import sys
 import textwrap
 
+from bench.sandbox.throughput import role_costs
 from common.config import SandboxConfig
 from common.types import ExecutionJob
-from sandbox.bench.throughput import role_costs
 from sandbox.trusted.pool import SandboxPool
 from tests.conftest import REPO_ROOT
 from tests.unit.sandbox.helpers import CONFIG, F_TESTS, GOOD_F, run

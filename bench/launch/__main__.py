@@ -1,0 +1,5 @@
+import sys
+
+from bench.launch.step import main
+
+sys.exit(main())

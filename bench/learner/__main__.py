@@ -1,0 +1,5 @@
+import sys
+
+from bench.learner.step import main
+
+sys.exit(main())

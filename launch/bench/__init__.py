@@ -1,6 +1,0 @@
-"""Benchmark tools of the whole system, apart from the product modules they measure.
-
-``python -m launch.bench`` (the step-time breakdown, ``--vs-trl`` for TRL's trainer on the same
-work) and ``python -m launch.bench.push`` (one weight push per bucket size). They build their
-own actors on a private Ray cluster; numbers and commands are in ``docs/benchmarks.md``.
-"""

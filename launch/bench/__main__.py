@@ -1,5 +1,0 @@
-import sys
-
-from launch.bench.step import main
-
-sys.exit(main())

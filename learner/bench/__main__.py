@@ -1,5 +1,0 @@
-import sys
-
-from learner.bench.step import main
-
-sys.exit(main())

@@ -1,2 +1,0 @@
-"""Benchmark tools of the sandbox, apart from the pool they measure: ``python -m sandbox.bench``
-(the pool against one ``python`` process per execution, ``throughput.py``)."""
