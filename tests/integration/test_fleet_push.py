@@ -66,6 +66,16 @@ def _restart(actor) -> None:
     assert loaded > 0 and restarted == 0
 
 
+def _taken_back(fleet, index: int, wait_s: float = 300.0) -> None:
+    """Until ``fleet.check()`` (each generation's) has taken engine ``index`` back, which it
+    does once Ray has restarted it."""
+    deadline = time.monotonic() + wait_s
+    while index not in fleet.live():
+        assert time.monotonic() < deadline, f"engine {index} not back within {wait_s:g} s"
+        fleet.check()
+        time.sleep(0.5)
+
+
 @contextlib.contextmanager
 def _stand_in_fleet():
     """A fleet of one restartable :class:`SlowLoader` on a private cluster: (fleet, actor)."""
@@ -156,9 +166,10 @@ def test_collective_push_from_two_learner_ranks_reaches_both_engines(tiny_model_
     Then an engine dies in the middle of a push, split into its steps to fix their order:
     the engines' loads are queued (they wait in the broadcast), engine 0 is killed, the
     learner's broadcast starts. Rank 0's broadcast fails; it must finish its walk of the
-    weights (rank 1 gathers with it) and close the group (engine 1 waits in it), and the
-    fleet recovers both engines: the push completes, and the learner ranks are still in step
-    for the next training step. Without that, rank 1 waits in a gather for rank 0 and the
+    weights (rank 1 gathers with it) and close the group (engine 1 waits in it); the push
+    completes through a group formed again with engine 1, engine 0 is left out until Ray has
+    restarted it and then taken back with the weights, and the learner ranks are still in
+    step for the next training step. Without that, rank 1 waits in a gather for rank 0 and the
     push runs into weights.push_timeout_s."""
     import ray
 
@@ -214,6 +225,8 @@ def test_collective_push_from_two_learner_ranks_reaches_both_engines(tiny_model_
                 ray.get(pending[0])
             rollout._transmits = rollout.transfer.transmit()
             assert rollout.finish_push(pending)["version"] == 2
+            assert rollout.live() == [1]  # engine 0 is left out while Ray restarts it
+            _taken_back(rollout, 0)
             assert rollout.counters["faults/rollout_restarts"] >= 2
             assert max(gaps()) < BF16_TOLERANCE
             metrics_ref, update = fleet.learner.train_and_export(batch)
