@@ -69,6 +69,16 @@ def before_steps(actions: dict[int, Callable[[Any], None]]) -> Iterator[None]:
         yield
 
 
+def taken_back(fleet, index: int, wait_s: float = 600.0) -> None:
+    """Until the rollout fleet's own check (each generation's) has taken left-out engine
+    ``index`` back, which it does once Ray has restarted it."""
+    deadline = time.monotonic() + wait_s
+    while index not in fleet.live():
+        assert time.monotonic() < deadline, f"engine {index} not back within {wait_s:g} s"
+        fleet.check()
+        time.sleep(0.5)
+
+
 def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 

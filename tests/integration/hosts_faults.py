@@ -3,7 +3,8 @@
 steps. Before such a step the driver writes ``<events>/<step>.want`` (JSON: what the test is to
 do to the cluster) and waits for ``<step>.done``, which the test writes once it has done it and
 Ray has seen it; then it waits for the fleet to be able to see it too (an engine Ray reports
-restarting, an engine back), so each event lands at its step, never raced against the run.
+restarting, an engine taken back), so each event lands at its step, never raced against the
+run.
 
 Events, each once (a learner restarted from a checkpoint redoes the steps after it):
 
@@ -26,7 +27,7 @@ import ray
 from launch import train
 from launch.fleet.actors import learner_name
 from launch.fleet.preflight import actor_state
-from tests.integration.helpers import before_steps
+from tests.integration.helpers import before_steps, taken_back
 
 WAIT_S = 600.0  # for the test or Ray; a step that never comes fails the test, not hangs it
 
@@ -56,21 +57,6 @@ def _where(actor) -> tuple[str, str]:
     """The id and address of the node ``actor`` runs on (the GCS's actor table)."""
     address = ray._private.state.actors(actor_id=actor._actor_id.hex())["Address"]
     return address["NodeID"], address["IPAddress"]
-
-
-def _answered(fleet, index: int) -> bool:
-    """Whether the fleet's ``ready`` call to lost engine ``index`` has answered, so that its
-    next check takes the engine back; one that failed (sent while Ray restarted it) is sent
-    again, as the check would."""
-    ready = fleet.out[index]
-    if not ray.wait([ready], timeout=0)[0]:
-        return False
-    try:
-        ray.get(ready)
-        return True
-    except ray.exceptions.RayError:
-        fleet.out[index] = fleet.actors[index].ready.remote()
-        return False
 
 
 class Events:
@@ -103,10 +89,7 @@ class Events:
 
     def back(self, driver, step: int) -> None:
         _ask(self.events, step, {"add": 1})
-        fleet = driver.fleet.rollout
-        actor = fleet.actors[self.lost]
-        _until("Ray to report the lost engine alive", lambda: actor_state(actor) == "ALIVE")
-        _until("the fleet's probe to answer", lambda: _answered(fleet, self.lost))
+        taken_back(driver.fleet.rollout, self.lost, WAIT_S)  # by the fleet's own check
 
     def grow(self, driver, step: int) -> None:
         _ask(self.events, step, {"add": 1})

@@ -14,7 +14,7 @@ import pytest
 
 from actor.rollout_worker import StaleWeightsError
 from common.types import Completion, RolloutRequest, TrainSample
-from tests.integration.helpers import crash_and_wait, private_ray, short_config
+from tests.integration.helpers import crash_and_wait, private_ray, short_config, taken_back
 from tests.integration.test_weight_push import BF16_TOLERANCE, _mean_abs_diff
 
 pytestmark = pytest.mark.integration
@@ -64,16 +64,6 @@ def _restart(actor) -> None:
     brought it back, at version 0."""
     loaded, restarted = crash_and_wait(actor, lambda a: a.ready.remote())
     assert loaded > 0 and restarted == 0
-
-
-def _taken_back(fleet, index: int, wait_s: float = 300.0) -> None:
-    """Until ``fleet.check()`` (each generation's) has taken engine ``index`` back, which it
-    does once Ray has restarted it."""
-    deadline = time.monotonic() + wait_s
-    while index not in fleet.live():
-        assert time.monotonic() < deadline, f"engine {index} not back within {wait_s:g} s"
-        fleet.check()
-        time.sleep(0.5)
 
 
 @contextlib.contextmanager
@@ -226,7 +216,7 @@ def test_collective_push_from_two_learner_ranks_reaches_both_engines(tiny_model_
             rollout._transmits = rollout.transfer.transmit()
             assert rollout.finish_push(pending)["version"] == 2
             assert rollout.live() == [1]  # engine 0 is left out while Ray restarts it
-            _taken_back(rollout, 0)
+            taken_back(rollout, 0, wait_s=300)
             assert rollout.counters["faults/rollout_restarts"] >= 2
             assert max(gaps()) < BF16_TOLERANCE
             metrics_ref, update = fleet.learner.train_and_export(batch)
