@@ -246,12 +246,6 @@ class ConsoleFilter:
             if self._log is not None:
                 self._log.close()
 
-    def __enter__(self) -> ConsoleFilter:
-        return self.start()
-
-    def __exit__(self, *exc_info) -> None:
-        self.close()
-
     # ---- the reader thread --------------------------------------------------------------------
 
     def _main(self) -> None:
@@ -391,10 +385,8 @@ class _LevelledFormatter(logging.Formatter):
 def worker_logging() -> None:
     """For Ray's ``worker_process_setup_hook`` of the run's actors: the project's loggers write
     their warnings and errors as the driver's do (``FORMAT``), so the console knows them for the
-    run's own when Ray forwards them; without it they reach stderr bare, through Python's
-    last-resort handler, like any other library's line. Their INFO lines stay unwritten, as
-    before: the driver says what a start-up did (the sandbox's isolation, the fleet's size).
-    Other libraries' loggers are left as they are."""
+    run's own when Ray forwards them (without it they reach stderr bare, like any other
+    library's line). Their INFO lines stay unwritten: the driver says what a start-up did."""
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter(FORMAT))
     for package in PACKAGES:

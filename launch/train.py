@@ -161,12 +161,17 @@ class RunAborted(RuntimeError):
     had nothing to train on; the message says how to resume."""
 
 
+def _actor_names(error: Exception) -> list[str]:
+    """The names of the actors Ray's error text is about (its ``name:`` lines)."""
+    lines = str(error).splitlines()
+    return [line.split(":", 1)[1].strip() for line in lines if "\tname:" in line]
+
+
 def _aborted(error: Exception, run_dir: Path) -> RunAborted:
-    """Name the actor that died (Ray's error text has its ``name:``) and the step to resume at."""
+    """Name the actor that died and the step to resume at."""
     from launch.fleet.weight_sync import LearnerTransmitError  # lazy: Ray and torch, as in _run
 
-    text = str(error)
-    names = [line.split(":", 1)[1].strip() for line in text.splitlines() if "\tname:" in line]
+    names = _actor_names(error)
     actor = names[0] if names else "an actor"
     if isinstance(error, LearnerTransmitError):
         actor = "the learner's weight broadcast failed, and the learner"
@@ -193,7 +198,7 @@ def _restart_learner(error: Exception, config: Config, fleet, model_path: str, r
 
     run_id = config.run.name
     names = {learner_name(run_id, rank) for rank in range(config.learner.num_ranks)}
-    dead = {line.split(":", 1)[1].strip() for line in str(error).splitlines() if "\tname:" in line}
+    dead = set(_actor_names(error))
     if isinstance(error, LearnerTransmitError):
         dead = names  # alive, but out of step with the engines: every rank is replaced
     restarts = fleet.counters["faults/learner_restarts"]

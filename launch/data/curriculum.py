@@ -1,24 +1,18 @@
 """Which problems to train on next, given how the policy has been doing on each.
 
-GRPO learns nothing from a group whose completions all pass or all fail: the advantages are
-zero. So the useful problems are those the policy *sometimes* solves. Each policy tracks a
-per-problem pass rate (an exponential moving average of the groups' pass fractions) and draws
-``count`` distinct problems per call:
+GRPO learns nothing from a group whose completions all pass or all fail, so the useful problems
+are those the policy *sometimes* solves. Each policy tracks a per-problem pass rate (an EMA of
+the groups' pass fractions) and draws ``count`` distinct problems per call:
 
-- ``uniform``: epoch-wise permutations, a pure function of (seed, position); the pass rates are
-  tracked but unused, so it reproduces the plain
-  :class:`launch.data.problems.PromptSampler` exactly.
-- ``failure_focused``: weights ``floor + 4 p (1 - p)``: 1 for a problem solved half the time,
-  ``floor`` for one always or never solved (kept above zero: the policy changes, and a problem
-  it never solved may become learnable). Unseen problems get weight 1, so everything is tried.
-- ``easy_to_hard``: a pool of the easiest problems, growing linearly from ``start_fraction`` of
-  the set to all of it over ``ramp_draws`` draws; drawn uniformly within the pool. Easiness is
-  the observed pass rate once a problem has one, else a prior (by default: shorter reference
-  solutions are easier), so the order adapts to the model.
+- ``uniform``: exactly :class:`launch.data.problems.PromptSampler` (the pass rates unused);
+- ``failure_focused``: weights ``floor + 4 p (1 - p)``, 1 for a problem solved half the time and
+  ``floor`` (above zero: the policy changes) for one always or never solved; unseen ones get 1;
+- ``easy_to_hard``: a pool of the easiest problems (by pass rate, else a prior: shorter reference
+  solutions are easier) growing from ``start_fraction`` of the set to all of it over
+  ``ramp_draws`` draws, drawn uniformly.
 
-Every draw uses a generator seeded by (seed, policy, draw number) and the state is plain data
-(``state_dict`` / ``load_state_dict``), so a run resumed from a checkpoint draws exactly what an
-uninterrupted one would have, given the same observations.
+Every draw uses a generator seeded by (seed, policy, draw number) and the state is plain data, so
+a resumed run draws exactly what an uninterrupted one would have.
 """
 
 from __future__ import annotations

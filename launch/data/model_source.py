@@ -1,16 +1,11 @@
 """Where a model named by the user comes from: a local directory, or the Hugging Face hub.
 
 Checked once on the driver, before any actor starts, so a model that cannot be loaded costs one
-clear line instead of a transformers ``OSError`` traceback from inside an actor. ``launch``
-defaults to ``HF_HUB_OFFLINE=1`` (no download behind the user's back, and CI machines have no
-network), so a hub name must already be in the local cache, or the user opts into downloading.
-
-A hub name always reaches the actors as a local directory: they run offline
-(``launch.fleet.cluster.ACTOR_ENV``), so one that had to fetch the model itself would fail, and
-each node fetching its own copy would download it once per node. A cached name resolves to its
-snapshot directory in the cache; with the hub on, the driver downloads an uncached one once,
-into a directory the caller names (``launch.train``: under ``run.output_dir``, which every node
-reads on a cluster).
+clear line instead of a traceback from inside an actor. ``launch`` defaults to
+``HF_HUB_OFFLINE=1`` (no download behind the user's back), so a hub name must already be in the
+local cache, or the user opts into downloading. A hub name always reaches the actors as a local
+directory: they run offline, and each node fetching its own copy would download it once per
+node; the driver downloads it once, where every node reads it.
 """
 
 from __future__ import annotations

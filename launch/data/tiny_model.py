@@ -57,21 +57,12 @@ def build_tokenizer(vocab_size: int = 128):
     return wrapped
 
 
-def build_tiny_model(
-    path: str | Path,
-    hidden_size: int = 128,
-    num_layers: int = 2,
-    seed: int = 0,
-    tie_word_embeddings: bool = True,
-    max_position_embeddings: int = 1024,
-) -> Path:
+def build_tiny_model(path: str | Path, max_position_embeddings: int = 1024) -> Path:
     """Write a random Qwen2 model plus tokenizer to ``path`` (idempotent) and return the path.
 
     ``max_position_embeddings``: the longest context; a contest problem's statement takes
-    thousands of the tiny tokenizer's tokens (the weights do not depend on it).
-
-    ``head_dim`` is 32 because vLLM's CPU attention backend only supports head sizes in
-    {32, 64, 80, 96, 112, 128, ...}.
+    thousands of the tiny tokenizer's tokens (the weights do not depend on it). ``head_dim`` is
+    32 because vLLM's CPU attention backend only supports head sizes in {32, 64, 80, ...}.
     """
     import torch  # lazy: as in build_tokenizer
     from transformers import Qwen2Config, Qwen2ForCausalLM
@@ -80,23 +71,23 @@ def build_tiny_model(
     if (path / "config.json").is_file() and (path / "tokenizer.json").is_file():
         return path
     tokenizer = build_tokenizer()
-    head_dim = 32
+    hidden_size, head_dim = 128, 32
     config = Qwen2Config(
         vocab_size=len(tokenizer),
         hidden_size=hidden_size,
         intermediate_size=hidden_size * 2,
-        num_hidden_layers=num_layers,
+        num_hidden_layers=2,
         num_attention_heads=hidden_size // head_dim,
         num_key_value_heads=max(1, hidden_size // head_dim // 2),
         head_dim=head_dim,
         max_position_embeddings=max_position_embeddings,
-        tie_word_embeddings=tie_word_embeddings,
+        tie_word_embeddings=True,
         bos_token_id=None,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
         torch_dtype="bfloat16",
     )
-    torch.manual_seed(seed)
+    torch.manual_seed(0)
     model = Qwen2ForCausalLM(config).to(torch.bfloat16)
     path.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(path)

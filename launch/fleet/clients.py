@@ -1,12 +1,9 @@
 """Typed clients for the actors the driver calls: one method per call it makes.
 
 The driver never holds a bare Ray handle of the learner or the sandbox pool: each call is
-spelled once here, with its argument and return types, and whether it blocks or hands back an
-``ObjectRef`` (where the caller overlaps it with other work: the learner's update feeds the
-engines' loads before the step's metrics are fetched; the sandbox runs groups while others are
-still generating). The rollout engines have theirs in
-:class:`launch.fleet.rollout_fleet.RolloutFleet`, which adds recovery. Clients are made by
-:mod:`launch.fleet.actors`, the one module that creates actors.
+spelled once here, with its types, and whether it blocks or hands back an ``ObjectRef`` (where
+the caller overlaps it with other work). The rollout engines have theirs in
+:class:`launch.fleet.rollout_fleet.RolloutFleet`, which adds recovery.
 """
 
 from __future__ import annotations

@@ -1,20 +1,15 @@
 """Before and while a run's actors start: can the cluster hold what the config asks for, and
 waits that end with the names of the actors that did not come up.
 
-Without this a config asking for more than the cluster has (two GPUs on a one-GPU machine)
-hangs: Ray keeps the actor that does not fit pending forever, and the driver waits on it. So
-:func:`check_resources` compares, before anything starts, the actors the run asks for
-(:func:`run_asks`, a pure function of the config) with the nodes Ray reports
-(:func:`shortfall`, a pure function of both), and refuses a config that cannot be placed in one
-line naming what it needs and what the cluster has. Every later wait for an actor
-(:func:`wait_started`) ends by ``ray.start_timeout_s`` with the late actors' names, what they
-asked for, and whether Ray could not place them or they are still loading.
+Without this a config asking for more than the cluster has hangs: Ray keeps the actor that does
+not fit pending forever. So :func:`check_resources` compares the actors the run asks for
+(:func:`run_asks`) with the nodes Ray reports (:func:`shortfall`, a pure function of both) before
+anything starts, and refuses in one line; every later wait (:func:`wait_started`) ends by
+``ray.start_timeout_s`` naming the late actors and where they stand.
 
-The check counts each node's *total* resources: an actor that fits the cluster but waits for
-resources other jobs hold is the timeout's business, not a refusal. A cluster with an
-autoscaler (Ray reports its node types' limits, the same signal Ray Train's worker group uses)
-is only warned about when its current nodes fall short, and refused when even its limits do;
-an autoscaler that does not report its limits (Ray's older v1 one) looks like a fixed cluster.
+The check counts each node's *total* resources: an actor waiting for resources other jobs hold
+is the timeout's business. A cluster with an autoscaler that reports its limits is only warned
+about when its current nodes fall short, and refused when even its limits do.
 """
 
 from __future__ import annotations
@@ -30,9 +25,6 @@ from common.config import Config, ConfigError
 
 logger = logging.getLogger(__name__)
 
-#: Placement-group strategies that may put several bundles on one node, or spread them, as
-#: Ray finds room: for them the check is a packing of every actor onto the nodes.
-SOFT_STRATEGIES = ("pack", "spread")
 _EPS = 1e-9  # resources are floats (fractional GPUs): compare with a tolerance
 _NODES_SHOWN = 6  # a message lists this many nodes, then counts the rest
 
@@ -418,6 +410,20 @@ def actor_state(handle: Any) -> str:
         info = ray._private.state.actors(actor_id=handle._actor_id.hex())
     except Exception:  # a private API, and the handle may be a test's stand-in
         return "unknown"
+    return _state(info)
+
+
+def actor_states(handles: list[Any]) -> list[str]:
+    """:func:`actor_state` of each handle, from one read of this job's actor table: a fleet's
+    check before each generation costs one GCS round trip, not one per engine."""
+    try:
+        table = ray._private.state.actors(job_id=ray.get_runtime_context().job_id)
+        return [_state(table.get(handle._actor_id.hex(), {})) for handle in handles]
+    except Exception:  # as actor_state
+        return ["unknown"] * len(handles)
+
+
+def _state(info: dict) -> str:
     state, address = info.get("State", ""), (info.get("Address") or {}).get("IPAddress", "")
     if state in ("PENDING_CREATION", "DEPENDENCIES_UNREADY"):
         return f"loading on {address}" if address else "unplaced"

@@ -32,7 +32,7 @@ from launch.fleet.actors import rollout_name, start_rollout_worker
 from launch.fleet.preflight import (
     PlacementError,
     Starting,
-    actor_state,
+    actor_states,
     asks_text,
     wait_started,
 )
@@ -44,7 +44,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _RETRIES = 3
-#: Ray's states (:func:`actor_state`) of an actor that cannot serve until Ray brings it back.
+_DIED = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError)
+#: Errors of a generation call that recovering the actor (restart wait, latest weights) and
+#: retrying its share can fix: the actor died, or came back from a restart stale.
+_RECOVERABLE = (*_DIED, StaleWeightsError)
+#: Ray's states (:func:`actor_states`) of an actor that cannot serve until Ray brings it back.
 _GONE = ("RESTARTING", "DEAD", "unplaced")
 
 
@@ -216,14 +220,12 @@ class RolloutFleet:
         """Wait for the loads :meth:`start_push` queued; an actor that died meanwhile is
         restarted and given the update (see :meth:`push` for what is returned).
 
-        With the ``collective`` transport every wait ends by ``weights.push_timeout_s`` (a
-        group member that hangs holds the others): an engine still loading then is killed (Ray
-        restarts it, and it is recovered as a dead one). The learner's broadcast is awaited
-        first: when an engine died, rank 0's broadcast fails and closes the group, which ends
-        the other engines' receives. A broadcast that failed while every engine was fine, or
-        that still runs at the deadline, is a learner failure (:class:`LearnerTransmitError`:
-        the driver restarts the learner). The object-store transport has no group to hang, and
-        a load may wait behind a generation (async runs): its waits have no deadline.
+        With the ``collective`` transport every wait ends by ``weights.push_timeout_s`` (a hung
+        group member holds the others): an engine still loading then is killed and recovered as
+        a dead one. The learner's broadcast is awaited first; one that failed while every engine
+        was fine, or still runs at the deadline, is a learner failure
+        (:class:`LearnerTransmitError`). Object-store loads may wait behind a generation (async
+        runs): they have no deadline.
         """
         limit = self.config.weights.push_timeout_s if self.transfer is not None else None
         deadline = time.monotonic() + (limit or 0.0)
@@ -242,7 +244,7 @@ class RolloutFleet:
                 loads.append(ray.get(ref, timeout=left))
             except ray.exceptions.GetTimeoutError:
                 hung.append(index)
-            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+            except _DIED:
                 lost.append(index)
             except ray.exceptions.RayTaskError:
                 if self.transfer is None:
@@ -306,7 +308,7 @@ class RolloutFleet:
             except StopIteration:
                 del streams[stream]
                 continue
-            except _recoverable() as exc:
+            except _RECOVERABLE as exc:
                 del streams[stream]
                 missing = [r for r in share if r.request_id not in received]
                 yield _groups(self._retry_share(index, missing, exc))
@@ -332,7 +334,7 @@ class RolloutFleet:
                 self._recover(index)
             try:
                 return ray.get(self.actors[index].generate.remote(share, self.version))
-            except _recoverable() as exc:
+            except _RECOVERABLE as exc:
                 error = exc
         raise RuntimeError(f"rollout actor {index} failed {_RETRIES + 1} times: {error}") from error
 
@@ -350,8 +352,8 @@ class RolloutFleet:
         a node can take them), and take back, with the current weights, those whose ``ready``
         call has answered since. Never waits, unless no actor serves: then it waits for one
         as a restart does (``ray.start_timeout_s``)."""
-        for index in self.live():
-            state = actor_state(self.actors[index])
+        live = self.live()
+        for index, state in zip(live, actor_states([self.actors[i] for i in live]), strict=True):
             if state in _GONE:
                 self._leave_out(index, f"Ray reports it {state}")
         for index, ready in list(self.out.items()):
@@ -359,7 +361,7 @@ class RolloutFleet:
                 continue
             try:
                 version = ray.get(ready)
-            except _recoverable():
+            except _RECOVERABLE:
                 self.out[index] = self.actors[index].ready.remote()  # it died again: wait on
                 continue
             if self.out.pop(index, None) is not None:  # (an async run's push may race it)
@@ -391,11 +393,7 @@ class RolloutFleet:
             try:
                 version = ray.get(actor.ready.remote(), timeout=60)
                 break
-            except (
-                ray.exceptions.RayActorError,
-                ray.exceptions.ActorUnavailableError,
-                ray.exceptions.GetTimeoutError,
-            ) as exc:
+            except (*_DIED, ray.exceptions.GetTimeoutError) as exc:
                 if time.monotonic() > deadline:
                     raise RuntimeError(
                         f"rollout actor {index} did not come back within {timeout_s:g} s "
@@ -420,12 +418,6 @@ class RolloutFleet:
         return load
 
 
-def _recoverable() -> tuple[type[Exception], ...]:
-    """Errors of a generation call that recovering the actor (restart wait, latest weights)
-    and retrying its share can fix: the actor died, or came back from a restart stale."""
-    return (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError, StaleWeightsError)
-
-
 def _values(refs: list[Any], timeout_s: float) -> list[float]:
     """The values of sleep or wake calls on rollout actors, leaving out those whose actor died
     (its restart is recovered by the next push or generation); a call still running after
@@ -435,7 +427,7 @@ def _values(refs: list[Any], timeout_s: float) -> list[float]:
     for ref in refs:
         try:
             values.append(ray.get(ref, timeout=max(0.0, deadline - time.monotonic())))
-        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
+        except _DIED as exc:
             logger.warning("a rollout actor died during sleep or wake: %s", type(exc).__name__)
         except ray.exceptions.GetTimeoutError:
             raise TimeoutError(

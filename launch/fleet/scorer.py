@@ -20,9 +20,7 @@ from launch.data.tiny_model import build_tokenizer
 TINY_SCORER = "builtin:tiny-scorer"
 
 
-def build_tiny_scorer(
-    path: str | Path, hidden_size: int = 64, seed: int = 0, num_labels: int = 1
-) -> Path:
+def build_tiny_scorer(path: str | Path, num_labels: int = 1) -> Path:
     """Write a random Qwen2 sequence classifier plus tokenizer to ``path`` (idempotent).
 
     ``head_dim`` 32 like the tiny policy; one layer is enough to give text-dependent scores.
@@ -37,10 +35,10 @@ def build_tiny_scorer(
     tokenizer = build_tokenizer()
     config = Qwen2Config(
         vocab_size=len(tokenizer),
-        hidden_size=hidden_size,
-        intermediate_size=hidden_size * 2,
+        hidden_size=64,
+        intermediate_size=128,
         num_hidden_layers=1,
-        num_attention_heads=hidden_size // 32,
+        num_attention_heads=2,
         num_key_value_heads=1,
         head_dim=32,
         max_position_embeddings=1024,
@@ -49,7 +47,7 @@ def build_tiny_scorer(
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
-    torch.manual_seed(seed)
+    torch.manual_seed(0)
     model = Qwen2ForSequenceClassification(config)
     path.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(path)

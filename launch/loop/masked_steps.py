@@ -1,17 +1,11 @@
 """Steps with nothing to train on: counted, and after ``run.max_masked_steps`` in a row, the end.
 
-A completion without a reward (a sandbox ``infra_error``, or a reward term that returned
-``None``) is masked: left out of the loss, never scored 0. A step in which *no* completion it
-sampled got a reward (every sampling round counted, before dynamic sampling drops a group)
-trains nothing, pushes nothing and logs ``reward/mean`` as null. One such step is noise; several
-in a row mean the sandbox pool (or a reward term) is broken, and every further step would burn
-prompts and time without training. So the driver stops the run with one line saying which
-steps, why and what to check, after saving a checkpoint (the policy did not change during those
-steps, so the checkpoint holds everything trained before them), from which ``--resume``
-continues once the cause is fixed.
-
-Whether a step was masked is read from its metric record (``reward/scored_completions``,
-written by ``launch.loop.groups``), so this logic is pure and tested without a fleet.
+A step in which no completion it sampled got a reward (sandbox infra errors, or reward terms
+returning ``None``) trains nothing. One such step is noise; several in a row mean the sandbox
+pool (or a reward term) is broken, and every further step would burn prompts and time. So the
+driver stops the run with one line saying which steps, why and what to check, after a
+checkpoint from which ``--resume`` continues once the cause is fixed. Read from the step's metric
+record alone (``reward/scored_completions``), so it is tested without a fleet.
 """
 
 from __future__ import annotations

@@ -89,8 +89,7 @@ class MetricsLog:
 
 
 def _shown(record: dict, name: str, spec: str, absent: str | None = None) -> str:
-    """``record[name]`` formatted by ``spec``; ``n/a`` when None; when absent, 0 (as before)
-    or ``absent``."""
+    """``record[name]`` formatted by ``spec``; ``n/a`` when None; when absent, 0 or ``absent``."""
     if name not in record and absent is not None:
         return absent
     value = record.get(name, 0.0)

@@ -1,23 +1,15 @@
 """Train and push: one learner step, then its weights loaded into every engine.
 
-The learner trains and exports in one call (``LearnerClient.train_and_export``); the three push
-orders differ in when the engines' loads are queued (``RolloutFleet.start_push``), one method of
-:class:`TrainAndPush` each:
+The learner trains and exports in one call; the three push orders of :class:`TrainAndPush`
+differ in when the engines' loads are queued (``RolloutFleet.start_push``): synchronous, on the
+update before the learner's call returns; async, only after training (queued early, a load could
+reach an engine before the producer's next generation, which would then wait for this step);
+colocated, after the sleeping engines' learner has stepped and offloaded.
 
-- synchronous (``async.max_staleness = 0``): queued on the update before the learner's call
-  returns, so the push starts as soon as the export is done;
-- async (``async.max_staleness >= 1``, ``launch.loop.pipeline``): queued only after training.
-  Queued early, a load could reach an engine before the producer's generation of the next batch,
-  which would then wait for this step (no overlap). Queued late, they wait behind the generation
-  in progress (an engine runs one call at a time);
-- colocated (``rollout.colocate``, ``launch.loop.colocation``): the engines sleep while the
-  learner steps, the learner offloads, then the push wakes them.
-
-Timings: ``time/train_s`` is the step without the export, ``time/weight_export_s`` the export;
-``time/weight_sync_s`` is the export plus the wait for the engines after the step; in async mode
-it counts the engines' own load time instead and the queueing is ``time/push_wait_s``. The parity
-probe (``launch.loop.parity``) is queued behind every push. Without samples nothing changed:
-nothing is pushed, and the probe measures the weights the engines have.
+``time/train_s`` is the step without the export, ``time/weight_export_s`` the export,
+``time/weight_sync_s`` the export plus the wait for the engines (async: their own load time, the
+queueing being ``time/push_wait_s``). The parity probe is queued behind every push; a step
+without samples pushes nothing, and the probe measures the weights the engines have.
 """
 
 from __future__ import annotations

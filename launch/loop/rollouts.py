@@ -19,13 +19,8 @@ Rows go to ``rollouts-<sequence>-step<first step>.jsonl``; when a file grows pas
 ``run.rollouts_file_mib`` it is gzipped (``.jsonl.gz``) and the next step opens the next file in
 sequence, and the oldest files are deleted while all of them together exceed
 ``run.rollouts_max_mib``. A resumed run opens a new file that starts with a marker row
-(``{"resumed_after": <checkpoint step>}``): :func:`read_rollouts` forgets what earlier files
-hold after that step (the abandoned part of the interrupted run) and keeps each step's rows from
-the latest file that has it. A crash mid-write can leave a file's last line cut; the reader
-skips it, and drops a step with fewer rows than its ``step_rows`` (a crash the run was never
-resumed from: a part of a step is not a sample of it). Several run directories read together
-keep every run's rows: steps are matched only within one directory. It is what the verifier
-tools read, and what a user loads::
+(``{"resumed_after": <checkpoint step>}``), which :func:`read_rollouts` honours. It is what the
+verifier tools read, and what a user loads::
 
     import pandas as pd
     from launch.loop.rollouts import read_rollouts

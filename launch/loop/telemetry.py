@@ -1,19 +1,14 @@
 """Step metrics beyond ``metrics.jsonl``: Ray dashboard gauges and TensorBoard events.
 
-Every step metric becomes a ``ray.util.metrics`` gauge named ``grpo_<name>`` (``/`` and other
-characters Prometheus refuses become ``_``), so ``reward/mean`` is scraped from the head's
-metrics endpoint as ``ray_grpo_reward_mean`` and shows in the dashboard's Grafana panels
-(``launch/grafana_dashboard.json``). Fault counters are also exported as Ray counters, and the
-step time as a histogram.
-
-A metric that was not measured in a step (``None``: a reward mean over a step whose every
-sample was masked) sets its gauge to NaN, which Prometheus and Grafana show as a gap (left
-alone, the gauge would keep showing the previous step's value as current), and writes no
-TensorBoard point.
+Every step metric becomes a ``ray.util.metrics`` gauge ``grpo_<name>`` (scraped as
+``ray_grpo_reward_mean`` for ``reward/mean``, shown by ``launch/grafana_dashboard.json``); fault
+counters are also Ray counters, and the step time a histogram. A metric not measured in a step
+(``None``) sets its gauge to NaN, a gap in Grafana (left alone, the gauge would keep showing the
+previous step's value as current), and writes no TensorBoard point.
 
 The gauges live in a small actor (``metrics-<run>``), not in the driver: metrics recorded in a
-driver process reach the Prometheus endpoint only intermittently (measured on Ray 2.60), while
-an actor's are exported within one report interval.
+driver process reach the Prometheus endpoint only intermittently, an actor's within one report
+interval.
 """
 
 from __future__ import annotations
@@ -41,7 +36,6 @@ class DashboardMetrics:
     """Ray metrics for step records; runs as the ``metrics-<run>`` actor."""
 
     def __init__(self, run_name: str) -> None:
-        self._metrics = metrics
         self._tags = {"run": run_name}
         self._gauges: dict[str, object] = {}
         self._counters: dict[str, object] = {}
@@ -55,14 +49,14 @@ class DashboardMetrics:
 
     def _gauge(self, name: str):
         if name not in self._gauges:
-            self._gauges[name] = self._metrics.Gauge(
+            self._gauges[name] = metrics.Gauge(
                 prometheus_name(name), description=name, tag_keys=("run",)
             )
         return self._gauges[name]
 
     def _count_faults(self, name: str, total: float) -> None:
         if name not in self._counters:
-            self._counters[name] = self._metrics.Counter(
+            self._counters[name] = metrics.Counter(
                 prometheus_name(name) + "_total", description=name, tag_keys=("run",)
             )
         increment = total - self._fault_totals.get(name, 0.0)
@@ -92,18 +86,17 @@ def gauge_values(record: dict) -> dict[str, float]:
 class Telemetry:
     """Mirrors each step record to the dashboard actor and to TensorBoard event files."""
 
-    def __init__(self, run_dir: Path, actor: Any, tensorboard: bool = True) -> None:
+    def __init__(self, run_dir: Path, actor: Any) -> None:
         self._actor = actor  # a DashboardMetrics actor (launch.fleet.actors.start_metrics)
         self._pending = None
         self._writer = None
-        if tensorboard:
-            try:
-                # lazy: tensorboard is optional (the ImportError below)
-                from torch.utils.tensorboard import SummaryWriter
+        try:
+            # lazy: tensorboard is optional (the ImportError below)
+            from torch.utils.tensorboard import SummaryWriter
 
-                self._writer = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
-            except ImportError:
-                logger.warning("tensorboard is not installed: no event files will be written")
+            self._writer = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
+        except ImportError:
+            logger.warning("tensorboard is not installed: no event files will be written")
 
     def record(self, record: dict[str, float | None]) -> None:
         self._pending = self._actor.record.remote(record)  # not awaited: off the step's path

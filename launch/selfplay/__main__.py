@@ -3,26 +3,21 @@
     python -m launch.selfplay --config FILE --rounds R [--steps-per-round K]
         [--repairs-per-problem B] [--overwrite] [--section.key value ...]
 
-Round 0 evaluates the base model's pass@1 on the held-out problems (``eval.source`` or
-``data.source``, split ``eval.split``). Then each round r:
+Round 0 evaluates the base model's pass@1 on the held-out problems. Then each round r:
 
-1. **profile**: the policy entering the round samples ``eval.n`` completions of every training
-   problem (``data.source``, ``data.split``); per problem its pass rate, over all of them the
-   verdict mix (wrong answer, runtime error, timeout, syntax error, ...). When the held-out set
-   is the training set (the synthetic demo), the previous round's evaluation is the profile;
-2. **tasks**: repair tasks (``launch.selfplay.make_repairs``: bugs injected into the references and
-   confirmed by the sandbox) for the training problems, up to ``--repairs-per-problem`` per
-   problem in proportion to how often the policy fails it: a problem it always solves gets none;
-3. **train**: ``--steps-per-round`` steps of ``launch.train`` (a run of its own in
-   ``<run>/round-<r>/train``, starting from the policy's weights, optimiser state fresh) on the
-   training problems plus the round's tasks, with the failure-focused curriculum;
-4. **evaluate** the new checkpoint on the held-out problems, append the round (pass@1, profile,
-   task counts, checkpoint) to ``<run>/rounds.jsonl`` and redraw ``<run>/rounds.png``.
+1. **profile**: the policy samples ``eval.n`` completions of every training problem: per problem
+   its pass rate, overall the verdict mix. When the held-out set is the training set (the
+   synthetic demo), the previous round's evaluation is the profile;
+2. **tasks**: repair tasks (``launch.selfplay.make_repairs``), up to ``--repairs-per-problem``
+   per problem in proportion to how often the policy fails it;
+3. **train**: ``--steps-per-round`` steps of ``launch.train`` in ``<run>/round-<r>/train`` from
+   the policy's weights (optimiser state fresh) on the training problems plus the round's tasks,
+   with the failure-focused curriculum;
+4. **evaluate** the new checkpoint on the held-out problems, append the round to
+   ``<run>/rounds.jsonl`` and redraw ``<run>/rounds.png``.
 
-Every phase runs as the command a user would type (``launch.evaluate``, ``launch.train`` in a
-process of its own), and the round's directory keeps what each wrote. Resumable between rounds:
-started again with the same config, it reads ``rounds.jsonl`` and goes on with the next round
-from the last checkpoint; a round that was interrupted is done again from its start.
+Every phase runs as the command a user would type, in a process of its own. Started again with
+the same config it resumes at the next round; an interrupted round is done again from its start.
 """
 
 from __future__ import annotations
@@ -175,7 +170,7 @@ class SelfPlay:
         directory.mkdir(parents=True)
         policy = previous["checkpoint"]
         if self.same_sets and "eval_records" in previous:
-            records = _jsonl(Path(previous["eval_records"]))
+            records = read_jsonl(Path(previous["eval_records"]))
         else:
             _, records = self.evaluate(policy, directory / "profile", held_out=False)
         profile = weakness_profile(records)
@@ -283,17 +278,13 @@ class SelfPlay:
         out.mkdir(parents=True, exist_ok=True)
         _command("launch.evaluate", args, out / "evaluate.log")
         summary = json.loads((out / "summary.json").read_text())
-        records = _jsonl(out / "samples.jsonl")
+        records = read_jsonl(out / "samples.jsonl")
         return summary, records
 
 
 def _score(value: float | None) -> str:
     """A pass@1 for people: n/a when no sample could be judged (every one an infra error)."""
     return "n/a" if value is None else f"{value:.4f}"
-
-
-def _jsonl(path: Path) -> list[dict]:
-    return read_jsonl(path)
 
 
 def _command(module: str, args: list[str], log: Path) -> None:

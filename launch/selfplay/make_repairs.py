@@ -2,25 +2,15 @@
 
     python -m launch.selfplay.make_repairs --problems ../shared/data/mbpp.jsonl --out repairs.jsonl
 
-For every problem with a reference solution, the mutation operators of ``launch.selfplay.mutations``
-rewrite one place of the reference at a time. A mutant becomes a repair task only when the
-sandbox says it is a valid bug, by the rule the self-play saboteur's bugs follow too
-(``launch.selfplay.repairs``): the reference passes every test; the mutant loads, every test runs to
-a verdict and it gives a wrong answer in at least one, without raising; and a second run fails
-the same tests (a mutant that still passes is an equivalent program, not a bug; one that
-crashes is no bug a fixer must look for). Mutants equal to the reference or to another mutant
-once normalised (``ast.dump``) are dropped. Up to
-``--per-problem`` bugs are kept per problem, spread over the operators; which ones is fixed by
-``--seed``.
+For every problem with a reference solution, the operators of ``launch.selfplay.mutations``
+rewrite one place of the reference at a time; a mutant becomes a repair task only when the
+sandbox says it is a valid bug (the rule of ``launch.selfplay.repairs``, which the self-play
+saboteur's bugs follow too), and normalised duplicates are dropped. Up to ``--per-problem`` bugs
+are kept per problem, spread over the operators and chosen by ``--seed``.
 
-Each task is a row of the generic JSONL format (docs/datasets.md): ``id``, a ``prompt`` with the
-original task, the buggy program and the first failing test with the sandbox's report on it, the
-original ``tests``, ``setup_code`` and ``reference_solution``, plus ``source_task_id``,
-``buggy_program`` (the whole program as it runs, setup code included) and ``operator``. Train on
-it like any problem file (``--data.source repairs.jsonl``): the completion is the fixed program
-and the reward is the execution reward against the original tests. A completion-style problem
-(a ``program_prefix``, like HumanEval or the synthetic task) is mutated as its whole program, and
-its tasks keep the prefix: the prompt ends with it and the fix continues it.
+Each task is a row of the generic JSONL format (docs/datasets.md) with ``source_task_id``,
+``buggy_program`` and ``operator`` besides; a completion-style problem's tasks keep its
+``program_prefix``, which the fix continues. docs/selfplay.md has the rest.
 """
 
 from __future__ import annotations

@@ -19,7 +19,6 @@ test the original passes) is decided by ``launch.selfplay.make_repairs``.
 from __future__ import annotations
 
 import ast
-import copy
 from collections.abc import Callable, Iterator
 
 _COMPARE = {
@@ -185,7 +184,7 @@ def count_sites(source: str, operator: str) -> int:
 
 def mutate(source: str, operator: str, site: int) -> str:
     """``source`` with ``operator`` applied at its ``site``-th site (0-based), unparsed."""
-    tree = copy.deepcopy(ast.parse(source))
+    tree = ast.parse(source)
     sites, apply = OPERATORS[operator]
     for i, found in enumerate(sites(tree)):
         if i == site:

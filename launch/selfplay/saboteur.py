@@ -1,22 +1,16 @@
 """The self-play saboteur: the policy breaks correct programs, and fixes the bugs it wrote.
 
 With ``selfplay.saboteur`` on, ``selfplay.saboteur_prompts`` of each step's prompts go to the
-saboteur role: the prompt holds a training problem's reference program and asks for a changed
-program that still runs but fails at least one of the problem's tests. A problem is posed only once
-its reference has passed every test (run once, kept). The sandbox decides whether a bug is *valid*,
-by the rule ``launch.selfplay.make_repairs`` follows (:class:`launch.selfplay.repairs.BugJudge`):
-not the reference once normalised; it loads, every test runs to a verdict and it gives a wrong
-answer in at least one, without raising (an ``assert`` of its own included); a second run fails the
-same tests. The first ``selfplay.bugs_per_group`` distinct valid bugs of each saboteur group
-(distinct by normalised AST) become repair prompts, the same as ``launch.selfplay.make_repairs``
-writes, and each is posed to a *fixer* group of G samples in the same step, rewarded by execution
-against the original tests.
+saboteur role: the prompt holds a training problem's reference program (once it has passed every
+test) and asks for a changed program that still runs but fails at least one test. The sandbox
+decides whether a bug is valid (:class:`launch.selfplay.repairs.BugJudge`, the rule
+``launch.selfplay.make_repairs`` follows); the first ``selfplay.bugs_per_group`` distinct valid
+bugs of each saboteur group become repair prompts, each posed to a *fixer* group in the same
+step and rewarded by execution against the original tests.
 
-Rewards: a fixer's is its execution reward; a saboteur's is how hard its bug was for the fixers
-(``algorithm/rewards/selfplay.py`` says how, and when it is masked). A prompt that would leave no
-room for an answer in ``model.max_model_len`` is not posed. Both roles are the same policy, trained
-in the same step, each with groups of its own; ``selfplay/bug_valid_frac`` and
-``selfplay/fixer_solve_rate`` follow them.
+A fixer's reward is its execution reward; a saboteur's is how hard its bug was for the fixers
+(``algorithm/rewards/selfplay.py``). A prompt that would leave no room for an answer in
+``model.max_model_len`` is not posed.
 """
 
 from __future__ import annotations

@@ -164,20 +164,10 @@ class Hosts:
         for sub in ("tmp", "home"):
             (Path(host.disk) / sub).mkdir(parents=True, mode=0o700)
         (Path(host.disk) / "tmp").chmod(0o1777)
+        link = f"{PREFIX}-{name}"
         _ip("netns", "add", host.netns)
-        _ip(
-            "link",
-            "add",
-            f"{PREFIX}-{name}",
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "eth0",
-            "netns",
-            host.netns,
-        )
-        _ip("link", "set", f"{PREFIX}-{name}", "master", f"{PREFIX}-br", "up")
+        _ip("link", "add", link, "type", "veth", "peer", "name", "eth0", "netns", host.netns)
+        _ip("link", "set", link, "master", f"{PREFIX}-br", "up")
         for args in (
             ("addr", "add", f"{address}/24", "dev", "eth0"),
             ("link", "set", "eth0", "up"),
@@ -297,13 +287,8 @@ def alive_nodes(hosts: Hosts) -> list[str]:
         "if n['Alive'])))"
     )
     python = str(Path(sys.prefix) / "bin" / "python")
-    done = hosts.run(
-        HEAD,
-        [python, "-c", probe],
-        env=token_env(hosts.hosts[HEAD]),
-        capture_output=True,
-        text=True,
-    )
+    env = token_env(hosts.hosts[HEAD])
+    done = hosts.run(HEAD, [python, "-c", probe], env=env, capture_output=True, text=True)
     if done.returncode:
         raise RuntimeError(f"cannot list the cluster's nodes: {done.stderr.strip()[-2000:]}")
     line = next(x for x in done.stdout.splitlines() if x.startswith("NODES "))

@@ -74,8 +74,7 @@ class Verifier:
         """Epochs of AdamW on soft two-class cross-entropy, each example weighted so that the
         examples labelled at least 0.5 and those below weigh the same in all (a policy's
         distinct programs are mostly failures: unweighted, predicting "fails" everywhere is
-        nearly optimal; with fraction labels the upper class also holds near misses, and
-        weighting by the verdict instead measured the same); the mean loss of each epoch."""
+        nearly optimal); the mean loss of each epoch."""
         weights = class_weights([e["label"] >= 0.5 for e in examples])
         trainable = [p for p in self.model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(trainable, lr=lr)

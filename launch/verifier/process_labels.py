@@ -1,20 +1,12 @@
-"""Step labels for a process verifier without annotation, the Monte Carlo way.
+"""Step labels for a process verifier without annotation, the Monte Carlo way (Wang et al. 2024,
+"Math-Shepherd").
 
-For a program the policy wrote, cut into steps (lines by default, ``algorithm.rewards.steps``),
-each prefix ``steps[:i]`` is continued ``samples`` times by the policy itself (through a rollout
-engine) and every continuation is executed against the problem's tests: the prefix's label is
-the fraction that pass, an estimate of "can this partial program still be completed into a
-correct one" (Wang et al. 2024, "Math-Shepherd"). The whole program's label is its own verdict.
-A continuation whose run is an infra error (the sandbox broke) is masked, not counted as a
-failure: the fraction is over the continuations that got a verdict, and a prefix with none
-has no label.
-A step that breaks the program drives the labels of every later prefix to 0; a verifier trained
-on ``prompt + prefix`` -> label scores each step, and the ``scorer`` reward term aggregates the
-step scores (``step_split``, ``step_aggregate = "min"``).
-
-Pure logic over two callables, so a unit test can hand-check the labels with stub continuations:
-``generate(requests)`` returns completions (``RolloutWorker.generate``), ``execute(jobs)`` returns
-sandbox results (``SandboxPool.run``).
+For a program the policy wrote, cut into steps (``algorithm.rewards.steps``), each prefix
+``steps[:i]`` is continued ``samples`` times by the policy and every continuation is executed
+against the problem's tests: the prefix's label is the fraction that pass, an estimate of "can
+this partial program still be completed into a correct one". The whole program's label is its
+own verdict. A continuation whose run is an infra error is masked, not counted as a failure; a
+prefix with no judged continuation has no label.
 """
 
 from __future__ import annotations

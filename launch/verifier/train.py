@@ -3,43 +3,17 @@
     python -m launch.verifier.train --rollouts runs/demo/rollouts --model runs/demo/checkpoint \
         --out runs/demo/verifier
 
-Every record (``launch.loop.rollouts``) is a program the policy wrote with the sandbox's verdict on
-it: labels no one had to annotate, from a judge that cannot be fooled. The verifier is a
-sequence classifier (``AutoModelForSequenceClassification`` with two labels on the base model:
-a fresh score head on its last token's hidden state) trained on ``prompt + completion`` to
-predict the fraction of tests passed (``--target fraction``, the default: soft labels) or the
-verdict alone (``--target pass``). It is saved in Hugging Face format with the tokenizer, so
-the ``scorer`` reward term and ``launch.evaluate --rerank`` load it unchanged (``head =
-"classifier"``: its score is P(label 1), with fraction labels the expected share of tests
-passed). Why the fraction by default: a policy's passes are rare and cluster on a few problems,
-while its partial credit says, for every program, how close it came; on the demo's rollouts the
-verdict alone leaves the verifier unable to rank held-out problems' programs (see
-docs/benchmarks.md, "Verifier on the demo's rollouts").
+Every record (``launch.loop.rollouts``) is a program with the sandbox's verdict: labels no one
+annotated. The verifier, a two-label sequence classifier on the base model saved in Hugging Face
+format, learns ``prompt + completion`` -> the fraction of tests passed (``--target fraction``: a
+policy's passes are rare and cluster on a few problems, while partial credit says for every
+program how close it came) or the verdict (``--target pass``); the ``scorer`` reward term and
+``launch.evaluate --rerank`` load it unchanged. ``--kind process`` labels step prefixes by Monte
+Carlo continuations instead (``launch.verifier.process_labels``).
 
-Why split by problem: programs for one problem look alike, so a random split would grade the
-verifier on problems it trained on. The held-out problems (``--held-out``, a fraction of the
-distinct problem ids, chosen by ``--seed``) appear in no training example, and neither does a
-task derived from one (a repair task) or a problem with the same prompt text: each such family
-is on one side (``launch.verifier.split``); accuracy, AUC and a
-calibration table are computed on their distinct programs (each program once, however often the
-policy wrote it) and printed, and saved with the split in ``verifier.json``; positives are the
-programs that pass, whatever ``--target``. The AUC is also printed among the programs that run
-(no syntax error, crash or timeout): telling a pass from code that does not parse is the easy
-part, and that second number says how well the verifier checks the answer itself.
-
-``--kind process`` trains a process verifier instead: for ``--mc-programs`` programs from the
-records, every step prefix (``--step-split``, lines by default) is labelled by the fraction of
-``--mc-samples`` continuations of it, sampled from the policy (``--policy``, by default the
-base model) through a vLLM engine and executed by the sandbox against the problem's tests
-(``--problems``), that pass (``launch.verifier.process_labels``). The verifier learns ``prompt +
-prefix`` -> that fraction; the ``scorer`` term then scores every prefix of a completion and
-takes the minimum (``step_split``, ``step_aggregate = "min"``). The printed accuracy is per
-step, on the held-out problems' prefixes (a step counts as good when half its continuations
-pass).
-
-Texts are tokenised as the scorer does (cut from the left to ``--max-length`` tokens, padded on
-the left), so what it learns is what it is later asked. Full fine-tuning by default; with
-``--lora-rank`` a LoRA adapter (plus the score head) is trained and merged before saving.
+The split is by problem family (``launch.verifier.split``): programs for one problem look alike,
+so a random split would grade the verifier on problems it trained on. Texts are tokenised as the
+scorer does (cut and padded on the left). docs/verifier.md has the rest.
 """
 
 from __future__ import annotations

@@ -273,7 +273,8 @@ _LOCAL_RAY = """
 import ray
 from common.config import Config
 from launch.fleet.preflight import (
-    PlacementError, Starting, check_resources, wait_placed, wait_started
+    PlacementError, Starting, actor_state, actor_states, check_resources, wait_placed,
+    wait_started
 )
 
 ray.init(address="local", num_cpus=1, num_gpus=0, include_dashboard=False, logging_level="ERROR")
@@ -291,6 +292,15 @@ try:
     wait_started([Starting("wants-a-gpu", handle.__ray_ready__.remote(), handle, "1 GPU")], 1)
 except PlacementError as exc:
     print("WAIT", exc)
+alive, dead = Idle.options(num_cpus=0).remote(), Idle.options(num_cpus=0).remote()
+ray.get([alive.__ray_ready__.remote(), dead.__ray_ready__.remote()])
+ray.kill(dead, no_restart=True)
+try:  # answers once the GCS has marked it dead
+    ray.get(dead.__ray_ready__.remote())
+except ray.exceptions.RayActorError:
+    pass
+handles = [handle, alive, dead]
+print("STATES", *actor_states(handles), *[actor_state(h) for h in handles])
 group = ray.util.placement_group([{"GPU": 1}])
 try:
     wait_placed(group, {"learner-run": {"GPU": 1}}, 1)
@@ -301,7 +311,8 @@ except PlacementError as exc:
 
 def test_waits_on_a_local_ray_end_with_the_actors_name():
     """A real local cluster without a GPU: the check refuses a GPU learner, and an actor (and a
-    placement group) asking for a GPU ends its wait by the timeout, named, as unplaced."""
+    placement group) asking for a GPU ends its wait by the timeout, named, as unplaced; the
+    actors' states read in one query and one by one agree."""
     done = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(_LOCAL_RAY)],
         cwd=REPO_ROOT,
@@ -316,6 +327,8 @@ def test_waits_on_a_local_ray_end_with_the_actors_name():
     assert "wants-a-gpu (1 GPU): unplaced" in lines["WAIT"]
     assert "within 1 s" in lines["WAIT"]
     assert "bundles for learner-run (1 GPU)" in lines["GROUP"]
+    # one read of the job's actor table says what one read per actor says
+    assert lines["STATES"].split()[1:] == ["unplaced", "ALIVE", "DEAD"] * 2
 
 
 def test_a_refusal_exits_with_status_2_in_one_line(monkeypatch, capsys):

@@ -32,7 +32,9 @@ def fleet(monkeypatch):
 
     states = {"a0": "ALIVE", "a1": "ALIVE"}
     answered: set[str] = set()
-    monkeypatch.setattr(rollout_fleet, "actor_state", lambda actor: states[actor.name])
+    monkeypatch.setattr(
+        rollout_fleet, "actor_states", lambda actors: [states[a.name] for a in actors]
+    )
     monkeypatch.setattr(
         rollout_fleet.ray,
         "wait",
