@@ -2,13 +2,11 @@
 
     python -m sandbox.verify_problem PACKAGE_DIR [--workers N]
 
-What problemtools' ``verifyproblem`` does for submissions, with its rules: every Python 3, C
-and C++ program under ``submissions/<label>/`` runs on every test (samples first) through the
-pool; its verdict is that of its first test that is not accepted. The time limit comes from
-the ``accepted`` submissions' slowest test (:func:`time_rules`; docs/sandbox.md, "Labelled
-submissions", has the rules). Other languages, Python 2, multi-file submissions and labels
-with no single verdict are listed as skipped. Exit status 0 when every judged submission got
-its label, 1 when one did not, 2 for a package that cannot be read.
+What problemtools' ``verifyproblem`` does for submissions, with its rules (docs/sandbox.md,
+"Labelled submissions"): every Python 3, C and C++ program under ``submissions/<label>/`` runs
+on every test through the pool, under a time limit found from the ``accepted`` ones
+(:func:`time_rules`). Exit status 0 when every judged submission got its label, 1 when one did
+not, 2 for a package that cannot be read.
 """
 
 from __future__ import annotations

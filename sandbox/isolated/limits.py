@@ -1,9 +1,7 @@
 """What bounds an execution's process: its rlimits, the uid it runs as, and glibc's malloc set
-up so that RLIMIT_AS measures what a program uses and a fork copies no idle heap.
-
-Where the front made the worker an execution cgroup, the cgroup bounds the execution's memory
-and processes and the server reads its OOM-kill counter (:class:`OomKills`); else RLIMIT_AS is
-the bound, of one process (the child's fallback filter refuses a second one, and memfds).
+up so that RLIMIT_AS measures what a program uses and a fork copies no idle heap. Where the
+worker has no execution cgroup, RLIMIT_AS of the one process is the memory bound
+(docs/sandbox.md, "The memory layer").
 """
 
 from __future__ import annotations

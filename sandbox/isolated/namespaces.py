@@ -1,10 +1,6 @@
-"""Kernel isolation for sandbox workers: the namespaces, the view and the lock.
-
-A worker enters new user, network, mount and IPC namespaces once at start-up (the sandbox
-uid is unprivileged, so ``RLIMIT_NPROC`` applies even when the pool runs as root), builds a
-fresh read-only root (``view.py``) and a scratch tmpfs (``scratch.py``); its zygote then
-locks that view (:func:`lock_down`). What the kernel refuses is reported as a weaker level
-(``sandbox/wire/levels.py``). docs/sandbox.md, "Who runs what", has the whole model.
+"""Kernel isolation for sandbox workers: the namespaces, the view and the lock. What the kernel
+refuses is reported as a weaker level (``sandbox/wire/levels.py``). docs/sandbox.md, "Who runs
+what", has the whole model.
 """
 
 from __future__ import annotations

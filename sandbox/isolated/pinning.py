@@ -1,13 +1,9 @@
 """The zygote's hot pages, pinned, so that every fork copies them at once instead of faulting.
 
-CPython writes a reference count into every object it touches, so after a fork the child and
-the zygote each copy, one page fault at a time, the pages an execution touches. The kernel
-does not share a *pinned* anonymous page with a child: it copies it inside ``fork()`` (Linux
->= 5.9, "early COW"), which costs less than the fault it replaces. So the zygote finds the
-pages an execution writes (:func:`calibrate`) and pins them as io_uring buffers (:func:`pin`),
-the one long-term pin an unprivileged process can take. Where io_uring is unavailable or the
-user's ``RLIMIT_MEMLOCK`` is used up, nothing is pinned and the pool says why.
-docs/sandbox.md, "Pinned hot pages".
+The kernel copies a *pinned* anonymous page inside ``fork()`` (Linux >= 5.9, "early COW"),
+which costs less than the copy-on-write fault it replaces. So the zygote finds the pages an
+execution writes (:func:`calibrate`) and pins them as io_uring buffers (:func:`pin`), the one
+long-term pin an unprivileged process can take. docs/sandbox.md, "Pinned hot pages".
 """
 
 from __future__ import annotations

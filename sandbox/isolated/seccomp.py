@@ -1,13 +1,10 @@
 """The seccomp filters of the sandbox, classic BPF built with ``ctypes`` (no compiler needed).
 
-The zygote's refuses the system calls that could undo the other layers (mounts, namespaces,
-other processes, the zygote itself) or reach past them into the kernel's larger attack
-surfaces. A deny list over an otherwise open set: programs need an interpreter's ordinary
-calls, and the namespaces, locked mounts, no capabilities and rlimits bound what those can
-do. A process using another system-call table (32-bit x86, x32) is killed: numbers checked
-against one table must not be reachable through another. Tables for x86-64 and AArch64;
-elsewhere :class:`Filter` raises and the worker reports a weaker level. docs/sandbox.md
-("Seccomp") lists what is refused and why.
+The zygote's is a deny list over an otherwise open set: it refuses the system calls that could
+undo the other layers (mounts, namespaces, other processes, the zygote itself) or reach into
+the kernel's larger attack surfaces, and kills a process using another system-call table.
+Tables for x86-64 and AArch64; elsewhere :class:`Filter` raises and the worker reports a weaker
+level. docs/sandbox.md ("Seccomp") lists what is refused and why.
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """A long-lived sandbox worker: isolation once, then exactly one fork per execution.
 
-Started by the pool as ``python -I`` with an empty environment and one end of a socketpair
-(option ``fd``). This process, the *server*, enters its namespaces (a user namespace needs a
-single-threaded process), unshares a PID namespace, pre-imports what programs use, warms the
-child's code paths up, freezes the garbage collector and forks the *zygote* (``zygote.py``),
-the only process that forks per execution. Two processes, because after a fork every page the
-forking process writes is a copy-on-write fault: the server, which polls and talks to the pool,
-never forks again. Neither imports zmq or ``threading`` (whose after-fork hook costs every
-child page faults). docs/sandbox.md, "Process layout".
-
-Per execution the server makes the child's pipes (job, values, output), hands them to the
-zygote, writes the job and watches the pipes and, for a streamed job, the socket (``stop``;
-later ``run`` messages are queued). Other jobs' messages wait in the socket until the
-execution ends: a wake-up saved. Deadlines are enforced by the zygote's SIGKILL.
+This process, the *server*, enters its namespaces, pre-imports and warms up what programs use
+and forks the *zygote* (``zygote.py``), the only process that forks per execution: the server,
+which polls and talks to the pool, never forks again. Per execution it makes the child's pipes,
+hands them to the zygote, writes the job and watches the pipes (and the socket only for a
+streamed job's ``stop``); the zygote's SIGKILL enforces deadlines. docs/sandbox.md, "Process
+layout".
 """
 
 from __future__ import annotations
@@ -345,10 +338,9 @@ def _warm_up() -> None:
 
 
 def _start_zygote(args: types.SimpleNamespace, uid: int, level: str) -> socket.socket:
-    """Fork the zygote (the PID namespace's init); returns the control socket. Sets what the
-    zygote reports first (``zygote.py``'s protocol) on ``args``: ``own_proc``,
-    ``compiled_loop``, ``locked``, ``pinned``, ``pin_note``, ``lock_note``, and
-    ``zygote_proc``, its PID as our ``/proc`` shows it."""
+    """Fork the zygote (the PID namespace's init); returns the control socket. Sets on ``args``
+    what the zygote reports first (``zygote.py``'s protocol) and ``zygote_proc``, its PID as
+    our ``/proc`` shows it."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     calibration = zygote.frame_job(calibration_job()) if args.pin else None
     pid = os.fork()
@@ -418,7 +410,6 @@ def main(argv: list[str]) -> None:
         {
             "op": "ready",
             "isolation": level,
-            "pid": os.getpid(),
             "own_proc": args.own_proc,
             "pinned": args.pinned,
             "pin_note": args.pin_note,

@@ -1,18 +1,10 @@
-"""A test that is code, judged in a process the program cannot reach.
+"""A test that is code, judged in a process the program cannot reach (docs/sandbox.md, "Tests
+that are code").
 
-A test the trusted side cannot judge from values alone (a ``check`` function, a test that
-builds its input with the dataset's helpers) must not run in the program's process, which could
-patch the harness or read the expected values. Such a job runs as two processes, both forked
-by the zygote:
-
-- the **program's process** loads the program (and the setup code's shared classes) and then
-  only answers calls; it never receives the tests, and its value pipe is closed first;
-- the **tests' process** runs the setup code and each test, with a proxy for every name of the
-  program's they use (``proxies.py``); calls cross as values (``sandbox/wire/remote.py``), an
-  object the program keeps as a handle, dropped after each test. It alone writes records.
-
-The program can kill the tests' process (its tests then fail), not read or trace it. Each
-reads its calls on descriptor 4 and writes on 5.
+Such a job runs as two processes, both forked by the zygote: the **program's process** loads
+the program (and the setup code's shared classes), then only answers calls; it never receives
+the tests and has no value pipe. The **tests' process** runs the setup code and each test, with
+a proxy for every name of the program's they use (``proxies.py``), and alone writes records.
 """
 
 from __future__ import annotations

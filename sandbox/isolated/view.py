@@ -1,12 +1,7 @@
 """The file system programs see: a fresh root built from an allowlist, not the host's with
-parts hidden.
-
-Built once by the worker's server in its own mount namespace (``namespaces.setup_worker``): a
-small tmpfs becomes the root, holding read-only binds of only what a program needs, and the
-host's root is detached. What is not bound is not there, including what the host makes later.
-The zygote then locks the view (``namespaces.lock_down``). docs/sandbox.md lists what a
-program can read. A compiled language's toolchain would add its directories to a
-:class:`Profile`.
+parts hidden. Built once by the worker's server in its own mount namespace: a small tmpfs
+becomes the root, holding read-only binds of only what a program needs, and the host's root is
+detached. docs/sandbox.md lists what a program can read.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """The zygote: the one process of a worker that forks, one child per execution.
 
 PID 1 of the worker's PID namespace, so ``kill(-1, SIGKILL)`` reaches every process an
-execution left, ``setsid()`` or not, and it reaps them all. Forked once from the server, after
-everything is imported and warmed up, it then does as little as it can: every page it writes
-after a fork is a copy-on-write fault. Before serving it pins the pages an execution writes
-anyway (``pinning.py``). Its loop runs in C (``_zygote.c``: writes only its stack) where it
-was built and the zygote is its namespace's init; else in Python (:func:`_python_loop`).
+execution left. It does as little as it can (every page it writes after a fork is a
+copy-on-write fault): its loop runs in C (``_zygote.c``) where it was built and the zygote is
+its namespace's init, else in Python (:func:`_python_loop`). docs/sandbox.md, "Process layout".
 
 Protocol on a SOCK_SEQPACKET socketpair with the server:
 

@@ -1,19 +1,9 @@
 """A cgroup per worker for its executions: memory and process limits however a program
-allocates (fork, threads, memfd, shared memory, tmpfs writes, page cache).
-
-RLIMIT_AS bounds one process's address space, not what an execution holds (many processes, or
-memory no address space counts). The memory controller charges every page to its cgroup and
-the pids controller counts every process and thread; so each worker gets an *execution group*
-which every child joins before its program runs. v1 (``memory`` and ``pids`` hierarchies) or
-v2 (below this process's own group, which must let the controllers down: the kernel refuses
-that to a group with processes in it, unless it is the hierarchy's root).
-
-Layout: ``<own group>/grpo-sandbox-<pid namespace>-<pid>-<n>/worker-<i>``, made at pool start,
-removed when it closes; groups of pools whose process is gone are removed by the next pool.
-The zygote stays outside, so the OOM killer picks only an execution's processes. The front
-opens each group's ``cgroup.procs`` for the worker: the kernel checks the *opener's*
-credentials on a write, so an unprivileged child may move itself in. docs/sandbox.md, "The
-memory layer".
+allocates (fork, threads, memfd, shared memory, tmpfs writes, page cache), which RLIMIT_AS, of
+one process, cannot bound. Every child joins its worker's *execution group* before its program
+runs, through a ``cgroup.procs`` descriptor the front opened: the kernel checks the opener's
+credentials on a write. The zygote stays outside, so the OOM killer picks only an execution's
+processes. docs/sandbox.md, "The memory layer", has the layout and the v1 and v2 rules.
 """
 
 from __future__ import annotations

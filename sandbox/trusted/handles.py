@@ -227,13 +227,12 @@ class WorkerHandle:
         self.in_flight.append((job_id, task, backstop_s))
         self.send({"op": "run", "id": job_id, **request})
 
-    def finished(self):
+    def finished(self) -> None:
         """The running job is done: the next one in flight starts now, with its own deadline
         (a compile's, a test's and a function job's backstops differ)."""
-        _, task, _ = self.in_flight.popleft()
+        self.in_flight.popleft()
         if self.in_flight:
             self.deadline = time.monotonic() + self.in_flight[0][2]
-        return task
 
     def take_all(self) -> list:
         """Forget every job in flight (the worker is being replaced); oldest first."""

@@ -1,9 +1,6 @@
-"""The languages a whole program may be written in, and how a native one is built.
-
-A C or C++ program is compiled once per job, in the sandbox like any program, by the host's
-compiler in the read-only view (it forks its passes, which the execution cgroup allows); the
-binary comes back as the execution's stdout, and each test writes it into its own scratch and
-runs it. Where the host has no compiler, the job is a ``syntax_error`` saying so.
+"""The languages a whole program may be written in, and how a native one is built: in the
+sandbox like any program, by the host's compiler in the read-only view; the binary comes back
+as the execution's stdout. Where the host has no compiler, the job is a ``syntax_error``.
 """
 
 from __future__ import annotations

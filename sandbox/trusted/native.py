@@ -1,11 +1,8 @@
-"""Native programs of whole-program judging: compiling a C or C++ program in the sandbox, and
-running a problem's own output validator.
-
-A compilation is one execution of the host's compiler in the sandbox, whose stdout is the
-binary; :class:`Binaries` keeps the last ones. A validator (Kattis' convention) runs after a
-test's program exited well, as ``validator input answer feedback/ [flags] < output`` in an
-execution of its own, whose scratch holds the answer (the program's never had it). Exit status
-42 accepts, 43 rejects; anything else is the problem's fault, masked (``infra_error``).
+"""Native programs of whole-program judging: compiling a C or C++ program in the sandbox (one
+execution of the host's compiler, whose stdout is the binary), and running a problem's own
+output validator (Kattis' convention), after a test's program exited well, in an execution of
+its own whose scratch holds the answer. Exit status 42 accepts, 43 rejects; anything else is
+the problem's fault, masked (``infra_error``).
 """
 
 from __future__ import annotations
@@ -18,7 +15,6 @@ from common.config import SandboxConfig
 from common.types import ExecutionJob, Validator, Verdict
 from sandbox.trusted import languages
 from sandbox.trusted.processes import Ending, execution, output_of
-from sandbox.trusted.result_cache import Lru
 from sandbox.trusted.tasks import Outcome
 
 VALIDATION_TIME_S = 60.0  # problemtools' validation_time default
@@ -52,19 +48,6 @@ class Build:
         return digest.hexdigest()
 
 
-class Binaries:
-    """Compiled programs by their sources, the most recent ``most``."""
-
-    def __init__(self, most: int = 64) -> None:
-        self._binaries = Lru(most)
-
-    def get(self, build: Build) -> bytes:
-        return self._binaries.get(build.key()) or b""
-
-    def put(self, build: Build, binary: bytes) -> None:
-        self._binaries.put(build.key(), binary)
-
-
 class CompileTask:
     """One compilation for a run (``sandbox/trusted/stdio.py``: ``StdioRun.compiled`` takes
     the binary, or why there is none)."""
@@ -83,7 +66,6 @@ class CompileTask:
         request["native"] = True
         request["argv"] = languages.compile_command(self.build.language, self.build.main)
         request["files"] = dict(self.build.files)
-        request["stderr_bytes"] = languages.STDERR_BYTES
         return request
 
     def on_record(self, record: object) -> bool:
@@ -129,7 +111,6 @@ class ValidatorTask:
         run, test = self.test_task.run, self.test_task.test
         validator = run.job.stdio.validator
         request = execution(self.output, VALIDATION_TIME_S, 8, 0, config)
-        request["stderr_bytes"] = languages.STDERR_BYTES  # why it failed, for the detail
         flags = [*validator.flags.split(), *test.flags.split()]  # problem.yaml's, testdata's
         arguments = ["input", "answer", "feedback/", *flags]
         files = {"input": read(test.input), "answer": read(test.answer), "feedback/": b""}

@@ -1,11 +1,7 @@
 """The zygote's loop in C (``sandbox/isolated/_zygote.c``), built on first use with the host's
-C compiler, by the trusted front (which has the user's ``PATH``; the workers load the library).
-
-At run time rather than by ``pip install``: ``ray job submit --working-dir`` leaves build
-outputs out of the upload (Ray honours ``.gitignore``). Built once per node into the user's
-cache, under a hash of the source and the interpreter, so a node never loads a library of
-another version. Without a compiler or ``Python.h`` the pool says why and the zygotes run the
-same loop in Python.
+C compiler by the trusted front, not by ``pip install``: ``ray job submit --working-dir``
+leaves build outputs out of the upload. Cached per node under a hash of the source and the
+interpreter; without a compiler or ``Python.h`` the zygotes run the same loop in Python.
 """
 
 from __future__ import annotations

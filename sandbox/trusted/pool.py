@@ -26,8 +26,7 @@ from sandbox.isolated import seccomp
 from sandbox.trusted import cgroups, host, native_build
 from sandbox.trusted.handles import WorkerHandle, worker_cpus
 from sandbox.trusted.languages import LANGUAGES
-from sandbox.trusted.native import Binaries
-from sandbox.trusted.result_cache import ResultCache, job_key
+from sandbox.trusted.result_cache import Lru, ResultCache, job_key
 from sandbox.trusted.shared_tests import SpecStore
 from sandbox.trusted.stdio import StdioRun
 from sandbox.trusted.tasks import FunctionTask
@@ -56,7 +55,7 @@ class SandboxPool:
         self._dir = tempfile.mkdtemp(prefix=f"sandbox-{os.getpid()}-{host.pid_namespace()}-")
         os.chmod(self._dir, 0o711)  # children (another uid) must reach their scratch dir by path
         self._cache = ResultCache() if config.cache else None
-        self._binaries = Binaries()  # native programs, compiled once
+        self._binaries = Lru(64)  # native programs by Build.key(), compiled once
         self._specs = SpecStore()  # whole programs' tests sent by reference
         self._executions: Counter[str] = Counter()
         self._durations: list[float] = []
@@ -316,7 +315,8 @@ class SandboxPool:
         result, more = outcome
         queue.extendleft(reversed(more))
         if result is not None:
-            self._record(result)
+            self._executions[result.verdict.value] += 1
+            self._durations.append(result.duration_ms)
             results[index] = result
 
     def _replace(self, worker: WorkerHandle, queue: deque, results: list) -> None:
@@ -363,10 +363,6 @@ class SandboxPool:
             why = f"{why} twice running this program"
             log.warning("sandbox: a program's execution ended its worker twice (%s)", why)
         self._settle(task.give_up(verdict, why), task.index, queue, results)
-
-    def _record(self, result: ExecutionResult) -> None:
-        self._executions[result.verdict.value] += 1
-        self._durations.append(result.duration_ms)
 
     def stats(self) -> dict[str, float]:
         """Metrics since the previous call (then reset)."""

@@ -9,6 +9,7 @@ import math
 from common.config import SandboxConfig
 from common.types import Verdict
 from sandbox.trusted.judging import ending_verdict
+from sandbox.trusted.languages import STDERR_BYTES
 from sandbox.trusted.tasks import BACKSTOP_S
 
 MIB = 1024 * 1024
@@ -23,7 +24,8 @@ def execution(
     stdin: bytes, timeout_s: float, output_mb: int, memory_mb: int, config: SandboxConfig
 ) -> dict:
     """The ``run`` request of one execution (its Python ``code``, or its native ``argv`` and
-    ``files``, added by the caller): stdin, limits, the worker's backstop."""
+    ``files``, added by the caller): stdin, limits, the worker's backstop, and the first bytes
+    of its stderr kept for the detail."""
     return {
         "code": "",
         "setup_code": "",
@@ -35,6 +37,7 @@ def execution(
         "max_output_bytes": output_mb * MIB,
         "memory_mb": memory_mb or config.memory_mb,
         "backstop_s": math.ceil(timeout_s) + BACKSTOP_S,
+        "stderr_bytes": STDERR_BYTES,
     }
 
 

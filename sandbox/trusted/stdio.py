@@ -1,12 +1,7 @@
-"""Judging a whole program that reads stdin and writes stdout, as a contest judge does.
-
-Each test is one execution, a fresh child of the worker's zygote, on the test's input; its
-stdout comes here as it is written and is compared with the answer by the Kattis default
-validator's rules (``answers.py``), or by the problem's own validator (``native.py``). The
-answer never leaves this process, so no program can read it. How the process ended decides
-first (``processes.py``); what it says of itself (its stderr) is only shown in the detail.
-With ``stop_at_first_failure`` the tests run one after another, samples first, and the first
-failure ends the job; otherwise all run in parallel. docs/sandbox.md, "Whole programs".
+"""Judging a whole program that reads stdin and writes stdout, as a contest judge does: one
+execution per test, its stdout compared with the answer (``answers.py``, or the problem's own
+validator: ``native.py``), which never leaves this process. How the process ended decides first
+(``processes.py``). docs/sandbox.md, "Whole programs".
 """
 
 from __future__ import annotations
@@ -25,8 +20,9 @@ from sandbox.trusted.answers import (
     compare_streams,
     read_chunks,
 )
-from sandbox.trusted.native import Binaries, Build, CompileTask, ValidatorTask, read
+from sandbox.trusted.native import Build, CompileTask, ValidatorTask, read
 from sandbox.trusted.processes import Ending, execution, output_of
+from sandbox.trusted.result_cache import Lru
 from sandbox.trusted.tasks import Outcome
 
 log = logging.getLogger(__name__)
@@ -51,16 +47,12 @@ class StdioRun:
     job's result."""
 
     def __init__(
-        self,
-        index: int,
-        job: ExecutionJob,
-        stop_at_first_failure: bool,
-        binaries: Binaries | None = None,
+        self, index: int, job: ExecutionJob, stop_at_first_failure: bool, binaries: Lru
     ) -> None:
         self.index = index
         self.job = job
         self.stop_at_first_failure = stop_at_first_failure
-        self.binaries = binaries if binaries is not None else Binaries()
+        self.binaries = binaries  # compiled programs by Build.key()
         self.order = job.stdio.in_run_order()
         self.binary = b""  # a native program, once compiled
         self.validator_binary = b""  # the problem's output validator, once compiled
@@ -72,12 +64,12 @@ class StdioRun:
         validator = self.job.stdio.validator
         if validator and validator.language in languages.COMPILERS and not self.validator_binary:
             build = Build.of_validator(validator)
-            self.validator_binary = self.binaries.get(build)
+            self.validator_binary = self.binaries.get(build.key()) or b""
             if not self.validator_binary:
                 return [CompileTask(self, build)]
         if self.job.language in languages.COMPILERS and not self.binary:
             build = Build.of_program(self.job)
-            self.binary = self.binaries.get(build)
+            self.binary = self.binaries.get(build.key()) or b""
             if not self.binary:
                 return [CompileTask(self, build)]
         return self.test_tasks()
@@ -93,7 +85,7 @@ class StdioRun:
         ``infra_error`` for the problem's validator (the judge's fault: masked)."""
         validator = build.role == "validator"
         if binary:
-            self.binaries.put(build, binary)
+            self.binaries.put(build.key(), binary)
             if validator:
                 self.validator_binary = binary
             else:
@@ -157,7 +149,6 @@ class StdioTask:
         timeout_s = (spec.time_limit_s or config.test_timeout_s) * config.time_multiplier
         output_mb = spec.output_mb or config.stdio_output_mb
         request = execution(read(self.test.input), timeout_s, output_mb, spec.memory_mb, config)
-        request["stderr_bytes"] = languages.STDERR_BYTES
         if self.run.binary:
             request["native"] = True
             request["argv"] = ["./" + languages.BINARY]

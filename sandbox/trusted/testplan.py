@@ -1,16 +1,9 @@
-"""Split each test into what the untrusted child computes and what the trusted side judges.
-
-Three forms, strongest first (docs/sandbox.md, "Test forms"):
-
-- ``compare``: ``assert EXPR == EXPECTED`` where EXPECTED uses no candidate names. The child
-  sends EXPR's canonical value; EXPECTED is evaluated here and compared with ``==``. The child
-  never sees EXPECTED.
-- ``calls``: any other single ``assert`` whose candidate names occur only as outermost calls
-  (``assert math.isclose(f(x), y)``). The child sends those calls' values; the assertion is
-  evaluated here with them substituted.
-- ``exec``: everything else (loops, several statements, the setup code's helpers). It runs in
-  a process of its own beside the program's (``sandbox/isolated/split.py``), which reports
-  whether it raised.
+"""Split each test into what the untrusted child computes and what the trusted side judges, in
+the strongest of three forms (docs/sandbox.md, "Test forms"): ``compare`` (``assert EXPR ==
+EXPECTED``: the child sends EXPR's value, EXPECTED never leaves the front), ``calls`` (any
+other single ``assert`` whose candidate names occur only as outermost calls: the child sends
+those calls' values, the assertion is evaluated here) and ``exec`` (everything else: run in a
+process of its own beside the program's, ``sandbox/isolated/split.py``).
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
-"""Canonical, type-exact serialisation of values crossing from the untrusted child.
-
-The child turns each value into plain JSON with type tags (``["int", "1f"]``, ``["tuple",
-[...]]``, ``["dict", [[k, v], ...]]`` ...); the trusted side rebuilds plain builtins from it
-and compares them with ``==``. Nothing is pickled, so a value can never run code there.
-
-Subclasses of builtin types are read through the *base type's* methods (``int.__index__``,
-``dict.items``, ...): a ``Counter`` becomes the ``dict`` it holds (``Counter(a=1) == {"a": 1}``,
-which MBPP tests rely on), and a subclass whose ``__eq__`` lies is reduced to its value.
-Anything else (custom objects, generators, cycles, values over the budget) is refused: a value
-that cannot be carried faithfully is a failed test, never a guess.
+"""Canonical, type-exact serialisation of values crossing from the untrusted child: plain JSON
+with type tags (``["int", "1f"]``, ``["tuple", [...]]``), rebuilt on the trusted side as plain
+builtins and compared with ``==``; nothing is pickled. A subclass of a builtin type is read
+through the base type's methods (a ``Counter`` becomes the ``dict`` it holds, a lying
+``__eq__`` is ignored); anything else (custom objects, cycles, values over the budget) is
+refused: a value that cannot be carried faithfully is a failed test, never a guess.
 """
 
 from __future__ import annotations

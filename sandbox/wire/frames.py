@@ -1,16 +1,10 @@
 """Length-prefixed frames (a ``>I`` length, then the body): the child's records (JSON) and the
-pool <-> worker messages (``marshal``).
+pool <-> worker messages (``marshal``: both ends are trusted).
 
-The child's records are untrusted input, bounded before anything decodes them. The worker's
-server never decodes one (:class:`ChildRecords`): a frame over ``FRAME_CAP`` or more than
-``VALUE_CAP`` bytes in one execution ends it as ``output_limit``, more records than the harness
-sends as ``TOO_MANY_RECORDS``, and their bytes are passed on. The front decodes each only as it
-judges it, after refusing one that could decode to more than the harness sends
-(:func:`record`). docs/sandbox.md, "Records", states the bounds.
-
-The pool and its workers talk over a socketpair (no zmq in the worker: no I/O thread to wake,
-a smaller process to fork) in ``marshal``: both ends are trusted, and the child's records
-cross it as the bytes it wrote.
+The child's records are untrusted input, bounded before anything decodes them: the worker's
+server never decodes one (:class:`ChildRecords`), and the front decodes each only as it judges
+it, after refusing one that could decode to more than the harness sends (:func:`record`).
+docs/sandbox.md, "Records", states the bounds.
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """Values between a test's process and the program's (``sandbox/isolated/split.py``): canonical
-values (``canonical.py``) with these additions:
-
-- **objects of a shared class** (one the problem's setup code defines, which both processes ran:
-  LeetCode's ``ListNode``) cross by value, as a table of objects (class name, attributes) that
-  values point into by index: a long linked list is a flat table, not deep nesting, and shared
-  or cyclic links survive;
-- **a builtin type** by its name, an **exception class** by its name and nearest builtin
-  base, a ``datetime`` (``date``, ``time``, ``timedelta``) by its fields;
-- **any other object** (the program's ``Solution()``, a function the test hands the program)
-  stays with its side and crosses as a *handle*, its number in that side's table; handed
-  back, it is ``yours``: the receiver's own object again.
-
-Decoding builds only plain builtins, instances of the receiver's shared classes (made with
-``object.__new__``: no constructor of the sender's runs) and handles; every shape is checked.
+values, plus objects of a shared class (one the setup code defines: ``ListNode``) by value, as
+a table of objects that values point into by index (shared or cyclic links survive); a builtin
+type, an exception class or a ``datetime`` by name and fields; any other object as a *handle*,
+its number in the table of the side that keeps it (``yours`` when handed back). Decoding builds
+only plain builtins, instances of the receiver's shared classes (made with ``object.__new__``:
+no constructor of the sender's runs) and handles; every shape is checked.
 """
 
 from __future__ import annotations
