@@ -1,10 +1,6 @@
-"""What the commands accept on their command line, checked before any work starts.
-
-``positive_int`` and its siblings are argparse ``type=`` functions: ``--workers 0`` ends in
-argparse's own error naming the flag (exit status 2) before a model, a sandbox pool or torch is
-loaded, instead of a validation traceback from deep inside. ``check_output_file`` and
-``check_output_dir`` look at an output path up front, so a path that cannot take the results
-is refused before the samples are generated or run, not after, when the results would be lost.
+"""What the commands accept on their command line, checked before any work starts: ``--workers 0``
+ends in argparse's own error naming the flag before a model, a sandbox pool or torch is loaded,
+and an output path that cannot take the results is refused before they are computed, not after.
 """
 
 from __future__ import annotations

@@ -6,22 +6,11 @@ HumanEval, the row's ``prompt`` for generic files. ``common.prompts.render_probl
 into what the model sees (chat template or plain completion); keeping the two apart is what lets
 one dataset serve both a chat model and a base model.
 
-Formats (detected from the first row unless given; see docs/datasets.md):
-
-- MBPP full (``mbpp.jsonl``: ``task_id, text, code, test_list, test_setup_code``) and sanitized
-  (``sanitized-mbpp.json``, one JSON array: ``task_id, prompt, code, test_list, test_imports``),
-  with the official splits by task id: prompt (few-shot) 1-10, test 11-510, validation 511-600,
-  train 601-974. The sanitized file is a subset, so its splits are those ranges restricted to the
-  ids present (prompt 7, test 257, validation 43, train 120).
-- HumanEval (``task_id, prompt, canonical_solution, test, entry_point``; JSONL, plain or .gz):
-  completion-style, ``program_prefix`` is the prompt; one split, ``test``.
-- the public code-RL sets' own rows (:mod:`common.public_sets`): APPS, TACO, CodeContests,
-  LiveCodeBench, DeepCoder; their splits are their files.
-- generic JSONL: ``{"id", "prompt", "tests": [...], "setup_code"?, "reference_solution"?,
-  "program_prefix"?, "split"?}``.
-- a directory: Kattis / ICPC problem packages, whole programs judged on stdin/stdout files
-  (:mod:`common.packages`), or exercism-style exercise folders, a module judged by its
-  ``unittest`` module (:mod:`common.exercism`); no splits.
+Formats (detected from the first row unless given; fields and splits in docs/datasets.md):
+MBPP (full and sanitized, split by task id), HumanEval (completion-style: ``program_prefix`` is
+the prompt), LeetCodeDataset (:mod:`common.leetcode`), the public code-RL sets' own rows
+(:mod:`common.public_sets`), generic JSONL, and directories of Kattis / ICPC problem packages
+(:mod:`common.packages`) or exercism-style exercise folders (:mod:`common.exercism`).
 
 A malformed row is a user error: :class:`DatasetError` names the file and line
 (``mbpp.jsonl:17: missing field(s) test_list``), and the command-line tools print it without a

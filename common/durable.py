@@ -46,11 +46,6 @@ def fsync_dir(directory: str | Path) -> None:
     _fsync(directory, os.O_RDONLY | os.O_DIRECTORY)
 
 
-def fsync_file(path: str | Path) -> None:
-    """Flush one file's data to disk (whoever wrote it: the page cache is per file)."""
-    _fsync(path, os.O_RDONLY)
-
-
 def _fsync(path: str | Path, flags: int) -> None:
     """fsync ``path`` opened with ``flags``; a file system that cannot (some network and FUSE
     file systems refuse) is tolerated: the data then is as durable as it can be there."""
@@ -90,7 +85,7 @@ def fsync_tree(root: str | Path) -> None:
         for name in files:
             path = os.path.join(directory, name)
             if not os.path.islink(path):
-                fsync_file(path)
+                _fsync(path, os.O_RDONLY)  # whoever wrote it: the page cache is per file
         fsync_dir(directory)
 
 

@@ -1,15 +1,11 @@
 """Exercism-style exercise folders (the Python track): a module to write, judged by the
-exercise's ``unittest`` module, each test method one test.
+exercise's ``unittest`` module, each test method one test (docs/datasets.md, Exercise folders).
 
-A folder ``<slug>/`` holds the instructions (``.docs/instructions.md`` and
-``instructions.append.md``), a stub ``<module>.py``, the tests ``<module>_test.py`` and a
-reference ``.meta/example.py``. The test module becomes the problem's setup code, which runs in
-the tests' own process (``sandbox/isolated/split.py``), never in the program's: its imports of
-the solution's module are taken out and its names left free, so each is a proxy for the
-program's own (``from acronym import abbreviate`` -> ``abbreviate``; ``import hangman`` and
-``hangman.Hangman`` -> ``Hangman``). Each test is ``__judge__("Class", "test_method")``, which
-runs that one method through ``unittest`` there and raises what it found: an assertion a
-failure (a wrong answer), anything else an error.
+The test module becomes the problem's setup code, which runs in the tests' own process
+(``sandbox/isolated/split.py``), never in the program's: its imports of the solution's module
+are taken out and its names left free, so each is a proxy for the program's own. Each test is
+``__judge__("Class", "test_method")``, which runs that one method through ``unittest`` there and
+raises what it found: an assertion a failure (a wrong answer), anything else an error.
 """
 
 from __future__ import annotations

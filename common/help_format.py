@@ -1,9 +1,6 @@
-"""The ``--help`` layout shared by the commands (``python -m launch.<tool>``, ``bench.learner``).
-
-Every option shows its default, so a reader never has to guess which value an omitted option
-takes (an example in a usage line is not a default). Options without a default value (``None``,
-a flag's ``False``) and those whose help text already says what happens by default are left as
-written. Descriptions keep their line breaks (usage examples in module docstrings).
+"""The ``--help`` layout shared by the commands (``python -m launch.<tool>``, ``bench.learner``):
+every option shows its default, so a reader never has to guess which value an omitted option
+takes; descriptions keep their line breaks (usage examples in module docstrings).
 """
 
 from __future__ import annotations
@@ -32,7 +29,6 @@ class DefaultsHelpFormatter(argparse.RawDescriptionHelpFormatter):
 def _shows_default(action: argparse.Action) -> bool:
     """An option with a default value worth showing (not a positional, a flag or None)."""
     default = action.default
-    unset = (
-        default is None or default is False or default is argparse.SUPPRESS
-    )  # not `in`: 0 == False
+    # `is`, not `in`: 0 == False
+    unset = default is None or default is False or default is argparse.SUPPRESS
     return bool(action.option_strings) and not unset

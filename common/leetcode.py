@@ -1,15 +1,10 @@
 """LeetCodeDataset rows (newfacade/LeetCodeDataset): LeetCode problems as a method of
-``class Solution``, judged with a fresh instance per test.
+``class Solution``, judged with a fresh instance per test (docs/datasets.md, LeetCodeDataset).
 
-A row: ``task_id``, ``query`` (the statement, ending with the class to complete), ``prompt``
-(the import header every program runs first: ``from typing import *`` and friends, and for
-linked-list and tree problems the ``ListNode`` / ``TreeNode`` classes with the helpers the tests
-build their inputs with), ``completion`` (a reference), ``entry_point`` (``Solution().twoSum``),
-``test`` (``def check(candidate)`` with asserts), ``meta.difficulty``. Each assert becomes one
-test on ``Solution().method``, so each test makes its own instance; an assert the trusted side
-can judge from values alone is judged there, the rest (``is_same_list(...)``, ``tree_node``)
-run in the tests' own process, with the header's classes crossing by value
-(``sandbox/isolated/split.py``).
+The row's import header is both the program's prefix and the tests' setup code; each assert of
+its ``check(candidate)`` becomes one test on ``Solution().method``. An assert the trusted side
+can judge from values alone is judged there, the rest run in the tests' own process, with the
+header's classes crossing by value (``sandbox/isolated/split.py``).
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """A model directory on the driver's host, and how an actor on a host without it gets it.
 
-The driver resolves ``model.path`` to a local directory (``launch/data/model_source.py``), and
-on one machine every actor reads it there. On a cluster without a shared file system the
-directory exists on the driver's host only (``builtin:tiny`` is built there; a download lands
-there), and an engine elsewhere failed with vLLM's "Repo id must be in the form..." stack trace.
-So actors get a :class:`ModelFiles`: the directory, its files and their sizes, and a reader that
-runs on the driver's host. An actor whose host has the directory with the same files uses it
+The driver resolves ``model.path`` to a local directory (``launch/data/model_source.py``),
+which on a cluster without a shared file system exists on the driver's host only. So actors get
+a :class:`ModelFiles`: the directory, its files and their sizes, and a reader that runs on the
+driver's host. An actor whose host has the directory with the same files uses it
 (a shared file system, or the model put there beforehand); else it fetches the files once per
 host into ``~/.cache/grpo-code/models/<digest>``, in 64 MiB pieces through Ray's object store
 (``launch/fleet/actors.py`` pins the reads to the driver's node), under a lock, so the actors
@@ -77,7 +75,7 @@ def local_path(model: str | ModelFiles, cache: Path | None = None) -> str:
     copy (fetched now when there is none)."""
     if isinstance(model, str):
         return model
-    if _has_files(Path(model.path), model.files):
+    if not _missing(Path(model.path), model.files):
         return model.path
     cache = cache or Path.home() / ".cache" / "grpo-code" / "models"
     target = cache / model.digest
@@ -87,10 +85,6 @@ def local_path(model: str | ModelFiles, cache: Path | None = None) -> str:
         if not (target / COMPLETE).is_file():
             _fetch(model, target)
     return str(target)
-
-
-def _has_files(root: Path, files: tuple[tuple[str, int], ...]) -> bool:
-    return not _missing(root, files)
 
 
 def _missing(root: Path, files: tuple[tuple[str, int], ...]) -> list[tuple[str, int]]:

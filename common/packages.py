@@ -1,19 +1,11 @@
 """Kattis / ICPC problem packages (problemtools, BAPCtools, DOMjudge) as stdin/stdout problems.
 
-A package is a directory with ``problem.yaml`` (the legacy format or the 2023-07 draft), a
-statement (``problem_statement/`` or ``statement/``: Markdown, HTML or LaTeX) and
-``data/{sample,secret}/**/X.in`` with ``X.ans``. Each becomes a :class:`Problem` whose
-``stdio`` holds every test (samples first, numbers in natural order), the problem's limits and
-the default output validator's flags: ``validator_flags`` of ``problem.yaml`` (Kick Start's
-conversion writes ``output_validator_flags`` there), overridden by the nearest
-``testdata.yaml``'s ``output_validator_flags``, as problemtools inherits them. A package with
-its own output validator (``validation: custom``, ``output_validators/``) carries its sources
-(C, C++ or Python: run in the sandbox, ``sandbox/trusted/native.py``), with
-``validator_flags`` as its arguments.
-
-What cannot be judged yet is skipped with a reason, not refused: interactive and multi-pass
-problems, and validators in other languages. A package that is wrong (an ``.in`` without its
-``.ans``, a bad flag, malformed YAML) is a :class:`PackageError` naming the file.
+Each package directory (``problem.yaml``, a statement, ``data/{sample,secret}/**/X.in`` with
+``X.ans``) becomes a :class:`Problem` whose ``stdio`` holds every test, samples first, with the
+problem's limits, the default output validator's flags or its own validator. What cannot be
+judged yet (interactive and multi-pass problems, validators in other languages) is skipped with
+a reason; a wrong package is a :class:`PackageError` naming the file. The layout, flags and
+validators: docs/datasets.md (Kattis / ICPC problem packages).
 """
 
 from __future__ import annotations
@@ -153,9 +145,8 @@ _VALIDATOR_SOURCES = {"cpp": (".cc", ".cpp", ".cxx"), "c": (".c",), "python": ("
 
 def _validator(config: dict, directory: Path) -> Validator | str | None:
     """The package's own output validator: a C, C++ or Python program in
-    ``output_validators/<name>/``
-    (or its files right there; 2023-07: ``output_validator/``), its flags ``validator_flags``;
-    a string says why it cannot be judged; None: the default validator."""
+    ``output_validators/<name>/`` (or its files right there; 2023-07: ``output_validator/``),
+    its flags ``validator_flags``; a string says why it cannot be judged; None: the default."""
     validation = str(config.get("validation", "default")).split()
     roots = [directory / "output_validators", directory / "output_validator"]
     roots = [d for d in roots if d.is_dir() and any(d.iterdir())]
@@ -168,12 +159,10 @@ def _validator(config: dict, directory: Path) -> Validator | str | None:
         return "several output validators"
     files = sorted(f for f in programs[0].iterdir() if f.is_file())
     suffixes = {f.suffix for f in files}
-    language = "cpp" if suffixes & {".cc", ".cpp", ".cxx"} else "c" if ".c" in suffixes else ""
-    language = language or ("python" if ".py" in suffixes else "")
+    language = next((k for k, exts in _VALIDATOR_SOURCES.items() if suffixes & set(exts)), "")
     if not language:
         return f"{CUSTOM_VALIDATOR}: C, C++ and Python are ({', '.join(sorted(suffixes))})"
-    extensions = _VALIDATOR_SOURCES[language]
-    sources = [f for f in files if f.suffix in extensions]
+    sources = [f for f in files if f.suffix in _VALIDATOR_SOURCES[language]]
     marker = b"__main__" if language == "python" else b"main("
     main = next((f for f in sources if marker in f.read_bytes()), sources[0])
     flags = config.get("validator_flags") or ""

@@ -1,25 +1,8 @@
 """From a problem to the prompt the model sees, and from its completion to the program run.
 
-Templates (``data.prompt_template``):
-
-- ``chat``: the tokenizer's chat template with ``add_generation_prompt``; one user message,
-  the task text. Completion-style problems (HumanEval) ask for the whole function in a fenced
-  block, since chat models answer rather than continue.
-- ``plain``: a completion prompt. A completion-style problem is its program prefix, continued
-  verbatim; a whole-program problem (MBPP) is the task text followed by an opened Python code
-  fence, so a base model writes code and closes the fence.
-- ``auto``: ``chat`` when the tokenizer has a chat template, else ``plain``.
-
-A completion *continues* the program prefix exactly when the rendered prompt ends with that
-prefix (plain HumanEval, the synthetic task); otherwise the code is extracted from the answer
-and the prefix (HumanEval's header, imports and helpers) is put in front of it, where a
-redefinition of the stub simply replaces it.
-
-``extract_code`` picks, among fenced blocks, the last one that defines the tested function (a
-model that revises its answer ends with the revision), else the first Python block (the usual
-"solution, then example usage" answer), else the first block. Without fences it keeps the
-longest run of lines, from the first line that looks like code, that parses, so chatter before
-and explanations after the code are dropped.
+The templates (``chat``, ``plain``, ``auto``), :func:`build_program` and the rules by which
+:func:`extract_code` picks the code out of an answer are told in docs/datasets.md (Prompt
+templates, From completion to program).
 """
 
 from __future__ import annotations

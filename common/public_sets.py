@@ -1,22 +1,11 @@
 """The public code-RL sets' own row schemas: APPS / TACO and CodeContests here, LiveCodeBench
-and DeepCoder in :mod:`common.public_sets_lcb`; each onto the kinds the sandbox judges.
+and DeepCoder in :mod:`common.public_sets_lcb`; each onto the kinds the sandbox judges
+(docs/datasets.md, Public code-RL sets).
 
 Each row's tests become :class:`Case` values first (an input, an output, functional or not),
-and one builder turns them into a :class:`Problem`:
-
-- stdin/stdout cases: a ``stdio`` problem, each case one :class:`StdioTest` (input and answer
-  as UTF-8 bytes; a list of lines is joined with newlines, as APPS' own harness does); the
-  prompt is the instruction Kattis packages get (``common.packages.STDIO_INSTRUCTION``).
-- functional cases: a ``function`` problem whose tests are ``assert fn(*args) == expected``
-  written as source; where the starter code defines ``class Solution``, a ``class_method``
-  one calling ``Solution().fn(...)`` (a fresh instance per test), as LeetCodeDataset's, whose
-  programs run after the same import header (``program_prefix``): the starter code's
-  annotations (``List[int]``) need it.
-
-A row the sandbox cannot judge in a set that mixes such rows with others (no tests at all,
-a contest problem that reads a named file) raises :class:`SkippedRow`: ``parse_rows`` leaves
-it out and counts it in one log line. A malformed row is a ``DatasetError`` naming the file
-and line.
+and :func:`build_problem` turns them into a ``stdio``, ``function`` or ``class_method``
+:class:`Problem`. A row the sandbox cannot judge, in a set that mixes such rows with others,
+raises :class:`SkippedRow`: ``parse_rows`` leaves it out and counts it in one log line.
 """
 
 from __future__ import annotations

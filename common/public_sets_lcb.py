@@ -1,11 +1,8 @@
 """LiveCodeBench (livecodebench/code_generation_lite) and DeepCoder
 (agentica-org/DeepCoder-Preview-Dataset) rows, whose tests are lists of
 ``{"input", "output", "testtype"}`` entries; built as :mod:`common.public_sets` builds every
-public set's problems.
-
-LiveCodeBench keeps its hidden tests either as JSON text or as base64 of a zlib-compressed
-pickle of that text: the pickle is read by :func:`common.safe_pickle.loads_compressed`, which
-rebuilds plain values only and never calls anything a file names.
+public set's problems. LiveCodeBench's hidden tests may be a compressed pickle, read by
+:func:`common.safe_pickle.loads_compressed`, which never calls anything a file names.
 """
 
 from __future__ import annotations

@@ -2,18 +2,11 @@
 and the ``collective`` transport's group (``learner/collective_sender.py`` and
 ``actor/transfer_engine.py``, its two ends).
 
-A torch group meets at a ``TCPStore`` that one process serves. Left to torch, that server binds
-every interface (``[::]``) whatever host it is given, for the group's lifetime, and accepts
-anyone; and the usual way to pick its port (bind port 0, read it, close, hand the number on)
-leaves the port free for anyone to take before the store binds it. Here the process that picks
-the address binds a listening socket on the chosen interface's address at once and hands that
-very socket to the store (``TCPStore(master_listen_fd=...)``): nothing listens elsewhere, and
-the port is never free between being chosen and being served.
-
-gloo and NCCL open sockets of their own for the data; ``GLOO_SOCKET_IFNAME`` and
-``NCCL_SOCKET_IFNAME`` (:func:`use_interface`) put them on the same interface. None of this
-traffic is authenticated or encrypted, Ray's token does not cover it: these ports must stay
-inside the cluster's private network (``docs/network.md``).
+The process that picks a group's address binds a listening socket on the chosen interface's
+address at once and hands that very socket to the store (``TCPStore(master_listen_fd=...)``):
+nothing listens on other interfaces, and the port is never free between being chosen and being
+served. gloo's and NCCL's own sockets go on the same interface (:func:`use_interface`). None of
+this traffic is authenticated: docs/network.md says why and what to keep private.
 """
 
 from __future__ import annotations
@@ -149,10 +142,6 @@ class GroupStore:
         except Exception:
             os.close(fd)
             raise
-
-    @property
-    def port(self) -> int:
-        return split_address(self.address)[1]
 
 
 def store_client(address: str, timeout: timedelta) -> Any:

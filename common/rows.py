@@ -16,23 +16,18 @@ def require_fields(row: dict, fields: tuple[str, ...], where: str) -> None:
         raise DatasetError(f"{where}: missing field(s) {', '.join(missing)}")
 
 
-def string_list(row: dict, field: str, where: str) -> tuple[str, ...]:
-    value = row[field]
-    if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
-        raise DatasetError(f"{where}: {field} must be a list of strings")
-    return tuple(value)
-
-
 def test_list(row: dict, field: str, where: str) -> tuple[str, ...]:
     """``field``'s tests, each Python that parses: a test with a syntax error would fail every
     completion, a problem nothing can solve, found only by its zero rewards."""
-    tests = string_list(row, field, where)
+    tests = row[field]
+    if not isinstance(tests, list) or not all(isinstance(t, str) for t in tests):
+        raise DatasetError(f"{where}: {field} must be a list of strings")
     for number, test in enumerate(tests):
         try:
             ast.parse(test)
         except SyntaxError as exc:
             raise DatasetError(f"{where}: {field}[{number}] does not parse: {exc.msg}") from None
-    return tests
+    return tuple(tests)
 
 
 def row_string(row: dict, field: str, where: str) -> str:

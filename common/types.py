@@ -10,15 +10,8 @@ tests can build it by hand. The same word means the same thing everywhere:
 - a *group* is the G completions of one problem; advantages are normalised within it;
 - a *verdict* is the sandbox's judgement of one execution.
 
-A problem's tests come in *kinds* (``Problem.kind``): ``function`` tests are Python statements
-that call the program's functions (MBPP, HumanEval); ``class_method`` tests call a method of a
-fresh instance of the program's class each (LeetCode's ``Solution().twoSum``); ``test_module``
-tests are the methods of a ``unittest`` module (exercism); ``stdio`` tests
-are input / answer file pairs for a whole program that reads stdin and writes stdout (contest
-problems, Kattis packages), compared as a contest judge compares them
-(``sandbox/trusted/stdio.py``). A test that is code (a loop, a ``check`` function, the
-dataset's helpers) runs in a process of its own, not the program's
-(``sandbox/isolated/split.py``).
+A problem's tests come in *kinds* (``Problem.kind``: ``function``, ``class_method``,
+``test_module``, ``stdio``), each judged as docs/datasets.md's table of kinds says.
 """
 
 from __future__ import annotations

@@ -7,22 +7,10 @@ step's rewards to each sample's advantage, on the driver) and ``[algorithm.loss]
 (:class:`LossConfig`: the objective the learner minimises and beta's controller). The loss takes
 the whole :class:`LossConfig` (``algorithm.loss.grpo_loss``), never its keys one by one.
 
-Reward terms are a table keyed by the name they are logged under (``reward/<name>/mean``)::
-
-    [reward.terms.execution]
-    weight = 1.0
-
-    [reward.terms.scorer]
-    weight = 0.1
-    options = { path = "builtin:tiny-scorer", max_length = 128 }
-
-    [reward.terms.brevity]            # user-defined: any name, plus an import path
-    function = "my_rewards:brevity"
-    weight = 0.2
-
-A table (not a list of tables) so the resolved config round-trips through ``Config.to_toml`` and
-``--reward.terms.scorer.weight 0.2`` overrides one term. Listing terms replaces the default
-(``execution`` alone, weight 1), which reproduces the plain execution reward exactly.
+Reward terms are a table keyed by the name they are logged under (``reward/<name>/mean``;
+examples in docs/rewards.md): a table, not a list of tables, so the resolved config round-trips
+through ``Config.to_toml`` and ``--reward.terms.scorer.weight 0.2`` overrides one term. Listing
+terms replaces the default (``execution`` alone, weight 1).
 
 Options of built-in terms are validated here, and user-defined functions are imported here, so a
 typo fails at config load, before any actor starts.
@@ -221,8 +209,6 @@ class AlgorithmConfig(Section):
 
 # ---- [reward] ------------------------------------------------------------------------------
 
-BUILTIN_TERMS = ("execution", "format", "length", "scorer")
-
 
 class NoOptions(Section):
     """``format`` takes no options."""
@@ -371,7 +357,7 @@ def term_options(name: str, term: RewardTermConfig) -> BaseModel | None:
         return None
     if kind not in OPTIONS:
         raise ValueError(
-            f"reward term {name!r}: {kind!r} is not a built-in ({', '.join(BUILTIN_TERMS)}); "
+            f"reward term {name!r}: {kind!r} is not a built-in ({', '.join(OPTIONS)}); "
             "give it function = 'module:function' to define it yourself"
         )
     try:

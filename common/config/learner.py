@@ -300,8 +300,7 @@ class ResourceKnobs(Section):
         return self
 
 
-#: ``[learner]``'s keys in the order saved configs have always listed them (the groups above
-#: interleave there), so a resolved config is written byte for byte as before the split.
+#: ``[learner]``'s keys in the order saved configs list them (the groups above interleave there).
 _SAVED_ORDER = (
     "lr",
     "lr_schedule",

@@ -147,7 +147,7 @@ def _render_section(section: str, model: type[BaseModel]) -> str:
         return "\n".join(lines)
     lines += ["| key | type | default | meaning |", "|---|---|---|---|"]
     for key, info in fields:
-        cells = [f"`{section}.{key}`", _type(info), _default(info), _meaning(info)]
+        cells = [f"`{section}.{key}`", _type(info), _default(info), _cell(info.description or "")]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -158,10 +158,6 @@ _REWARD_TERMS = (
     "`[reward.terms.<name>]` table, below, and a built-in's options are "
     "`[reward.terms.<kind>.options]`, after it."
 )
-
-
-def _meaning(info: FieldInfo) -> str:
-    return _cell(info.description or "")
 
 
 def _type(info: FieldInfo) -> str:

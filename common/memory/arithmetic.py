@@ -5,8 +5,7 @@ Pure arithmetic (no torch): the memory plan (``common/memory/plan.py``) runs it 
 anything starts, and the learner derives its micro-batch token budget with it
 (``common/memory/fit.py``). Counts follow what the code keeps today, read from the modules
 named at each function; every constant below says where it comes from. Two factors are fitted
-to the learner peaks measured on an H200 (issue 34's rows); docs/scaling.md compares the rest
-with them.
+to learner peaks measured on an H200; docs/scaling.md compares the rest with them.
 
 Activations follow Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
 Transformer Models", section 4.1): count, per token and decoder layer, the bytes of every
@@ -34,40 +33,30 @@ DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 #: each): what ``nvidia-smi`` shows for an idle torch process on recent cards is 0.3-0.6 GiB.
 #: An estimate, not measured here; it is outside torch's ``max_memory_allocated``.
 CUDA_CONTEXT_GIB = 0.5
-#: float32 (rows, vocab) tensors alive at the peak of one LM-head chunk's backward. The module
-#: path (learner/logprobs.py ``_token_logprobs_and_entropy`` checkpointed, or all rows at once
-#: with ``logprob_chunk_tokens = 0``): the log-softmax output and its exp plus three gradients
-#: of that size (measured 2.3-4.3 on CPU, docs/benchmarks.md "LM head"). Used by sharded
-#: learners and heads that are not a plain Linear (``learner.lm_head.head_is_plain``).
+#: float32 (rows, vocab) tensors alive at the peak of one LM-head chunk's backward on the module
+#: path (learner/logprobs.py, for sharded learners and heads that are not a plain Linear): the
+#: log-softmax output and its exp plus three gradients of that size.
 LOGIT_TENSORS_AT_PEAK = 5
-#: The same for learner/lm_head.py's autograd function, which one-rank learners use for a plain
-#: head: one (chunk, vocab) float32 buffer plus blocks a fraction of it (measured 1.2 on CPU).
+#: The same for learner/lm_head.py's autograd function (one-rank learners, a plain head): one
+#: (chunk, vocab) float32 buffer plus blocks a fraction of it.
 HEAD_FUNCTION_LOGIT_TENSORS = 2
 #: torch's foreach AdamW (the default on CUDA) holds one parameter-sized temporary (the square
 #: root of the second moment) while it steps: counted from torch/optim/adamw.py.
 ADAMW_TEMPORARIES = 1
-#: Tied embeddings (Qwen2.5 0.5B/1.5B): the input embedding's and the LM head's gradients are
-#: float32 (vocab, hidden) tensors summed into one; two more of them are alive while the sum
-#: is made (measured on CPU with live tensor bytes: three copies, docs/benchmarks.md "Where the
-#: peak goes").
+#: Tied embeddings: the input embedding's and the LM head's float32 (vocab, hidden) gradients
+#: are summed into one; two more of them are alive while the sum is made (measured on CPU).
 TIED_GRADIENT_EXTRA_COPIES = 2
-#: ``learner.share_prompts``, where in effect (``LearnerConfig.share_prompts_on``; off by default
-#: on CUDA), keeps each prompt's keys and values gathered out to its rows for the completion
-#: pass: the H200 rows of issue 34 measured 70.5 against 65.2 GiB without it (1.5B, micro-batch
-#: 8192), +16% of the activations.
+#: ``learner.share_prompts``, where in effect, keeps each prompt's keys and values gathered out
+#: to its rows for the completion pass: +16% of the activations (fitted, docs/scaling.md).
 SHARED_PROMPTS_FACTOR = 1.16
-#: A compiled CUDA step (``learner.compile``, on by default there) saves fewer activations than
-#: the eager count below: inductor fuses the element-wise work (RMSNorm, SiLU x up, the casts)
-#: and recomputes it in backward from the matmul inputs it keeps. Measured on an H200 on
-#: 2026-11-27 (issue 34's rows, docs/scaling.md): the decoder layers' activations were 0.44,
-#: 0.45, 0.64 and 0.65 of the eager count (0.5B LoRA, the shipped 1.5B config, 1.5B full, 7B
-#: LoRA); the largest is used, so a plan over-counts the others rather than under-counts one.
-#: Not applied on CPU, where it is not measured (compile is off there by default).
+#: A compiled CUDA step saves fewer activations than the eager count below: inductor fuses the
+#: element-wise work (RMSNorm, SiLU x up, the casts) and recomputes it in backward. The largest
+#: fraction measured on an H200 (docs/scaling.md), so a plan over-counts rather than
+#: under-counts; not applied on CPU, where it is not measured.
 COMPILED_ACTIVATION_FACTOR = 0.65
 #: Decoder layers whose parameters (and then gradients) are whole on the device at once under
-#: ``learner.offload_optimizer = "step"``: the one computing and the next, whose copy FSDP2
-#: issues ahead of it (its implicit prefetch, forward and backward). Read from FSDP2's design,
-#: not measured.
+#: ``learner.offload_optimizer = "step"``: the one computing and the next, which FSDP2
+#: prefetches. Read from FSDP2's design, not measured.
 IN_FLIGHT_LAYERS = 2
 #: Rows the attention mask is counted at when the caller does not know (model.max_model_len is
 #: better): HF turns a padding mask into a (rows, 1, T, T) bias per layer, 2 B x T per token.
@@ -232,12 +221,6 @@ class LearnerState:
 MOMENT_BYTES = {"adamw_8bit": 1 + 4 / 256}
 
 
-def ipc_export_copy(shape: ModelShape, dtype: str) -> int:
-    """Bytes of the copy each learner rank holds under ``weights.transport = "ipc"``: every
-    rank gathers the whole model in the serving dtype (learner/ipc_sender.py)."""
-    return shape.parameters * DTYPE_BYTES[dtype]
-
-
 def learner_state(
     shape: ModelShape,
     learner: LearnerConfig,
@@ -266,11 +249,7 @@ def learner_state(
     matmul = params - (0 if shape.tied_embeddings else shape.embedding_parameters)
     if _compiled_layers(learner, device):
         # the compiled layers cast each weight inside their graph and recompute the cast in
-        # backward: no copy outlives its use. The H200 rows leave no room for them: the shipped
-        # 1.5B config measured 23.9 GiB, of which the state with the copies and the LM head's
-        # chunk would be 23.1, leaving 0.8 for activations whose checkpointed layer inputs
-        # alone are 3.2 (28 x 19,712 tokens x 1536 x 4 B). The LM head, not compiled, keeps
-        # its copy.
+        # backward, so no copy outlives its use (docs/scaling.md); the LM head keeps its copy
         matmul -= shape.layers * shape.layer_parameters
     ranks = learner.num_ranks
     tied = 0

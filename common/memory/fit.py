@@ -169,21 +169,17 @@ def checkpointed_layers(
             fixed, per_token = _step_bytes(shape, learner, count, state, row_tokens, device)
             if (target - fixed) // per_token >= learner.micro_batch_tokens:
                 return count
-        # None fits: all of them, and micro_batch_budget shrinks the micro-batch. The count
-        # gives L - 1 layers one residual less than L, but L measured smaller (bench-20m on
-        # CPU: 0.651 against 0.689 GiB, docs/benchmarks.md "Checkpointed layers on CPU"):
-        # with the last layer kept, its saved tensors meet the LM head's; recomputed, they
-        # do not. Where L - 1 already fits, L is not tried.
+        # None fits: all of them, and micro_batch_budget shrinks the micro-batch. L measured
+        # smaller than L - 1 (docs/benchmarks.md "Checkpointed layers on CPU"): with the last
+        # layer kept, its saved tensors meet the LM head's; recomputed, they do not.
         return layers
     return configured_layers(shape, learner)
 
 
 #: What a learner with no ``learner.memory_gib`` plans a step to on a CUDA card: this fraction
 #: of the card's memory (less what another process keeps there: a colocated engine asleep).
-#: The rest is for what the count does not see: the caching allocator's free blocks and
-#: fragmentation (the H200 rows measured allocated bytes, which is what the count is fitted to,
-#: not reserved ones) and the count's own error (5% under one eager row of issue 34's table).
-#: A design margin, not measured.
+#: The rest is a design margin for what the count does not see (the caching allocator's free
+#: blocks and fragmentation) and for the count's own error.
 CARD_FILL = 0.9
 
 

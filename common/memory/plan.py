@@ -32,12 +32,12 @@ from pathlib import Path
 from common.config import Config, ConfigError, LearnerConfig, load_config
 from common.help_format import DefaultsHelpFormatter
 from common.memory.arithmetic import (
+    DTYPE_BYTES,
     GIB,
     CheckpointedLayersError,
     ModelShape,
     activation_bytes_per_token,
     gib,
-    ipc_export_copy,
     learner_state,
     logit_bytes,
 )
@@ -100,18 +100,15 @@ def read_shape(model_path: str) -> ModelShape | None:
         raise ConfigError(f"model.path: cannot read the model's shape from {path}: {exc}") from None
 
 
-def export_copy_of(config: Config, shape: ModelShape) -> int:
-    """The copy a learner rank holds for its engine under ``weights.transport = "ipc"``."""
-    return ipc_export_copy(shape, config.model.dtype) if config.weights.transport == "ipc" else 0
-
-
 def memory_terms(config: Config, shape: ModelShape) -> dict:
     """What the learner's arithmetic needs beyond its section: the learner's device (its
-    "auto" settings resolve per device), the IPC copy, and whether it keeps a reference (the
-    loss's beta > 0)."""
+    "auto" settings resolve per device), the copy of the whole model in the serving dtype each
+    rank gathers for its engine under ``weights.transport = "ipc"`` (learner/ipc_sender.py), and
+    whether it keeps a reference (the loss's beta > 0)."""
+    ipc = config.weights.transport == "ipc"
     return {
         "device": "cuda" if config.learner.num_gpus else "cpu",
-        "export_copy": export_copy_of(config, shape),
+        "export_copy": shape.parameters * DTYPE_BYTES[config.model.dtype] if ipc else 0,
         "with_reference": config.algorithm.loss.beta > 0,
     }
 
@@ -357,9 +354,9 @@ def check_memory_plan(config: Config, model_path: str) -> None:
 
 # ---- docs/scaling.md's table -------------------------------------------------------------
 
-#: torch's total memory of each card (``torch.cuda.get_device_properties``): A100 40GB and
-#: H100 80GB as their datasheets' MiB, H200 as issue 34's run reported it; a 24 GB card (RTX
-#: 3090 / 4090, L4, A10: torch reports 22 to 23.6 GiB) at the least of them.
+#: torch's total memory of each card (``torch.cuda.get_device_properties``): A100 and H100 from
+#: their datasheets, H200 as a run reported it; a 24 GB card (RTX 3090 / 4090, L4, A10) at the
+#: least of them.
 CARDS = {"24 GB": 22.0, "40 GB": 39.4, "80 GB": 79.1, "141 GB": 139.8}
 #: The shapes of the public models (their config.json; tests/unit/model_configs/).
 PUBLIC_SHAPES = {

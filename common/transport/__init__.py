@@ -5,25 +5,11 @@ A transport is a pair: a :class:`WeightSender` on the learner, which reads the p
 in the rollout worker, which loads that update into its live vLLM engine. The driver only moves
 the update between them (one object in Ray's object store, read by every worker), so
 ``learner/`` and ``actor/`` never import each other. This package holds what both halves
-share: these protocols, the transports' names, and each transport's wire format (one file
-each); the senders are in ``learner/senders.py`` (the vLLM one in
-``learner/collective_sender.py``), the receivers in ``actor/receivers.py``. A new transport is
-a wire file here, a sender there and a receiver there, each side choosing by name.
-
-The transports:
-
-- ``cpu_safetensors``: the full (LoRA-merged) weights in bounded safetensors buckets, loaded
-  bucket by bucket inside one vLLM reload session; works on any host, across nodes.
-- ``lora_adapter``: only the LoRA adapter's files, which each engine writes to its own disk
-  and serves as a vLLM LoRA adapter (``learner.lora.export = "adapter"``); across nodes too.
-- ``collective``: learner rank 0 broadcasts to every engine worker in one process group,
-  through vLLM's native weight-transfer API (NCCL on GPU, the project's gloo engine on CPU);
-  the update the driver moves is metadata only, and the driver pairs each engine's receive with
-  the learner's ``transmit``.
-- ``ipc``: an engine and a learner rank on the same GPU (``rollout.colocate``): every rank
-  keeps a copy of the weights on its GPU and the engine reads it by CUDA IPC handles, through
-  vLLM's weight-transfer API (GPU only, not run here); the update the driver moves is the
-  handles (``learner/ipc_sender.py`` is the learner's half).
+share: these protocols, the transports' names (:data:`TRANSPORTS`), and each transport's wire
+format, one file each, whose docstring says how it travels; the senders are in
+``learner/senders.py`` (the vLLM one in ``learner/collective_sender.py``), the receivers in
+``actor/receivers.py``. A new transport is a wire file here, a sender there and a receiver
+there, each side choosing by name.
 """
 
 from __future__ import annotations

@@ -1,22 +1,12 @@
 """The ``collective`` transport's wire format: learner rank 0 broadcasts the weights to every
-engine worker in one process group, through vLLM 0.32's native weight-transfer API.
-
-The engines' side is vLLM's own: each engine is built with a ``weight_transfer_config``; a
-push is ``start_weight_update``, ``update_weights`` (the worker's transfer engine receives
-the broadcast and loads it) and ``finish_weight_update``. The backend is ``nccl`` on GPU
-(vLLM's engine) and ``gloo`` on CPU (``actor/transfer_engine.py``, ours: vLLM's are CUDA only;
-it re-ties the CPU engine's separately packed LM head, as the object-store transport does).
-The learner's side is a vLLM trainer engine (``learner/collective_sender.py``): every learner
-rank walks the policy in the same order (a sharded one gathers each tensor, a collective),
-rank 0 alone sends. The driver pairs each engine's receive with the learner's ``transmit``,
-and the :class:`~common.types.WeightUpdate` it moves is metadata only (an :class:`UpdateInfo`:
-names, dtypes, shapes); the tensors never enter Ray's object store.
+engine worker in one process group, through vLLM 0.32's native weight-transfer API (``nccl`` on
+GPU; on CPU ``gloo``, ``actor/transfer_engine.py``, ours: vLLM's are CUDA only). The update the
+driver moves is metadata only (an :class:`UpdateInfo`); the tensors never enter Ray's object
+store. The group's layout and its faults: docs/cluster.md (Weight transports).
 
 Here is what both sides must agree on without vLLM: the group's parameters
 (:func:`engine_init_info`), the update's metadata and how it is cut into broadcasts
-(:func:`buckets`, :func:`pack`, :func:`unpack`). The group is formed once the actors are up
-(``launch/fleet/weight_sync.py``): rank 0 of the learner at group rank 0, engine ``i``'s
-workers after it (``1 + i * tensor_parallel_size``).
+(:func:`buckets`, :func:`pack`, :func:`unpack`).
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
-"""The ``cpu_safetensors`` transport's wire format: the full weights in bounded safetensors
-buckets, through Ray's object store.
+"""The ``cpu_safetensors`` transport's wire format: the full weights (HF names, serving dtype,
+LoRA merged) in safetensors buckets of at most ``weights.bucket_mib``, in state-dict order, as
+one object in Ray's object store that every rollout worker reads (so it works across nodes).
 
-Sender (``learner/senders.py``): the policy's tensors (HF names, serving dtype, LoRA merged) are
-serialised into buckets of at most ``weights.bucket_mib`` each, in state-dict order so layers
-complete one after the other (a tensor bigger than a bucket travels alone). The update is one
-object in Ray's object store that every rollout worker reads, so it works across nodes.
-
-Receiver (``actor/receivers.py``): the worker hands its engine one bucket per ``collective_rpc``
-call (tensors cannot pass through ``collective_rpc`` in multiprocess mode, bytes can), and the
-engine decodes and loads it inside one vLLM layerwise-reload session
-(``actor/worker_extension.py``): the lifecycle of vLLM's own weight-transfer engines
-(initialise, ``load_weights`` per chunk, finalise). The engine process therefore holds one
-bucket, not the whole model a second time, however big the model; an update of one bucket
-skips the session (``actor/direct_load.py``).
+The receiver (``actor/receivers.py``) hands its engine one bucket per ``collective_rpc`` call
+(bytes pass through it in multiprocess mode, tensors cannot), loaded inside one vLLM
+layerwise-reload session (``actor/worker_extension.py``), so the engine holds one bucket, not a
+second copy of the model; an update of one bucket skips the session (``actor/direct_load.py``).
 """
 
 from __future__ import annotations

@@ -1,22 +1,14 @@
 """The ``lora_adapter`` transport's wire format: only the LoRA adapter travels
-(``learner.lora.export = "adapter"``), a few MB a step instead of the whole model.
+(``learner.lora.export = "adapter"``): its peft files by name (``adapter_config.json``,
+``adapter_model.safetensors``), through Ray's object store like any update, so no file system
+need be shared between the learner and the engines.
 
-An update's payload is one weight version's adapter in peft's format, its files by name
-(``adapter_config.json``, ``adapter_model.safetensors``: a few MB), carried by Ray's object
-store like any update, so no file system need be shared between the learner and the engines.
-
-Sender (``learner/senders.py``): the learner saves the adapter to ``<adapter_dir>/v{version:06d}``
-and sends its files. Receiver (``actor/receivers.py``): the engine writes them into a directory
-of its own, one per weight version and never overwritten, so a request still reading version k
-is not handed half of version k + 1; the one just written and the one before it are kept (the
-engine may still be reading the previous one), older ones go. The learner keeps its own copies
-the same way, and removes newer ones a resumed run (its version back at the checkpoint's) or an
-overwritten one left behind.
-
-The engine (started with LoRA enabled, ``Config.served_lora_rank``) serves the adapter as a
-vLLM ``LoRARequest`` named in every request from then on, with a new adapter id per version so
-vLLM never serves a cached copy of an older one. Nothing is loaded at receive time: vLLM reads
-the adapter with the first request that names it.
+Each side writes a weight version's adapter into a directory of its own, never overwritten, so
+a request still reading version k is not handed half of version k + 1; the one just written and
+the one before it are kept (an engine may still be reading the previous one), older ones go.
+The engine (started with LoRA, ``Config.served_lora_rank``) names the adapter in every request
+as a vLLM ``LoRARequest``, with a new adapter id per version so vLLM never serves a cached copy
+of an older one; vLLM reads it with the first request that names it.
 """
 
 from __future__ import annotations

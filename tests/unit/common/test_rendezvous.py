@@ -24,6 +24,7 @@ from common.rendezvous import (
     interface_of,
     join_interface,
     listen,
+    split_address,
     take,
 )
 from common.types import ProcessGroupSpec
@@ -146,7 +147,7 @@ def test_learner_ranks_meet_and_talk_on_the_given_interface_only():
     for _, _, sockets, gloo_interface in reports:
         assert gloo_interface == interface
         assert sockets and {ip for ip, _ in sockets} == {LOOPBACK}, sockets
-    assert listeners_on_port(store.port) == [LOOPBACK]
+    assert listeners_on_port(split_address(store.address)[1]) == [LOOPBACK]
 
 
 def _engine_worker(address: str, interface: str, results) -> None:
