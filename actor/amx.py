@@ -3,13 +3,10 @@ CPU engine's model.
 
 Linux lets a process execute AMX tile instructions only after it requested the tile-data state
 (``arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)``); the first tile instruction of a
-process that did not is killed with SIGILL. The permission holds for every thread; ``fork``
-inherits it, ``exec`` (so every Ray worker) starts without it.
-
-vLLM's CPU attention chooses its AMX kernel from CPUID alone and never asks. An engine got the
-permission only as a side effect of oneDNN's first AMX query, which the small-GEMM kernel makes
-only for forward passes of more than 4 tokens: an engine whose first pass held fewer (a
-restarted engine retrying two 2-token prompts) died. Asking once at start removes that.
+process that did not is killed with SIGILL, and ``exec`` (so every Ray worker) starts without it.
+vLLM's CPU attention chooses its AMX kernel from CPUID alone and never asks: an engine got the
+permission only as a side effect of oneDNN's first AMX query, which small forward passes do not
+make. Asking once at start removes that.
 """
 
 from __future__ import annotations

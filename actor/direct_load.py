@@ -1,18 +1,13 @@
 """Load a whole weight update into a live CPU engine without vLLM's layerwise reload session.
 
 vLLM's layerwise reload is general (quantised layers, padded weights, updates in many pieces)
-and pays for it per tensor: every parameter back to the meta device, every weight-loader call
-wrapped and run under a ``TorchDispatchMode``. On a small model that bookkeeping is most of the
-load (``python -m bench.launch.push``, docs/benchmarks.md). It buys what a bounded memory needs:
-a layer packed as soon as its last weight arrives.
-
-An update in one piece (one bucket) to an unquantised CPU engine without LoRA layers is simple:
-only the linear layers lost their checkpoint-layout weight (the CPU kernels prepacked it). So
-each prepacked layer gets a fresh weight of its checkpoint shape (from the metadata vLLM
-recorded at load), the model's own ``load_weights`` copies the update in, and exactly the
-layers that received weights are re-packed, as at start-up. The logprobs after either path are
-bitwise identical (tests/integration/test_weight_push.py). Anything else takes the layerwise
-reload.
+and pays for it per tensor; on a small model that bookkeeping is most of the load
+(docs/benchmarks.md). An update in one piece to an unquantised CPU engine without LoRA layers is
+simple: only the linear layers lost their checkpoint-layout weight (the CPU kernels prepacked
+it). So each prepacked layer gets a fresh weight of its checkpoint shape (from the metadata vLLM
+recorded at load), the model's own ``load_weights`` copies the update in, and exactly the layers
+that received weights are re-packed, as at start-up. The logprobs after either path are bitwise
+identical (tests/integration/test_weight_push.py).
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""The engines' half of each weight transport, chosen by the transport's name.
-
-The wire formats are in ``common/transport/`` (the learner's halves, in ``learner/senders.py``,
-write them); a receiver loads an update into its rollout worker's live vLLM engine.
+"""The engines' half of each weight transport, chosen by the transport's name: a receiver loads
+an update (wire formats: ``common/transport/``) into its rollout worker's live vLLM engine.
 """
 
 from __future__ import annotations
@@ -22,7 +20,14 @@ from common.transport import (
 from common.types import WeightUpdate
 
 
-class CpuSafetensorsReceiver:
+class _OwnWeights:
+    """A receiver that replaces the engine's own weights: requests run without an adapter."""
+
+    def adapter(self) -> None:
+        return None
+
+
+class CpuSafetensorsReceiver(_OwnWeights):
     """Hands the engine one bucket per call; the engine's worker extension loads it
     (``actor/worker_extension.py``)."""
 
@@ -38,9 +43,6 @@ class CpuSafetensorsReceiver:
             direct = all(load["direct"] for load in loads)
         return {"direct_load": float(direct)}  # 1: loaded without vLLM's layerwise session
 
-    def adapter(self) -> None:
-        return None  # the engine's own weights were replaced
-
 
 class LoraAdapterReceiver:
     """Switches the engine's requests to the newest adapter (``common.transport.lora_adapter``)."""
@@ -53,7 +55,6 @@ class LoraAdapterReceiver:
 
     def receive(self, llm: Any, update: WeightUpdate) -> dict[str, float]:
         # lazy: importing vLLM reads its environment, which the rollout worker sets first
-        # (actor/rollout_worker.py), and the driver imports this module to build the actors
         from vllm.lora.request import LoRARequest
 
         path = lora_adapter.write(self._dir, update.version, update.payload)
@@ -65,7 +66,7 @@ class LoraAdapterReceiver:
         return self._adapter
 
 
-class CollectiveReceiver:
+class CollectiveReceiver(_OwnWeights):
     """vLLM's weight-update session around the worker engine's receive
     (``common.transport.collective``; the CPU engine is ``actor/transfer_engine.py``)."""
 
@@ -83,9 +84,6 @@ class CollectiveReceiver:
     def receive(self, llm: Any, update: WeightUpdate) -> dict[str, float]:
         return _update_session(llm, update, time.perf_counter())
 
-    def adapter(self) -> None:
-        return None
-
 
 def _update_session(llm: Any, update: WeightUpdate, start: float) -> dict[str, float]:
     """One weight update through vLLM's weight-transfer API; ``load_s`` since ``start``."""
@@ -95,11 +93,10 @@ def _update_session(llm: Any, update: WeightUpdate, start: float) -> dict[str, f
     return {"load_s": time.perf_counter() - start}
 
 
-class IpcReceiver:
+class IpcReceiver(_OwnWeights):
     """vLLM's weight-update session around its CUDA IPC engine (``common.transport.ipc``): the
     engine opens the handle for its own GPU in the update and loads what the learner rank on
-    that GPU exported. GPU only, and not run here (no GPU on the machines this project is built
-    on); the order of the calls is tested with a stand-in engine."""
+    that GPU exported. GPU only; the order of the calls is tested with a stand-in engine."""
 
     name = ipc.NAME
 
@@ -113,9 +110,6 @@ class IpcReceiver:
             llm.init_weight_transfer_engine({"init_info": ipc.engine_init_info()})
             self.initialised = True
         return _update_session(llm, update, start)
-
-    def adapter(self) -> None:
-        return None
 
 
 _RECEIVERS = {

@@ -1,7 +1,6 @@
 """The rollout worker: one vLLM engine, generating G completions per prompt.
 
-A plain class (made a Ray actor at launch) that speaks plain data: :class:`RolloutRequest` in,
-:class:`Completion` out, :class:`WeightUpdate` for new weights. Every completion carries the
+A plain class (made a Ray actor at launch) that speaks plain data. Every completion carries the
 weight version of the engine that sampled it, which lets the learner account for staleness.
 
 Sampling details that matter for GRPO:
@@ -13,10 +12,9 @@ Sampling details that matter for GRPO:
 - after every weight update the prefix cache is reset: cached prefixes hold old keys and values.
 
 By default (``rollout.engine_process = "actor"``) vLLM's engine core runs in this actor's
-process, stepped here: no message per engine step, and on CPU hosts no second process
-competing with the engine's threads (faster generation: docs/benchmarks.md). The in-process
-CPU worker binds its threads and makes ``torch.set_num_threads`` a no-op for the whole
-process: nothing else should compute in a rollout actor.
+process: no message per engine step, and on CPU hosts no second process competing with the
+engine's threads. The in-process CPU worker makes ``torch.set_num_threads`` a no-op for the
+whole process: nothing else should compute in a rollout actor.
 """
 
 from __future__ import annotations
@@ -32,20 +30,18 @@ from pathlib import Path
 
 from actor.receivers import make_receiver
 from common.config import ModelConfig, RolloutConfig
-from common.memory.arithmetic import ModelShape
+from common.memory.arithmetic import GIB, ModelShape
 from common.memory.engine import engine_memory
 from common.model_files import ModelFiles, local_path
 from common.transport import collective, ipc
 from common.transport.collective import backend_for
 from common.types import Completion, RolloutRequest, TrainSample, WeightUpdate
 
-# vllm is imported inside the functions that use it ("lazy: vllm" below): the driver imports
-# this module to make the class a Ray actor, and vLLM reads the environment that
-# RolloutWorker.__init__ sets first (logging, multiprocessing) when it is imported.
+# vllm is imported inside the functions that use it: the driver imports this module to make the
+# class a Ray actor, and vLLM reads the environment that RolloutWorker.__init__ sets first.
 
 logger = logging.getLogger(__name__)
 
-_GIB = 1 << 30
 _SAMPLE_INDEX = operator.attrgetter("sample_index")
 
 
@@ -74,15 +70,14 @@ class RolloutWorker:
         # Read by vLLM when the engine is built; rollout.engine_process says where it runs.
         in_actor = rollout.engine_process == "actor"
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if in_actor else "1"
-        import vllm.envs  # lazy: vllm (see the note at the imports)
+        import vllm.envs
 
         vllm.envs.disable_envs_cache()  # an engine built earlier in this process froze them
-        from vllm import LLM  # lazy: vllm
+        from vllm import LLM
 
         self.config = rollout
         self.worker_index = worker_index
         self.weight_version = 0
-        # The engine's half of the run's weight transport (``actor/receivers.py``).
         self.receiver = make_receiver(transport)
         self._calls = 0  # makes engine request ids unique across calls
         # rollout.colocate: what the engine has let go of while the learner steps (vLLM's
@@ -99,7 +94,7 @@ class RolloutWorker:
                 max_model_len=model.max_model_len,
                 seed=seed + 1000 * worker_index,
                 enforce_eager=rollout.enforce_eager,
-                kv_cache_memory_bytes=int(rollout.kv_cache_gib * _GIB),
+                kv_cache_memory_bytes=int(rollout.kv_cache_gib * GIB),
                 logprobs_mode="processed_logprobs",
                 worker_extension_cls="actor.worker_extension.WorkerExtension",
                 enable_prefix_caching=True,
@@ -130,12 +125,9 @@ class RolloutWorker:
         self, requests: list[RolloutRequest], min_version: int = 0
     ) -> Iterator[list[list[Completion]]]:
         """Yield requests' groups (their G completions, in seed order) as soon as all of a
-        group has finished: the fleet streams them to the sandbox while the rest generate. One
-        yield per engine step that finished a group (a yield costs a Ray object).
-
+        group has finished: the fleet streams them to the sandbox while the rest generate.
         Refuses (:class:`StaleWeightsError`) when the engine's weights are older than
-        ``min_version``, the version the fleet last confirmed loaded everywhere: generating
-        anyway would sample from the base model after a silent restart.
+        ``min_version``: it would sample from the base model after a silent restart.
         """
         self._check_awake()
         if self.weight_version < min_version:
@@ -173,8 +165,8 @@ class RolloutWorker:
                 yield finished
 
     def _sampling_params(self, seed: int, temperature: float | None = None):
-        from vllm import SamplingParams  # lazy: vllm
-        from vllm.sampling_params import RequestOutputKind  # lazy: vllm
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
 
         return SamplingParams(
             output_kind=RequestOutputKind.FINAL_ONLY,  # one output per request, when finished
@@ -217,9 +209,8 @@ class RolloutWorker:
 
     def sleep(self, level: int) -> float:
         """Let go of the engine's device memory while the learner on the same GPU steps
-        (``rollout.colocate``): at level 1 its KV cache, at level 2 its weights too. vLLM
-        pauses the scheduler either way; a vLLM-CPU worker frees nothing. The seconds it took.
-        """
+        (``rollout.colocate``): at level 1 its KV cache, at level 2 its weights too; the
+        seconds it took."""
         start = time.perf_counter()
         self.llm.sleep(level=level)
         self._asleep = {"weights", "kv_cache"}
@@ -258,10 +249,9 @@ class RolloutWorker:
     def score(self, samples: Sequence[TrainSample]) -> tuple[int, list[list[float]]]:
         """The engine's logprobs of fixed completions and the weight version they come from,
         by teacher forcing through prompt logprobs (raw logits, temperature 1): the parity
-        probe compares them with the learner's after every push, which tells a push that did
-        not reach the engine from the sampler's ordinary numerics. The adapter in use applies.
+        probe compares them with the learner's after every push.
         """
-        from vllm import SamplingParams  # lazy: vllm
+        from vllm import SamplingParams
 
         self._check_awake()
         sequences = [list(s.prompt_token_ids) + list(s.completion_token_ids) for s in samples]
@@ -297,7 +287,7 @@ def _thread_binding(rollout: RolloutConfig) -> Iterator[None]:
     worker), for the engine's start-up only: its workers read it then, and nothing else in
     this process should."""
     tp = rollout.tensor_parallel_size
-    from vllm.platforms import current_platform  # lazy: vllm
+    from vllm.platforms import current_platform
 
     if tp == 1 or not current_platform.is_cpu():
         yield
@@ -330,7 +320,7 @@ def _transfer_options(transport: str, rollout: RolloutConfig) -> dict:
     backend = engine_backend(transport, rollout.num_gpus)
     if backend is None:
         return {}
-    from vllm.config import WeightTransferConfig  # lazy: vllm
+    from vllm.config import WeightTransferConfig
 
     return {"weight_transfer_config": WeightTransferConfig(backend=backend)}
 
@@ -366,11 +356,11 @@ def _sleep_options(rollout: RolloutConfig, model: ModelConfig, model_path: str) 
     with ``kv_cache_memory_bytes`` given, vLLM only refuses to start when less than that share
     of the card is free, and the learner on the card holds part of it. vLLM-CPU has no sleep
     mode (it refuses ``enable_sleep_mode``); its ``sleep`` and ``wake_up`` work without."""
-    from vllm.platforms import current_platform  # lazy: vllm
+    from vllm.platforms import current_platform
 
     if not rollout.colocate or current_platform.is_cpu():
         return {}
-    import torch  # lazy: with vllm (see the note at the imports)
+    import torch
 
     shape = ModelShape.from_config(json.loads((Path(model_path) / "config.json").read_text()))
     need = engine_memory(shape, model.dtype, rollout.kv_cache_gib).awake
@@ -403,7 +393,7 @@ def _scheduler_options(rollout: RolloutConfig, model: ModelConfig) -> dict:
     budget must hold the longest sequence. (vLLM warns that the model "does not officially
     support disabling chunked prefill"; the parity probe checks the logprobs still match.)
     """
-    from vllm.platforms import current_platform  # lazy: vllm
+    from vllm.platforms import current_platform
 
     budget = rollout.max_num_batched_tokens or None
     if not current_platform.is_cpu():
@@ -423,9 +413,8 @@ def _to_completion(
 ) -> Completion:
     """A finished vLLM request as a :class:`Completion` whose ``text`` is the decode of its
     ``token_ids``, not vLLM's output text: on a stop string vLLM cuts the text at the string's
-    end while the last token may run past it, and the learner trains on (and the program and
-    the record should show) the tokens the model sampled. Special tokens are skipped, as vLLM
-    does, so an EOS adds no text."""
+    end while the last token may run past it, and the learner trains on the tokens the model
+    sampled. Special tokens are skipped, as vLLM does."""
     sample = output.outputs[0]
     token_ids = list(sample.token_ids)
     logprobs = [step[token].logprob for step, token in zip(sample.logprobs, token_ids, strict=True)]

@@ -1,14 +1,9 @@
-"""The learned scorer: a reward model (or process reward model) in its own actor, a plain
-class made a Ray actor at launch: prompt and completion texts in, one float per completion out.
-
-- ``head = "classifier"``: ``AutoModelForSequenceClassification``; one label: its raw logit,
-  two: the softmax probability of label 1.
-- ``head = "value_head"``: a causal LM whose safetensors also hold a ``v_head`` linear (TRL's
-  ``v_head.summary.*``), applied to the last token's final hidden state.
+"""The learned scorer: a reward model (or process reward model) in its own actor, a plain class
+made a Ray actor at launch: prompt and completion texts in, one float per completion out. The
+heads and options are described in docs/rewards.md ("scorer").
 
 The text is ``prompt + completion``, cut from the *left* to ``max_length`` tokens: the score is
-read at the last token. With ``step_split`` every prefix ``prompt + steps[:i+1]`` is scored and
-the step scores aggregated (``algorithm.rewards.steps``).
+read at the last token.
 """
 
 from __future__ import annotations
@@ -33,8 +28,7 @@ class RewardScorer:
     """Hosts one scoring model and scores completions in batches."""
 
     def __init__(self, model_path: str | ModelFiles, options: ScorerOptions) -> None:
-        # lazy: transformers loads in the scorer's actor, not in the driver, which imports this
-        # class to create that actor
+        # lazy: transformers loads in the scorer's actor, not in the driver
         from transformers import AutoTokenizer
 
         model_path = local_path(model_path)  # fetched once per host that lacks it

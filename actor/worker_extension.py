@@ -1,16 +1,11 @@
-"""The engine's side of the ``cpu_safetensors`` weight transport, inside vLLM's worker (in the
-rollout actor's process, or vLLM's engine process with ``rollout.engine_process = "separate"``).
-
-vLLM loads this class as ``worker_extension_cls``: its methods become the worker's, reached with
-``llm.collective_rpc("receive_weights_bucket", args=...)``, which keeps updates off the
-insecure-serialisation path and works on the worker's live model.
+"""The engine's side of the ``cpu_safetensors`` weight transport, inside vLLM's worker: vLLM loads
+this class as ``worker_extension_cls``, its methods reached with ``llm.collective_rpc``, which
+keeps updates off the insecure-serialisation path and works on the worker's live model.
 
 Not plain ``model.load_weights``: on CPU the linear weights are prepacked at start-up, so
 loading into the parameters has no effect. vLLM's layerwise reload restores the checkpoint
 layout, loads, and re-packs each layer once its weights arrived: the first bucket's call opens
-the session, the last closes it, as vLLM's own transfer engines do. An update of one bucket
-skips that session (``actor/direct_load.py``). After each update the tied LM head is re-tied
-(``actor/tied_lm_head.py``).
+the session, the last closes it. An update of one bucket skips that session (``direct_load.py``).
 """
 
 from __future__ import annotations
@@ -31,9 +26,8 @@ from actor.direct_load import direct_load, supports_direct_load
 from actor.tied_lm_head import refresh_tied_lm_head
 from common.transport.cpu_safetensors import decode_bucket
 
-# vLLM imports this module in every process that runs an engine's model (the worker resolves
-# worker_extension_cls before it builds the model runner), so the permission is asked for there
-# before the first forward pass, whatever its size (actor/amx.py says why it must be).
+# vLLM imports this module in every process that runs an engine's model, before the model
+# runner: the permission is asked for there before the first forward pass (actor/amx.py).
 request_amx_tiles()
 
 # The collective transport's CPU engine, registered in every vLLM worker process that loads

@@ -1,15 +1,11 @@
 """GRPO in one package: from a step's rewards to the loss the learner minimises. The algorithm
 is told here, once; the modules' docstrings say how they compute their part of it.
 
-Modules: ``rewards`` (terms and their sum, an episode's discount, the saboteur's reward),
-``advantage`` (baselines, shaping, which prompts a step samples), ``staleness`` (which groups an
-async step may train on), ``loss`` and ``kl_control``; the driver calls the first three, the
-learner the last two. Functions on lists and tensors plus small state holders; it imports
-``common`` and torch, never a role. This file re-exports nothing: ``rewards`` must import
-without torch (a user's reward module at config load, the sandbox's ``reward``), and a
-package's ``__init__`` runs before any submodule. Below, ``section.key`` is a config option
-(every knob of the math is in ``[algorithm.advantage]`` and ``[algorithm.loss]``) and
-``algorithm/x.py`` a module.
+Modules: ``rewards``, ``advantage`` and ``staleness``, which the driver calls, ``loss`` and
+``kl_control``, which the learner does; they import ``common`` and torch, never a role. This file
+re-exports nothing: ``rewards`` must import without torch (a user's reward module at config
+load), and a package's ``__init__`` runs before any submodule. Below, ``section.key`` is a config
+option and ``algorithm/x.py`` a module.
 
 GRPO (Shao et al. 2024, "DeepSeekMath", section 4.1), the defaults:
 
@@ -86,11 +82,6 @@ Variants, each off unless said:
   tied prompts sampled again hotter and trained on at that temperature
   (``algorithm.advantage.low_variance_temperature``; ``algorithm/advantage/dynamic.py``).
 
-Rewards (``algorithm/rewards/``): a weighted sum of terms, each a batch -> ``float | None``
-function (None masks the completion out of the loss): ``execution`` (binary or partial credit),
-``format``, ``length`` (DAPO), ``scorer`` (a learned outcome or process reward model; a process
-reward aggregates its steps' scores, ``min`` by default after Lightman et al. 2023:
-``algorithm/rewards/steps.py``) and user ``module:function`` terms. A multi-turn episode may
-discount its reward by the turn that solved it (``algorithm/rewards/episode.py``); the self-play
-saboteur earns how hard its bug was for the fixers (``algorithm/rewards/selfplay.py``).
+Rewards (``algorithm/rewards/``, docs/rewards.md): a weighted sum of terms, each a batch ->
+``float | None`` function (None masks the completion out of the loss).
 """

@@ -1,21 +1,15 @@
 """The KL coefficient beta from step to step: fixed, adaptive, or a linear schedule.
 
 - ``fixed``: ``algorithm.loss.beta`` throughout (the GRPO paper).
-- ``adaptive``: PPO's controller (Ziegler et al. 2019, "Fine-tuning language models from human
-  preferences", section 2.2): after each train step, with the step's measured KL,
-  ``e = clip(KL / kl_target - 1, -0.2, 0.2)`` and ``beta *= 1 + e * n / kl_horizon`` (n the
-  step's samples), so beta grows while the policy drifts past the target and shrinks while it
-  stays close. The KL that steers is the per-token mean of ``kl_estimator`` where beta is
-  charged: the loss's (``train/kl``) with ``kl_in = "loss"``, the one the rewards were charged
-  with ``kl_in = "reward"`` (:meth:`KlControl.steering_kl`), so ``kl_target`` is per token.
+- ``adaptive``: PPO's controller (Ziegler et al. 2019, section 2.2): after each train step, with
+  the step's measured per-token KL, ``e = clip(KL / kl_target - 1, -0.2, 0.2)`` and
+  ``beta *= 1 + e * n / kl_horizon`` (n the step's samples). The KL that steers is the one
+  charged where beta is: the loss's with ``kl_in = "loss"``, the rewards' with ``kl_in =
+  "reward"`` (:meth:`KlControl.steering_kl`).
 - ``linear``: from ``beta`` at the first train step to ``beta_final`` at the last
-  (``run.steps``), then ``beta_final``: a pull toward the reference that loosens (or tightens)
-  as training goes, as in the users' DGRO script.
+  (``run.steps``), then ``beta_final``, as in the users' DGRO script.
 
-Where beta is charged (``kl_in``): a loss term (:attr:`KlControl.loss_beta`), or each reward
-before the advantages (:func:`kl_in_reward`: the driver asks the learner for each completion's
-KL). The current beta is ``train/beta`` in the step metrics and is saved in checkpoints, so a
-resumed run continues with the beta it had.
+The current beta is saved in checkpoints, so a resumed run continues with the beta it had.
 """
 
 from __future__ import annotations

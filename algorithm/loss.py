@@ -1,11 +1,9 @@
 """GRPO's loss as pure functions on tensors: KL estimators, TIS weights and the clipped loss.
 
-The objective, its variants and where it departs from the paper are told in ``algorithm``'s
-docstring (``algorithm/__init__.py``). :func:`grpo_loss` takes the tensors and one
-:class:`~common.config.LossConfig` (``[algorithm.loss]``), and decides from it what the
-variants change: which clip range applies (GSPO's own at ``ratio_level = "sequence"``), whether
-the KL is a loss term (``kl_in``), and how token terms are averaged. The advantages it consumes
-are computed on the driver's side (``algorithm.advantage``).
+The objective and its variants are told in ``algorithm``'s docstring. :func:`grpo_loss` takes the
+tensors and one :class:`~common.config.LossConfig` (``[algorithm.loss]``), and decides from it
+what the variants change: the clip range, whether the KL is a loss term, how token terms are
+averaged.
 """
 
 from __future__ import annotations
@@ -103,18 +101,15 @@ def grpo_loss(
     batch_num_sequences: int | None = None,
     batch_num_tokens: float | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
-    """The GRPO objective of ``config`` for one (micro-)batch, and its metrics.
+    """The GRPO objective of ``config`` for one (micro-)batch, and its metrics (means over this
+    call's completion tokens).
 
-    ``beta`` is this step's KL weight (``algorithm/kl_control.py`` moves it; None: ``config.beta``);
-    the KL is a loss term only with ``config.kl_in = "loss"``. ``max_len`` is Dr. GRPO's constant
-    normaliser (:func:`length_normaliser`); it defaults to the longest completion in this call,
-    so pass it when splitting into micro-batches. ``batch_num_sequences`` / ``batch_num_tokens``
-    are the whole batch's totals when this is one micro-batch of several: dividing by them
-    instead of the micro-batch's own counts makes the micro-batch losses sum to exactly the
-    full-batch loss, so accumulated gradients equal the full-batch gradient. ``config.tis_cap``
-    > 0 multiplies each token's policy-gradient term by the detached truncated importance
-    weight ``tis_weights(old, sampler, cap)``. Metrics are means over this call's completion
-    tokens.
+    ``beta`` is this step's KL weight (None: ``config.beta``), a loss term only with ``kl_in =
+    "loss"``. ``max_len`` is Dr. GRPO's constant normaliser (:func:`length_normaliser`; by
+    default this call's longest completion). ``batch_num_sequences`` / ``batch_num_tokens`` are
+    the whole batch's totals when this is one micro-batch of several: dividing by them makes the
+    micro-batch losses sum to exactly the full-batch loss, so accumulated gradients equal the
+    full-batch gradient.
     """
     kl_weight = (config.beta if beta is None else beta) if config.kl_in == "loss" else 0.0
     _check_inputs(config, kl_weight, ref_logprobs, entropy, sampler_logprobs)
@@ -138,10 +133,7 @@ def grpo_loss(
         per_token = per_token - config.entropy_coef * entropy
     normalisers = _normalisers(mask, max_len, batch_num_sequences, batch_num_tokens)
     loss = _aggregate(per_token, mask, config.aggregation, *normalisers)
-    metrics = _metrics(loss, ratio, adv, mask, kl, entropy, *eps)
-    if tis is not None:
-        metrics.update(_tis_metrics(*tis, mask))
-    return loss, metrics
+    return loss, _metrics(loss, ratio, adv, mask, kl, entropy, tis, *eps)
 
 
 def _check_inputs(
@@ -256,6 +248,7 @@ def _metrics(
     mask: Tensor,  # (B, T)
     kl: Tensor | None,  # (B, T)
     entropy: Tensor | None,  # (B, T)
+    tis: tuple[Tensor, Tensor] | None,  # (B, T) weights, (B, T) where the cap was hit
     clip_eps_low: float,
     clip_eps_high: float,
 ) -> dict[str, float]:
@@ -274,13 +267,7 @@ def _metrics(
     }
     if entropy is not None:
         metrics["entropy"] = (entropy * mask).sum().item() / denom
+    if tis is not None:
+        metrics["tis_weight_mean"] = (tis[0] * mask).sum().item() / denom
+        metrics["tis_clip_frac"] = tis[1].sum().item() / denom
     return metrics
-
-
-def _tis_metrics(weights: Tensor, capped: Tensor, mask: Tensor) -> dict[str, float]:
-    """The TIS weights' mean and how often the cap was hit, over completion tokens."""
-    denom = max(mask.sum().item(), 1.0)
-    return {
-        "tis_weight_mean": (weights * mask).sum().item() / denom,
-        "tis_clip_frac": capped.sum().item() / denom,
-    }

@@ -18,11 +18,9 @@ from common.types import TrainSample
 
 @dataclass(frozen=True)
 class SharedPrompts:
-    """Which rows of a micro-batch share a prompt, for running each distinct prompt once.
-
-    A group's G completions of one prompt repeat its tokens G times; the logprob function runs
-    ``first`` (one row per distinct prompt) through the model and lets every row attend to its
-    prompt's keys and values (``logprobs.py``)."""
+    """Which rows of a micro-batch share a prompt: the logprob function runs ``first`` (one row
+    per distinct prompt) through the model and lets every row attend to its prompt's keys and
+    values (``logprobs.py``)."""
 
     lengths: Tensor  # (B,) each row's prompt length
     index: Tensor  # (B,) each row's distinct prompt, 0..U-1
@@ -110,8 +108,7 @@ def pack_micro_batches(
 
     With ``share_prompts`` the rows of one prompt are kept together and a group costs what the
     shared-prompt forward runs: distinct prompts x longest prompt + rows x longest completion.
-    A sample longer than the budget on its own still gets a micro-batch of one: refusing it
-    would silently drop data, and one row is the smallest unit we can run anyway.
+    A sample longer than the budget on its own still gets a micro-batch of one.
     """
     if share_prompts:
         return _pack_shared(samples, token_budget)
@@ -173,8 +170,7 @@ def collate(
     ``old_logprobs`` / ``ref_logprobs``: optional per-sample 1-D tensors (one value per
     completion token, indexed like ``samples``), placed at the completion positions. When a
     chosen sample carries its own sampling temperature, ``temperatures`` holds every row's
-    (``temperature`` for the others); otherwise it is None and one temperature serves all.
-    ``share_prompts``: note the rows that share a prompt (``MicroBatch.prompts``).
+    (``temperature`` for the others).
     """
     rows = [samples[i] for i in indices]
     width = max(sample_length(s) for s in rows)

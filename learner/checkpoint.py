@@ -4,17 +4,13 @@ A checkpoint directory is servable as is: the full model in HF format (full fine
 peft adapter (LoRA), the tokenizer, plus the optimiser state (``optimizer.pt``; a sharded
 learner's is a torch distributed checkpoint in ``optimizer/``) and ``learner_state.json``.
 
-Resuming: build the ``Learner`` on the *original* model path with the same config and
-``resume_from=checkpoint`` (or call ``load_training_state(checkpoint)`` on one rank); it loads
-the trained weights (full model or adapter), the optimiser state, the step and the weight
-version. Building on the original path keeps the reference (frozen copy, initial weights or
-LoRA base) equal to the run's initial policy; a learner built on the checkpoint directory
-itself also resumes, but its reference is then the checkpoint's weights.
+Resuming: build the ``Learner`` on the *original* model path with ``resume_from=checkpoint``, so
+the reference stays the run's initial policy (built on the checkpoint directory itself, its
+reference is the checkpoint's weights).
 
 One rank whose state lives on the host (``learner.offload_optimizer = "step"``) runs inside
-FSDP2 with a group of one: its parameters and AdamW's moments are DTensors of one shard. Its
-checkpoint is the one-rank layout all the same, plain tensors in ``optimizer.pt``, so a run
-may switch ``offload_optimizer`` across a resume.
+FSDP2 with a group of one, its state DTensors of one shard; its checkpoint is the one-rank
+layout all the same, so a run may switch ``offload_optimizer`` across a resume.
 """
 
 from __future__ import annotations
@@ -58,11 +54,8 @@ def save_training_state(
     ranks: Ranks | None = None,
 ) -> None:
     """Weights (model or adapter) + tokenizer + optimiser + ``state`` into ``out``, fsynced.
-
-    With several ranks every rank calls it: the weights are gathered (a collective) and rank 0
-    writes them in HF format, so the checkpoint serves and evaluates like any other; the
-    optimiser state stays sharded, written by every rank into one distributed checkpoint.
-    """
+    With several ranks every rank calls it: rank 0 writes the gathered weights in HF format, and
+    every rank its shard of the optimiser state into one distributed checkpoint."""
     ranks = ranks or Ranks(None)
     weights = None
     if ranks.wrapped:  # gathered tensor by tensor onto rank 0's CPU memory only
@@ -80,16 +73,15 @@ def save_training_state(
         torch.save(_plain(optimizer.state_dict()), out / OPTIMIZER_FILE)
     if ranks.rank == 0:
         (out / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
-    # On disk before the driver marks the checkpoint complete (``launch/loop/checkpoint.py``):
-    # rank 0 its files (and, after dcp's collective save, every shard it can reach), every
-    # other rank its own shard, which may be on another machine's view of a shared disk.
+    # On disk before the driver marks the checkpoint complete: every other rank's shard may be
+    # on another machine's view of a shared disk.
     fsync_tree(out if ranks.rank == 0 else out / SHARDED_OPTIMIZER_DIR)
     ranks.barrier()
 
 
 def written(out: Path) -> dict:
-    """What this host holds of checkpoint ``out`` (its files and their sizes) and which Ray node
-    it is ('' outside Ray), for a driver on another host to fetch (``common/model_files.py``)."""
+    """What this host holds of checkpoint ``out`` and which Ray node it is ('' outside Ray),
+    for a driver on another host to fetch (``common/model_files.py``)."""
     import ray  # lazy: learners are built without Ray in unit tests
 
     node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
@@ -122,8 +114,7 @@ def load_optimizer(
             f"it was trained with (this learner has {ranks.size})"
         )
     if not sharded:
-        # Tensors and plain containers only: torch's restricted unpickler, so the file cannot
-        # run code (an optimiser's state dict needs nothing more). State kept on the host is
+        # torch's restricted unpickler, so the file cannot run code. State kept on the host is
         # read there, never through the device.
         where = "cpu" if ranks.host_state else device
         state = torch.load(out / OPTIMIZER_FILE, map_location=where, weights_only=True)
@@ -165,8 +156,7 @@ def _one_shard_dtensors(optimizer: torch.optim.Optimizer) -> None:
 
 
 def _load_adapter(out: Path, model: nn.Module) -> None:
-    # lazy: with transformers, peft and safetensors load only when a learner loads weights;
-    # importing learner needs only torch
+    # lazy: importing learner needs only torch
     from peft import set_peft_model_state_dict
     from safetensors.torch import load_file
 

@@ -1,17 +1,12 @@
 """The learner's half of the ``collective`` transport (``common/transport/collective.py``): a
 vLLM trainer engine (``WeightTransferTrainerFactory``) over :class:`ExportSource`.
 
-vLLM's trainer engines drive the engines themselves through a client. Here the driver does
-(it owns the actors, and keeps the learner and the engines ignorant of each other), so the
-client is :class:`DriverPaced`, which does nothing: the driver queues each engine's receive
-and the learner's :meth:`CollectiveSender.transmit` at the same time, and they meet in the
-broadcast. The :class:`~common.types.WeightUpdate` the learner returns is metadata only
-(names, dtypes, shapes, version). On GPU the engine is vLLM's NCCL one; on CPU it is
-:class:`GlooTrainerWeightTransferEngine`, registered as backend ``gloo`` when this module is
-imported.
-
-Imported only when a run uses this transport (``learner/senders.py``): vLLM is absent where
-the learner runs alone.
+vLLM's trainer engines drive the engines themselves through a client. Here the driver does (it
+owns the actors, and keeps the learner and the engines ignorant of each other), so the client is
+:class:`DriverPaced`, which does nothing: the driver queues each engine's receive and the
+learner's :meth:`CollectiveSender.transmit` at the same time, and they meet in the broadcast.
+The :class:`~common.types.WeightUpdate` the learner returns is metadata only. On GPU the engine
+is vLLM's NCCL one; on CPU it is :class:`GlooTrainerWeightTransferEngine`.
 """
 
 from __future__ import annotations
@@ -57,9 +52,8 @@ class GlooTrainerInitInfo(TrainerInitInfo):
 
 
 def sender_group(host: str, port: int, world_size: int) -> Any:
-    """Learner rank 0's gloo group with the engines, rank 0 of it: it serves the group's store
-    on the socket held since the address was picked in this process
-    (``common.rendezvous.hold``); an address picked elsewhere is bound now, on its host alone."""
+    """Learner rank 0's gloo group with the engines, rank 0 of it, serving the group's store on
+    the socket held since the address was picked (``common.rendezvous.hold``), else bound now."""
     held = take(f"{host}:{port}")
     if held is not None:
         use_interface(held.interface)
@@ -75,8 +69,7 @@ def sender_group(host: str, port: int, world_size: int) -> Any:
 
 
 class ExportSource(WeightSource):
-    """vLLM's weight source over the learner's export: HF names, serving dtype, LoRA merged,
-    tied LM head left out (the engines re-tie it); its metadata is read once."""
+    """vLLM's weight source over the learner's export; its metadata is read once."""
 
     def __init__(self, learner: Any) -> None:
         self.learner = learner
@@ -99,8 +92,7 @@ def update_info(source: WeightSource) -> UpdateInfo:
 
 
 class DriverPaced:
-    """vLLM's weight-sync client protocol, doing nothing: the driver calls the engines (see the
-    module docstring)."""
+    """vLLM's weight-sync client protocol, doing nothing: the driver calls the engines."""
 
     def init_weight_transfer_engine(self, init_info: dict[str, Any]) -> None: ...
 
@@ -132,11 +124,9 @@ class GlooTrainerWeightTransferEngine(TrainerWeightTransferEngine[GlooTrainerIni
         """Walk the whole source on every learner rank (each step of the walk is a gather all
         ranks take part in); rank 0 broadcasts each bucket.
 
-        A broadcast that fails (an engine died) does not stop rank 0's walk: the other ranks
-        would wait in their next gather for a rank that left, until the learner group's
-        timeout. Rank 0 closes the group at once instead (the engines still waiting in the
-        broadcast then fail instead of waiting out theirs), walks on without sending, and
-        raises the broadcast's error at the end, when every rank is back in step.
+        A failed broadcast (an engine died) does not stop rank 0's walk, or the other ranks
+        would wait in their next gather until the group's timeout: rank 0 closes the group (so
+        the waiting engines fail at once), walks on, and raises once every rank is back in step.
         """
         assert self.source is not None
         info = update_info(self.source)
@@ -219,14 +209,10 @@ class CollectiveSender:
         """Broadcast the current weights (every learner rank calls it, while every engine
         receives); returns the seconds it took. After a failed broadcast rank 0 has no group
         until it is formed again (the driver does, as it recovers the engines)."""
-        if self.engine is None or (self.engine.is_sender and not _has_group(self.engine)):
+        # gloo's sender closes its group after a failed broadcast; vLLM's NCCL one keeps it
+        lost = getattr(self.engine, "group", True) is None
+        if self.engine is None or (self.engine.is_sender and lost):
             raise RuntimeError("the collective transport has no group: join it first")
         start = time.perf_counter()
         self.engine.send_weights()
         return time.perf_counter() - start
-
-
-def _has_group(engine: TrainerWeightTransferEngine) -> bool:
-    """Whether a sender engine still holds its group (gloo: closed after a failed broadcast;
-    vLLM's NCCL engine keeps its communicator)."""
-    return getattr(engine, "group", True) is not None

@@ -1,16 +1,10 @@
 """Inner optimisation epochs over one rollout batch (PPO's mu): splitting and metric averaging.
 
-Two levels of metrics: :class:`MicroBatchSums` folds one optimiser step's micro-batches into
-its ``train/*`` dict (token-weighted, summed over the learner's ranks); :class:`MetricMeans`
-averages those dicts over an epoch's optimiser steps.
-
-With ``ppo_epochs = mu`` and ``mini_batches = m`` one ``train_step`` takes mu * m optimiser
-steps. pi_old (the learner's logprobs before the first update) and the reference logprobs are
-computed once, without gradient, before the first epoch; every later step takes its ratio
-against that same pi_old, which is what makes the clip meaningful from the second step on.
-Each epoch visits every sample once, in a fresh order seeded by (seed, step, epoch), so runs are
-reproducible. Each mini-batch is normalised by its own counts (it is its own optimiser step);
-the Dr. GRPO length normaliser stays one constant for the whole batch.
+Every optimiser step takes its ratio against the same pi_old, computed once before the first
+epoch, which is what makes the clip meaningful from the second step on. Each epoch visits every
+sample once, in a fresh order seeded by (seed, step, epoch), so runs are reproducible. Each
+mini-batch is normalised by its own counts (it is its own optimiser step); the Dr. GRPO length
+normaliser stays one constant for the whole batch.
 """
 
 from __future__ import annotations
@@ -61,9 +55,7 @@ class MicroBatchSums:
 
     The loss is already normalised by the whole step's counts, so it is summed; the other loss
     metrics are per-token means, weighted by each micro-batch's share of the step's completion
-    tokens. ``train/logprob_diff_mean`` is mean |learner - sampler| over those tokens. With
-    several ranks each holds its micro-batches' sums and :meth:`metrics` adds them up (a
-    collective: every rank calls it).
+    tokens. With several ranks :meth:`metrics` adds up their sums (a collective).
     """
 
     def __init__(self, total_tokens: int, num_samples: int) -> None:

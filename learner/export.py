@@ -1,14 +1,11 @@
 """The policy's weights as vLLM expects them: HF names, serving dtype, LoRA merged in.
 
-vLLM loads a checkpoint by HF parameter names, so whatever wraps the policy during training
-(peft's ``base_model.model.`` prefix and ``.base_layer`` indirection) is stripped here. With
-LoRA the merged weight W + scaling * B @ A is computed into a new tensor, leaving the adapter
-and the base weights untouched so training continues from exactly the same state. Modules in
-``lora.modules_to_save`` are held by peft twice (``X.original_module.*``, frozen, and
-``X.modules_to_save.<adapter>.*``, trained): the trained copy is sent as ``X.*``.
-
-A sharded learner's parameters are gathered here one by one (``full``): every rank runs this
-function, in the same order.
+Whatever wraps the policy during training (peft's ``base_model.model.`` prefix and
+``.base_layer`` indirection) is stripped. With LoRA the merged weight W + scaling * B @ A is
+computed into a new tensor, leaving the adapter and the base weights untouched. Of a module in
+``lora.modules_to_save``, held by peft twice (frozen original, trained copy), the trained copy
+is sent. A sharded learner's parameters are gathered one by one: every rank runs this, in the
+same order.
 
 Tied embeddings: only the input embedding is sent. safetensors refuses two names for one
 storage, and the receiving engine re-ties its LM head to the refreshed embedding.
@@ -43,7 +40,7 @@ def tied_output_name(model: nn.Module) -> str | None:
 @torch.no_grad()
 def _merged_lora_weights(base: nn.Module) -> dict[str, Tensor]:
     """``{hf_name: W + delta}`` for every LoRA-wrapped layer, in float32, adapters untouched."""
-    # lazy: only a peft-wrapped policy gets here, and importing learner needs only torch
+    # lazy: only a peft-wrapped policy gets here
     from peft.tuners.lora import LoraLayer
 
     merged: dict[str, Tensor] = {}
@@ -59,9 +56,8 @@ def _merged_lora_weights(base: nn.Module) -> dict[str, Tensor]:
 
 
 def _modules_to_save(base: nn.Module) -> dict[str, str]:
-    """``{wrapper name: "modules_to_save.<adapter>."}`` for every peft ModulesToSaveWrapper in
-    ``base``: the submodule its forward pass runs (``"original_module."`` with no active
-    adapter, as peft's forward does)."""
+    """``{wrapper name: prefix of the submodule its forward runs}`` for every peft
+    ModulesToSaveWrapper in ``base`` (``"original_module."`` with no active adapter)."""
     try:  # lazy: importing learner needs only torch
         from peft.utils import ModulesToSaveWrapper
     except ImportError:  # peft is optional: without it nothing is wrapped
@@ -109,8 +105,7 @@ def iter_export(
     model: nn.Module, dtype: torch.dtype, device: torch.device | str = "cpu"
 ) -> Iterator[tuple[str, Tensor]]:
     """The (merged) policy as HF-named tensors in ``dtype`` on ``device``, one at a time: a
-    sharded policy's are gathered as they come, so no more than one is whole at once (beyond
-    the merged LoRA weights)."""
+    sharded policy's are gathered as they come, so no more than one is whole at once."""
     for name, tensor, merged in _exported(model):
         source = merged[name] if name in merged else full(tensor)
         target = dtype if source.is_floating_point() else source.dtype

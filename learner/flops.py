@@ -1,35 +1,19 @@
 """How much of the machine a learner step uses: model FLOPs over a peak measured on the spot.
 
-Every ``train_step`` reports its model FLOPs (``train/model_tflop``) and its model FLOPs
-utilisation (``train/mfu``); ``python -m bench.learner`` and ``python -m bench.launch`` divide
-the FLOPs by the step's time and by :func:`peak_flops`.
+Model FLOPs of one ``train_step`` (the formula docs/benchmarks.md gives, with ``N`` matmul
+parameters, ``layers`` layers of attention width ``d_attn``): ``6 N T`` (``4 N T`` with LoRA) over
+the ``T`` real tokens plus three times the causal attention forward, ``2 layers d_attn S^2`` per
+sequence of length ``S``; a forward without gradient is ``2 N T`` plus the attention forward.
+Padding is not counted, so utilisation falls when a batch is badly packed.
 
-``train/mfu`` counts the FLOPs the step *needs*: each distinct prompt once, whether or not the
-learner ran it once (``learner.share_prompts``), so that runs with different options compare
-(a path that runs each prompt G times does more work, not more useful work).
-``train/model_tflop`` counts what the learner's path ran.
+With ``learner.share_prompts`` each distinct prompt runs once: a sequence is then a span
+``(context, tokens)``, ``tokens`` positions run after ``context`` cached ones (a prompt is
+``(0, P)``, each completion ``(P, C)``), and its attention term is ``(context + tokens)^2 -
+context^2``. ``train/mfu`` counts the FLOPs the step *needs* (each distinct prompt once, whatever
+the path), so that runs with different options compare; ``train/model_tflop`` what the path ran.
 
-Model FLOPs of one ``train_step`` (the formula docs/benchmarks.md gives), for a decoder of
-``layers`` layers, attention width ``d_attn`` (heads x head_dim) and ``N`` matmul parameters
-(every weight a token multiplies, the LM head included; the input embedding is a lookup):
-
-- policy forward and backward: ``6 N T`` over the batch's ``T`` real tokens (prompt and
-  completion: every position runs forward and back), ``4 N T`` with LoRA (the frozen weights
-  need no weight gradient; the adapters' own FLOPs are negligible);
-- attention scores and mixing, causal: ``2 layers d_attn S^2`` forward per sequence of length
-  ``S``, three times that forward and backward;
-- the reference forward when the loss has a KL term: ``2 N T`` plus the attention forward.
-
-With ``learner.share_prompts`` each distinct prompt of the batch runs once: a sequence is then
-given as a span ``(context, tokens)``, ``tokens`` positions run after ``context`` cached ones
-(a prompt is ``(0, P)``, each of its completions ``(P, C)``), and its attention term is
-``(context + tokens)^2 - context^2``: the part of the square its queries fill.
-
-Padding is not counted: it is work the model did not need, so utilisation falls when a batch is
-badly packed, which is the point of measuring it. The peak is not a datasheet number but the
-best of a few large square matrix products in the step's compute dtype, on the same device and
-threads, measured by the same process just before its first step (``Learner.peak_flops``):
-what this machine really reaches.
+The peak is the best of a few large square matrix products in the step's compute dtype, on the
+same device and threads: what this machine really reaches.
 """
 
 from __future__ import annotations
@@ -125,32 +109,28 @@ def learner_peak_flops(config: LearnerConfig, cpu_size: int = 0) -> float:
         torch.set_num_threads(threads)
 
 
-#: The largest products for ``train/mfu``'s peak on CPU: 1024 takes a fraction of a second where
-#: 4096 (the bench's) takes seconds to a minute at a few threads, and reached the same FLOP/s
-#: within this shared machine's noise (45-67 GFLOP/s float32 at 2 threads, each size).
+#: The largest products for ``train/mfu``'s peak on CPU: a fraction of a second where the bench's
+#: 4096 takes up to a minute, at the same FLOP/s (docs/benchmarks.md).
 MFU_CPU_SIZE = 1024
 
 
 @functools.cache
 def _cached_peak(device: str, dtype: str, threads: int) -> float:
-    """One measurement per process and setting (several learners in a test process share it)."""
+    """One measurement per process and setting."""
     config = LearnerConfig(dtype=dtype, num_gpus=float(device == "cuda"), num_cpus=float(threads))
     return learner_peak_flops(config, MFU_CPU_SIZE)
 
 
 def mfu_peak_flops(config: LearnerConfig, device: torch.device) -> float:
     """The peak ``train/mfu`` divides by, per rank: ``learner.peak_tflops``, or measured once
-    per process on ``device`` in the compute dtype (0 when it cannot be). The learner calls
-    it lazily, before its first step (``Learner.peak_flops``)."""
+    per process on ``device`` in the compute dtype (0 when it cannot be)."""
     if config.peak_tflops > 0:
         return config.peak_tflops * 1e12
     return _cached_peak(device.type, config.dtype, max(1, int(config.num_cpus)))
 
 
 #: On CPU the products grow from 256 rows until one takes this long (or reaches the size asked):
-#: a CPU without bf16 instructions multiplies bf16 at ~1 GFLOP/s (an AVX2-only 2-core host,
-#: 2026-11-27), where four 4096 x 4096 products took ten minutes; float32 at 2 threads reaches
-#: the same FLOP/s from 1024 up (MFU_CPU_SIZE).
+#: a CPU without bf16 instructions multiplies bf16 so slowly that 4096-wide products take minutes.
 CPU_PRODUCT_S = 0.2
 
 

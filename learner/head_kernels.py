@@ -1,24 +1,18 @@
 """The LM head's softmax math as two compiled kernels, for a compiled learner (``learner.compile``).
 
-:class:`lm_head.HeadLogprobs` computes a chunk's log-softmax eagerly, in place, in one float32
-(rows, V) buffer: the cast, the division by the temperature, the max, the subtraction, the
-exp-sums, the entropy's p and, in backward, the gradient's terms and its casts back to the
-head's dtype are each a pass over it, about ten in forward and as many in backward. That work is
-memory-bound: with Qwen2.5's V = 151,936 a chunk of 1,024 rows is 0.6 GB of float32 per pass,
-and every completion token (and, with a reference, every one again) goes through it.
-
-Here each formula is one function for torch.compile, which fuses it into reductions that read
-the logits in their own dtype (bf16 under autocast) and keep float32 only in registers.
-Forward, per row, with z = logits / T, m = max z, s = sum exp(z - m):
+:class:`lm_head.HeadLogprobs` computes a chunk's log-softmax eagerly in one float32 (rows, V)
+buffer, about ten memory-bound passes over it in forward and as many in backward. Here each
+formula is one function for torch.compile, which fuses it into reductions that read the logits in
+their own dtype and keep float32 only in registers (docs/benchmarks.md, "The LM head's softmax
+math compiled"). Forward, per row, with z = logits / T, m = max z, s = sum exp(z - m):
 
     lse = m + log s,    logp_y = z_y - lse,    H = log s - sum exp(z - m) (z - m) / s
 
-Backward, with p = exp(z - lse) from the saved lse and H, and the upstream gradients g
-(logprob) and e (entropy), as lm_head.py derives it:
+Backward, with p = exp(z - lse) from the saved lse and H, as lm_head.py derives it:
 
     g_z = (g onehot(y) - p (g + e (z - lse + H))) / T
 
-written once, in the logits' dtype: one read and one write of a chunk.
+written once, in the logits' dtype.
 """
 
 from __future__ import annotations
@@ -82,14 +76,11 @@ def _logit_grad(
 
 @functools.cache
 def _compiled(kernel: Callable) -> Callable:
-    """``kernel`` under torch.compile, built on first use (importing the compiler costs about a
-    second, which a learner without ``learner.compile`` never pays). Dynamic shapes: a
-    micro-batch's last chunk has rows of its own. The wrappers below keep the graphs few (a
-    temperature and the logprobs' gradient always as tensors: 2 x 2 per kernel and dtype, with
-    or without the entropy's part, and a one-row chunk, which dynamic shapes specialise), under
-    dynamo's limit of 8 per function. Not ``fullgraph``, which turns that limit into an error
-    in the middle of a run: past it the kernel runs eagerly, the same math. That each kernel
-    is one graph is a test's (tests/unit/learner/test_head_kernels.py)."""
+    """``kernel`` under torch.compile, built on first use (a learner without ``learner.compile``
+    never imports the compiler). The wrappers below keep the graphs under dynamo's limit of 8
+    per function (a temperature and the logprobs' gradient always as tensors). Not
+    ``fullgraph``, which turns that limit into an error mid-run: past it the kernel runs
+    eagerly, the same math."""
     return torch.compile(kernel, dynamic=True)
 
 

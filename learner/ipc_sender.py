@@ -1,21 +1,13 @@
 """The learner's half of the ``ipc`` transport (``common/transport/ipc.py``): vLLM's CUDA IPC
-trainer engine (``IPCTrainerWeightTransferEngine``), run on every learner rank.
-
-GPU only, and **not run here**: the machines this project is built and tested on have no GPU,
-so only what runs without CUDA is tested (``tests/unit/common/transport/test_ipc.py``: the
-capture of the update, the copies kept and released, with vLLM's engine replaced by a stand-in). The
-config allows this transport only with the engines and the learner ranks on the same GPUs.
+trainer engine (``IPCTrainerWeightTransferEngine``), run on every learner rank. GPU only;
+without CUDA it is tested with a stand-in engine (tests/unit/common/transport/test_ipc.py).
 
 vLLM's trainer engines drive the engines through a client. Here the driver does (as for the
-``collective`` transport, ``learner/collective_sender.py``): the client is :class:`Capture`,
-which keeps the update rank 0's engine would send, and :meth:`IpcSender.send` returns it as a
-plain :class:`~common.types.WeightUpdate` for the driver to hand to every engine. vLLM's engine
-drops its references to the exported tensors when ``send_weights`` returns (its client has
-finished by then; ours has not even started), so the copies it exports are
+``collective`` transport): the client is :class:`Capture`, which keeps the update rank 0's engine
+would send, returned as a plain :class:`~common.types.WeightUpdate` for the driver to hand to
+every engine. vLLM's engine drops its references to the exported tensors when ``send_weights``
+returns (before our client has even started), so the copies it exports are
 :class:`HeldSnapshots` that this sender keeps until the next export.
-
-Imported only when a run uses this transport (``learner/senders.py``): vLLM is absent where
-the learner runs alone, and its IPC engine touches CUDA as it is built.
 """
 
 from __future__ import annotations
@@ -34,8 +26,7 @@ from common.types import WeightUpdate
 
 
 class HeldSnapshots(WeightSource):
-    """vLLM's weight source over the learner's export (HF names, serving dtype, LoRA merged,
-    tied LM head left out: the engine's shares the embedding), each tensor a
+    """vLLM's weight source over the learner's export, each tensor a
     :func:`~common.transport.ipc.snapshot` kept in :attr:`held` so its IPC handle stays valid
     after vLLM's engine let go of it."""
 

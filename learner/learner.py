@@ -1,19 +1,10 @@
 """The learner actor's face: construction and the calls the driver and the weight transport make.
 
-A plain class so unit tests can build it without Ray; the launcher makes it an actor with
-``ray.remote(num_cpus=..., num_gpus=...)(Learner)``. Everything that crosses its boundary is
-plain data (``TrainSample`` in, metric dicts, paths and ``WeightUpdate`` out).
-
-Construction builds the policy (``policy.py``), the KL reference (``reference.py``), shards both
-over the learner's ranks (``sharding.py``) and resumes from a checkpoint (``checkpoint.py``).
-The train step itself (micro-batches, loss, optimiser, LR) is :class:`~learner.step.Trainer`'s;
-the learner adds what the run around it needs: beta's controller (``algorithm.kl_control``),
-the weight version, model FLOPs and utilisation (``flops.py``), the parity probe's scores,
-checkpoints, and the thread count a rollout sharing the cores asks for (``threads.py``).
-
-The learner is the :class:`~common.transport.WeightSource` of the run's weight transport: its
-sender reads the policy through ``export_tensors``, ``iter_export`` or ``save_adapter``
-(``export.py``).
+A plain class so unit tests can build it without Ray (the launcher makes it an actor); everything
+that crosses its boundary is plain data. The train step itself is :class:`~learner.step.Trainer`'s;
+the learner adds what the run around it needs: beta's controller, the weight version, FLOPs and
+utilisation, the parity probe's scores, checkpoints and compute threads. It is the
+:class:`~common.transport.WeightSource` of the run's weight transport (``export.py``).
 """
 
 from __future__ import annotations
@@ -63,15 +54,13 @@ logger = logging.getLogger(__name__)
 
 
 class Learner:
-    """Owns the policy, its train step and its exports; see the module docstring.
+    """Owns the policy, its train step and its exports.
 
-    ``loss`` is the objective (``[algorithm.loss]``: the default is GRPO's, without a KL term).
-    ``export_dtype`` is the dtype the rollout engines serve in (``model.dtype``); by default the
-    model config's ``dtype``, else bfloat16. ``total_steps`` is the run's length in train steps
-    (``run.steps``): the horizon of a decaying learning rate and of a linear beta schedule.
-    ``group``: this process's place among ``learner.num_ranks`` ranks (None: the only one).
-    ``adapter_dir``: where LoRA adapters go for the engines (``lora.export = "adapter"``), a
-    file system every rollout node can read.
+    ``export_dtype``: what the rollout engines serve in (``model.dtype``; by default the model
+    config's). ``total_steps``: the run's length in train steps, the horizon of a decaying
+    learning rate and of a linear beta schedule. ``group``: this process's place among
+    ``learner.num_ranks`` ranks (None: the only one). ``adapter_dir``: where LoRA adapters go
+    for the engines, a file system every rollout node can read.
     """
 
     def __init__(
@@ -91,13 +80,12 @@ class Learner:
         resume_from: str | ModelFiles | None = None,
         card_reserve_gib: float = 0.0,
     ) -> None:
-        # torch threads: learner.num_cpus, fewer while a rollout shares the cores (threads.py)
         self.threads = ComputeThreads(config.num_cpus)
         self.threads.apply()
         torch.manual_seed(seed)
         self.config, self.model_path = config, local_path(model_path)  # fetched if not here
         self.loss = loss or LossConfig()
-        resume_from = resume_from and local_path(resume_from)  # the same
+        resume_from = resume_from and local_path(resume_from)
         self.card_reserve_gib = card_reserve_gib  # a sleeping engine's: not the step's to fit
         name = transport_for(transport, config.lora)
         self.sender = make_sender(name, bucket_bytes=bucket_bytes, adapter_dir=adapter_dir)
@@ -127,9 +115,9 @@ class Learner:
             fused_head=self.compiled,
         )
         self.optimizer, self.trainable = self.trainer.optimizer, self.trainer.trainable
-        self.offloader = OptimizerOffload(self.optimizer)  # learner.offload_optimizer's trips
+        self.offloader = OptimizerOffload(self.optimizer)
         self.kl_control = KlControl.of(self.loss, total_steps)
-        self._peak_flops: float | None = None  # train/mfu's denominator: see ``peak_flops``
+        self._peak_flops: float | None = None
         self._reward_kl: float | None = None  # per-token KL of the batch, kl_in = "reward"
         self._weight_version, self.step = 0, 0
         if resume_from:
@@ -152,19 +140,15 @@ class Learner:
         # (policy.checkpoint_layers); after the reference, which runs without autograd.
         self.fit = self._fit_memory()
         checkpoint_layers(self.model, self.fit.checkpointed)
-        # The FSDP root around the policy, or the policy.
-        self.root = self.ranks.shard(self.model, self.device)
-        # learner.compile and learner.share_prompts, "auto" resolved for this device
+        self.root = self.ranks.shard(self.model, self.device)  # the FSDP root, or the policy
         self.compiled = config.compile_on(self.device.type)
         if self.compiled:  # the policy's layers, and a frozen reference's (it runs every step)
             compile_layers(self.model)
             if self.reference is not None and self.reference.frozen is not None:
                 compile_layers(self.reference.frozen)
         self._flop_shape = model_config_shape(self.model)  # (matmul params, layers, width)
-        # Each distinct prompt run once where that computes the same logprobs: what the config
-        # allows on this device, not with a checkpointed layer (its recompute would fill the KV
-        # cache the shared forward runs on a second time), not with sliding-window attention
-        # (``can_share_prompts``).
+        # Not with a checkpointed layer: its recompute would fill the shared forward's KV cache
+        # a second time.
         self.share_prompts = (
             config.share_prompts_on(self.device.type)
             and not self.fit.checkpointed
@@ -173,12 +157,9 @@ class Learner:
         return state
 
     def _fit_memory(self) -> MicroBatchFit:
-        """The decoder layers to checkpoint (``learner.gradient_checkpointing`` on this model's
-        layers) and the micro-batch token budget (``learner.micro_batch_tokens``, fewer where a
-        CUDA card cannot hold them, or with ``learner.memory_gib`` the one whose step peak fits
-        that target), by the arithmetic of ``common/memory/fit.py`` on this model's shape;
-        logged once. Refuses (ValueError, one line) a target or a card below the learner's
-        state, or more layers than the model has."""
+        """The decoder layers to checkpoint and the micro-batch token budget, fitted to
+        ``learner.memory_gib`` or the CUDA card by ``common/memory/fit.py``'s arithmetic on this
+        model's shape; logged once."""
         config, card = self.config, card_memory_gib(self.device)
         fixed = MicroBatchFit(0, config.micro_batch_tokens)
         if config.gradient_checkpointing is False and not config.memory_gib and not card:
@@ -232,18 +213,13 @@ class Learner:
         return Reference(self.model, config.reference, config.lora.enabled, frozen, dtype)
 
     def set_compute_threads(self, threads: int) -> None:
-        """Train on ``threads`` torch threads from the next micro-batch on (0: ``num_cpus``).
-
-        Called from the actor's ``control`` concurrency group while ``train_step`` runs in the
-        default one: it only records the wish, which the training thread applies between
-        micro-batches (``threads.py``).
-        """
+        """Train on ``threads`` torch threads from the next micro-batch on (0: ``num_cpus``);
+        see ``threads.py``."""
         self.threads.request(threads)
 
     def offload_optimizer(self) -> float:
         """Move the optimiser state to host memory until :meth:`reload_optimizer`, so a
-        colocated engine has its device memory while it generates (``offload.py``); the
-        seconds it took. Every rank moves its own shards."""
+        colocated engine has its device memory while it generates; the seconds it took."""
         return self.offloader.offload()["seconds"]
 
     def reload_optimizer(self) -> float:
@@ -252,19 +228,17 @@ class Learner:
 
     def release_memory(self) -> float:
         """After a step under ``rollout.colocate``: the blocks torch's caching allocator kept
-        from the step's activations back to the driver, so the engine waking on the card has
-        them (the memory plan counts only the learner's state while the engine generates);
-        the seconds. Nothing to hand back on CPU."""
+        from the step's activations back to the driver, for the engine waking on the card; the
+        seconds."""
         start = time.perf_counter()
         release_cached({self.device})
         return time.perf_counter() - start
 
     @property
     def peak_flops(self) -> float:
-        """train/mfu's denominator: the device's matmul FLOP/s per rank (``flops.py``) x the
-        ranks, measured on first read, which ``train_step`` makes just before its first
-        compute, and kept. Not at construction: a colocated engine starting on the same device
-        then would share its compute and the peak would read low (train/mfu high)."""
+        """train/mfu's denominator: the device's matmul FLOP/s per rank x the ranks, measured
+        on first read (just before the first step). Not at construction: a colocated engine
+        starting on the same device would share its compute and the peak would read low."""
         if self._peak_flops is None:
             self._peak_flops = mfu_peak_flops(self.config, self.device) * self.ranks.size
         return self._peak_flops
@@ -284,11 +258,6 @@ class Learner:
         """The KL weight inside the loss: 0 when the KL is charged in the reward instead."""
         return self.kl_control.loss_beta
 
-    @property
-    def lr(self) -> float:
-        """The learning rate of the next optimiser step (``learner.lr_schedule``)."""
-        return self.trainer.lr
-
     def reference_logprobs(self, samples: Sequence[TrainSample]) -> list[Tensor]:
         """Reference-policy logprobs of every completion token (needs beta > 0)."""
         return self.trainer.reference_logprobs(samples)
@@ -302,12 +271,8 @@ class Learner:
 
     def sequence_kl(self, samples: Sequence[TrainSample]) -> tuple[float, list[float]]:
         """The current beta and each sample's KL(pi || pi_ref) summed over its completion
-        tokens, for ``kl_in = "reward"``.
-
-        The driver subtracts ``beta * kl`` from each reward before normalising advantages
-        (``algorithm.advantage.kl_penalised_rewards``); the batch's per-token KL is what an
-        adaptive beta steers by after the next train step. Zeros when beta = 0: no reference.
-        """
+        tokens, for ``kl_in = "reward"``; the batch's per-token KL is what an adaptive beta
+        steers by after the next train step. Zeros when beta = 0: no reference."""
         validate_samples(samples)
         if self.reference is None:
             return self.beta, [0.0] * len(samples)
@@ -329,10 +294,9 @@ class Learner:
     ) -> dict[str, float]:
         """Forward + backward over all micro-batches, leaving the full-batch gradient in ``.grad``.
 
-        ``old_logprobs`` (per sample): pi_old for the ratio and TIS; None means the current
-        policy detached (mu = 1). ``ref_logprobs``: computed here when None and the loss has a
-        KL term. ``train_step`` is this plus clipping and the optimiser step; it is separate so
-        tests can compare gradients for different micro-batch budgets.
+        ``old_logprobs`` (per sample): pi_old; None means the current policy detached (mu = 1).
+        ``ref_logprobs``: computed here when None and the loss has a KL term. Separate from
+        ``train_step`` so tests can compare gradients for different micro-batch budgets.
         """
         return self.trainer.accumulate_gradients(
             samples,
@@ -344,12 +308,7 @@ class Learner:
 
     def train_step(self, samples: Sequence[TrainSample]) -> dict[str, float]:
         """``ppo_epochs`` x ``mini_batches`` optimiser steps on a scored batch; ``train/*`` metrics.
-
-        ``train/logprob_diff_mean`` is mean |learner - sampler| logprob over completion tokens
-        before the update: the off-policy gap between vLLM and this policy (weight staleness
-        plus numerics), the gap TIS corrects. Samples with advantage 0 still count in the loss
-        normaliser. The weight version advances once per call, however many optimiser steps.
-        """
+        The weight version advances once per call, however many optimiser steps."""
         peak = self.peak_flops  # before the clock starts: the first call measures it
         start = time.perf_counter()
         validate_samples(samples)
@@ -372,11 +331,10 @@ class Learner:
     def model_flops(
         self, samples: Sequence[TrainSample], share_prompts: bool | None = None
     ) -> float:
-        """Model FLOPs of one ``train_step`` on ``samples`` (``learner/flops.py``): every epoch's
-        forward and backward, pi_old's forward when there are several optimiser steps, and the
-        reference's when the loss has a KL term. ``share_prompts``: count each distinct prompt
-        once (True: the FLOPs the step needs, ``train/mfu``'s) or every row's (False); by
-        default as this learner runs them."""
+        """Model FLOPs of one ``train_step`` on ``samples`` (``flops.py``): every epoch's
+        forward and backward, pi_old's forward with several optimiser steps, the reference's
+        with a KL term. ``share_prompts``: count each distinct prompt once (True: ``train/mfu``'s)
+        or every row's (False); by default as this learner runs them."""
         shared = self.share_prompts if share_prompts is None else share_prompts
         lengths = spans(samples, shared)
         epoch = step_flops(*self._flop_shape, lengths, lora=self.config.lora.enabled)
@@ -386,18 +344,15 @@ class Learner:
         return epoch * self.config.ppo_epochs + forwards * forward
 
     def score(self, samples: Sequence[TrainSample]) -> list[list[float]]:
-        """Current policy logprob of every completion token at temperature 1, one list per
-        sample: the learner's side of the parity probe (``RolloutWorker.score`` is the engine's),
-        on the raw logits as vLLM's prompt logprobs are."""
+        """Current policy logprob of every completion token at temperature 1 (raw logits, as
+        vLLM's prompt logprobs), one list per sample: the learner's side of the parity probe."""
         validate_samples(samples)
         return [row.tolist() for row in self.policy_logprobs(samples, temperature=1.0)]
 
     def train_and_export(self, samples: Sequence[TrainSample]) -> tuple[dict, WeightUpdate | None]:
-        """``train_step`` then ``export_weights`` in one call, ``time/weight_export_s`` (and on
-        CUDA ``train/peak_memory_gib`` over both) added to the metrics. Called with
-        ``num_returns=2``, the driver gets the update's reference before the step ends and
-        queues every engine's load on it, so the push starts the moment the export is done
-        instead of one driver round trip later."""
+        """``train_step`` then ``export_weights`` in one call, with the export's metrics. Called
+        with ``num_returns=2``, the driver queues every engine's load on the update's reference
+        before the step ends, saving a driver round trip."""
         cuda = self.device.type == "cuda"
         if cuda:  # the step and the export's gathered copy: what learner.memory_gib is for
             torch.cuda.reset_peak_memory_stats(self.device)
@@ -413,10 +368,9 @@ class Learner:
         return metrics, update
 
     def export_weights(self) -> WeightUpdate | None:
-        """The policy for the engines, through the run's weight transport (``self.sender``).
-        Every rank gathers the weights (a collective); rank 0 alone sends, the others return
-        None (with ``ipc`` every rank sends, for the engine on its GPU, and rank 0's update
-        carries them all)."""
+        """The policy for the engines, through the run's weight transport. Every rank gathers
+        the weights (a collective); rank 0 alone sends (with ``ipc`` every rank sends, and rank
+        0's update carries them all), the others return None."""
         if self.ranks.rank != 0:
             if self.sender.every_rank_sends:
                 self.sender.send(self)
@@ -453,10 +407,9 @@ class Learner:
         checkpoint.save_adapter(self.model, directory)
 
     def save_checkpoint(self, path: str) -> dict:
-        """HF directory (full model, or the adapter with LoRA) + tokenizer + optimiser + state;
-        with several ranks every rank calls it (rank 0 writes the weights, each its optimiser
-        shard). Written on this host's disk; returns what it wrote there and where (this
-        host's Ray node), for a driver on another host to fetch (``common/model_files.py``)."""
+        """HF directory (full model, or the adapter with LoRA) + tokenizer + optimiser + state
+        (``checkpoint.py``); with several ranks every rank calls it. Returns what it wrote on
+        this host and where, for a driver on another host to fetch."""
         state = {
             "weight_version": self._weight_version,
             "step": self.step,
@@ -475,11 +428,8 @@ class Learner:
         shutil.rmtree(path, ignore_errors=True)
 
     def load_training_state(self, path: str) -> None:
-        """Restore weights (full model or LoRA adapter), optimiser, step and weight version.
-
-        Build the learner on the original model path first, so the reference stays the run's
-        initial policy (see ``checkpoint.py``). A sharded learner resumes through its
-        constructor's ``resume_from`` instead: weights go in before sharding.
+        """Restore weights, optimiser, step and weight version (see ``checkpoint.py``). A
+        sharded learner resumes through ``resume_from`` instead: weights go in before sharding.
         """
         if self.ranks.wrapped:  # FSDP2 units take the weights before they wrap them
             raise ValueError("an FSDP2 learner resumes through Learner(..., resume_from=path)")

@@ -1,36 +1,21 @@
 """The LM head and log-softmax as one autograd function that keeps no (N, V) tensor for backward.
 
-GRPO needs, at each completion position, only the logprob of the sampled token (and the
-entropy of the distribution). Autograd through ``log_softmax(head(h).float() / T)`` holds
-several (rows, V) tensors per chunk even when the chunk is checkpointed: during its recompute
-and backward, log_softmax's output (and the entropy's exp()) saved for backward beside their
-gradients and the head's output and its float32 copy (V = 151,936: 622 MB each per 1,024
-rows; measured in docs/benchmarks.md, "LM head").
-
-:class:`HeadLogprobs` saves only its inputs (the hidden rows, the targets, the temperature)
-and the (N,) entropies. Backward recomputes each chunk's logits and writes the gradient in
-place, with z = (h W^T + b) / T, p = softmax(z) and the upstream gradients g (logprob) and
-e (entropy):
+Autograd through ``log_softmax(head(h).float() / T)`` holds several (rows, V) tensors per chunk
+even when the chunk is checkpointed (docs/benchmarks.md, "LM head"). :class:`HeadLogprobs` saves
+only its inputs and the (N,) entropies; backward recomputes each chunk's logits and writes the
+gradient in place, with z = (h W^T + b) / T, p = softmax(z) and the upstream gradients g
+(logprob) and e (entropy):
 
     d logp_y / dz = onehot(y) - p
     dH / dz       = -p * (log p + H)          (H = -sum p log p)
     g_z           = g * onehot(y) - p * (g + e * (log p + H))
 
-then grad_h = (g_z / T) W, grad_W = (g_z / T)^T h, grad_b = sum_rows (g_z / T). The
-log-softmax is computed in place, and p, the head's output and g_z in the head's dtype a block
-at a time, so one (chunk, V) float32 buffer is alive, beside blocks a fraction of it.
-Precision follows the module path it replaces: the head's matmuls run under the caller's
-autocast (bf16 under mixed precision), the softmax math in float32. One difference: the
-weight's gradient is summed over the chunks in the weight's dtype (float32), where autograd
-sums the module path's chunks at autocast's single bf16 copy of the weight, in bf16.
-
-A compiled learner (``learner.compile``) runs the softmax math as two compiled kernels instead
-(``fused``; head_kernels.py): forward reads each chunk's logits once in the head's dtype and
-keeps each row's logsumexp beside its entropy, backward writes g_z / T in the head's dtype in
-one pass. The eager passes above move 48-72 bytes per logit in forward and about 90 in
-backward, the kernels 4-6 each: on a GPU more time than the head's matmuls take, by the
-arithmetic in docs/benchmarks.md ("The LM head's softmax math compiled"). The values are the
-same math (tests/unit/learner/test_head_kernels.py).
+then grad_h = (g_z / T) W, grad_W = (g_z / T)^T h, grad_b = sum_rows (g_z / T). One (chunk, V)
+float32 buffer is alive, beside blocks a fraction of it. Precision follows the module path it
+replaces: the head's matmuls under the caller's autocast, the softmax math in float32; but the
+weight's gradient is summed over the chunks in the weight's dtype, where autograd sums them at
+autocast's bf16 copy of the weight. A compiled learner runs the softmax math as two compiled
+kernels instead (``fused``; head_kernels.py).
 
 Only where calling ``F.linear`` on the head's own weight is what its module would do
 (:func:`head_is_plain`); elsewhere logprobs.py keeps its checkpointed module path.
@@ -50,14 +35,10 @@ from learner.head_kernels import softmax_dtype
 
 
 def head_is_plain(model: nn.Module, head: nn.Module) -> bool:
-    """Whether :func:`head_logprobs` computes what ``head``'s module path does.
-
-    Exactly ``nn.Linear`` (not peft's LoRA ``Linear`` or ``ModulesToSaveWrapper``, not a class
-    FSDP swapped in), no forward hooks, and not under FSDP2: ``learner.num_ranks > 1`` shards
-    the decoder layers and a root around the model (sharding.py), whose forward hooks gather
-    the head's weight and reduce-scatter its gradient; inside that forward the weight looks
-    like an ordinary tensor, so the sharded decoder layers are what give FSDP away.
-    """
+    """Whether :func:`head_logprobs` computes what ``head``'s module path does: exactly
+    ``nn.Linear`` (not peft's wrappers, not a class FSDP swapped in), no forward hooks, and not
+    under FSDP2, whose root gathers the head's weight in its hooks (inside that forward the weight
+    looks like an ordinary tensor, so the sharded decoder layers are what give FSDP away)."""
     if type(head) is not nn.Linear or head._forward_hooks or head._forward_pre_hooks:
         return False
     if isinstance(head.weight, DTensor):
@@ -75,8 +56,7 @@ def head_logprobs(
     fused: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
     """(N,) float32 logprobs of ``targets`` under ``head(hidden) / temperature`` (and the
-    entropies), ``chunk_tokens`` rows of logits at a time in forward and in backward; the
-    softmax math as compiled kernels with ``fused`` (head_kernels.py), else eager in place."""
+    entropies), ``chunk_tokens`` rows of logits at a time in forward and in backward."""
     logp, entropy = HeadLogprobs.apply(
         hidden, head.weight, head.bias, targets, temperature, chunk_tokens, with_entropy, fused
     )
@@ -136,7 +116,7 @@ class HeadLogprobs(torch.autograd.Function):
         needs_h, needs_w, needs_b = ctx.needs_input_grad[:3]
         grads: list[Tensor | None] = [None, None, None]
         device, enabled, dtype = ctx.autocast
-        head_dtype = _head_dtype(hidden, weight, enabled, dtype)
+        head_dtype = dtype if enabled else torch.result_type(hidden, weight)  # the matmul's
         with torch.autocast(device, dtype=dtype, enabled=enabled):
             for rows in _chunks(hidden.shape[0], ctx.chunk_tokens):
                 g_z = _chunk_logit_grad(
@@ -174,10 +154,9 @@ def _chunk_logprobs(
     with_entropy: bool,
     fused: bool,
 ) -> tuple[Tensor, Tensor | None, Tensor | None]:
-    """One chunk's (logp of the targets, logsumexp with the fused kernels, entropy when asked):
-    the fused kernel's from the logits in the head's dtype, or from the eager float32
-    log-softmax (no name here outlives it: the next chunk's logits must not be allocated
-    beside it)."""
+    """One chunk's (logp of the targets, logsumexp with the fused kernels, entropy when asked).
+    No name here outlives the eager log-softmax: the next chunk's must not be allocated beside
+    it."""
     if fused:
         return head_kernels.row_stats(F.linear(hidden, weight, bias), targets, t, with_entropy)
     z_logp = _log_softmax(hidden, weight, bias, t)
@@ -197,8 +176,7 @@ def _chunk_logit_grad(
     lse: Tensor | None,  # (rows,) with the fused kernels, else None
 ) -> Tensor:
     """One chunk's g_z / T from its recomputed logits: the fused kernel's, in the head's dtype,
-    or the eager one's, float32, written over the chunk's log-softmax (no name here outlives
-    it: the next chunk's buffer must not be allocated beside it)."""
+    or the eager one's, float32, written over the chunk's log-softmax."""
     if lse is not None:
         logits = F.linear(hidden, weight, bias)
         return head_kernels.logit_grad(logits, targets, t, lse, entropy, grad_logp, grad_entropy)
@@ -224,13 +202,6 @@ def _row_blocks(count: int) -> list[slice]:
 def _scale(temperature: float | Tensor, rows: slice) -> float | Tensor:
     """The temperature of ``rows``: the number, or (rows, 1) to divide (rows, V) logits."""
     return temperature[rows, None] if isinstance(temperature, Tensor) else temperature
-
-
-def _head_dtype(
-    hidden: Tensor, weight: Tensor, autocast: bool, autocast_dtype: torch.dtype
-) -> torch.dtype:
-    """The dtype the head's matmul runs in: autocast's, or the operands' own."""
-    return autocast_dtype if autocast else torch.result_type(hidden, weight)
 
 
 def _put(total: Tensor | None, like: Tensor, rows: slice, value: Tensor) -> Tensor:

@@ -1,21 +1,15 @@
 """Per-token logprobs of completions under a causal LM, without materialising full logits.
 
-A (B, T, V) float32 logits tensor is the largest activation in GRPO training (Qwen2.5's
-vocabulary is 151,936: 8 sequences of 2,048 tokens need 10 GB). Only the logprob of the sampled
-token at each completion position is needed, so we run the backbone for hidden states, keep the
-hidden states of positions that predict a completion token, and apply the LM head plus
-log-softmax chunk by chunk, so backward keeps only the (chunk, H) hidden states and recomputes
-the (chunk, V) logits, instead of keeping every chunk's softmax alive until the backward pass.
-A plain ``nn.Linear`` head runs as one autograd function (lm_head.py) that writes the logits'
-gradient in place: a checkpointed chunk's recompute and backward still hold two to four
-(chunk, V) float32 tensors at once (among the head's output and its float32 copy, the division
-by the temperature, the log-softmax, the entropy's exp and their gradients), the function one
-(docs/benchmarks.md, "LM head"). Any other head (peft's wrappers, FSDP's sharded root) keeps
-each chunk checkpointed through its module.
+A (B, T, V) float32 logits tensor is the largest activation in GRPO training, and only the
+logprob of the sampled token at each completion position is needed. So we run the backbone for
+hidden states, keep those of positions that predict a completion token, and apply the LM head
+plus log-softmax chunk by chunk, recomputing each chunk's (chunk, V) logits in backward. A plain
+``nn.Linear`` head runs as one autograd function that writes the logits' gradient in place
+(lm_head.py); any other head (peft's wrappers, FSDP's sharded root) keeps each chunk
+checkpointed through its module.
 
-Layout: right padding. Sequence b is ``prompt + completion + pad``; with right padding the
-default position ids (0, 1, 2, ...) are already correct for every real token and, the model being
-causal, trailing pads cannot influence them, so no position-id bookkeeping is needed.
+Layout: right padding, so the default position ids are correct for every real token and, the
+model being causal, trailing pads cannot influence them.
 
 Temperature: logits are divided by the sampling temperature, which matches vLLM's
 ``logprobs_mode="processed_logprobs"`` (the distribution the tokens were actually drawn from).
@@ -23,6 +17,8 @@ Temperature: logits are divided by the sampling temperature, which matches vLLM'
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -101,47 +97,37 @@ def completion_logprobs(
     entropy_grad: bool = True,
     fused_head: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]:
-    """Logprob of each completion token given everything before it; 0 elsewhere. (B, T).
+    """Logprob of each completion token given everything before it; 0 elsewhere (and at
+    position 0, which nothing predicts). (B, T).
 
-    ``temperature`` divides the logits: one number, or a (B,) tensor, one per row (samples
-    drawn at temperatures of their own).
-
-    The token at position t is predicted from the hidden state at t - 1, so position 0 (always
-    a prompt token) has no logprob. With ``return_entropy`` also returns the entropy of the
-    predictive distribution at each completion position (B, T), with the same gradient path;
-    ``entropy_grad = False`` when the loss does not use it (a metric): where a chunk's logits
-    are recomputed under autograd, a graph for an entropy no gradient reaches would keep two
-    (rows, V) float32 tensors per token alive to the end of the backward pass.
-
-    ``prompts``: rows that share a prompt run it once (see :class:`SharedPrompts`); the result
-    is the same function of the inputs. Ignored where :func:`can_share_prompts` says no.
-
-    ``fused_head``: a plain head's softmax math as compiled kernels (``learner.compile``;
-    lm_head.py, head_kernels.py).
+    ``temperature`` divides the logits: one number, or (B,), one per row. With
+    ``return_entropy`` also returns the entropy of the predictive distribution at each
+    completion position (B, T); ``entropy_grad = False`` when the loss does not use it (a
+    metric), so no graph keeps (rows, V) tensors alive for it. ``prompts``: rows that share a
+    prompt run it once (:class:`SharedPrompts`), where :func:`can_share_prompts` allows.
+    ``fused_head``: a plain head's softmax math as compiled kernels (head_kernels.py).
     """
     parts = _split_backbone(model)
     rows = (input_ids, attention_mask, completion_mask, temperature)
     if parts is None:
         return _full_logits_logprobs(model, *rows, return_entropy, entropy_grad)
     backbone, head = parts
-    plain = head_is_plain(model, head)
+    apply_head = functools.partial(
+        _head_in_chunks,
+        head,
+        chunk_tokens=chunk_tokens,
+        return_entropy=return_entropy,
+        plain_head=head_is_plain(model, head),
+        entropy_grad=entropy_grad,
+        fused=fused_head,
+    )
     if prompts is not None and can_share_prompts(model):
-        entropy_options = (return_entropy, entropy_grad)
-        shared = (chunk_tokens, entropy_options, prompts, plain, fused_head)
-        return _shared_prompt_logprobs(backbone, head, *rows, *shared)
+        return _shared_prompt_logprobs(backbone, apply_head, *rows, prompts, return_entropy)
     out = backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
     hidden = out[0]  # (B, T, H)
     predicts = completion_mask[:, 1:].bool()  # (B, T-1): position t predicts token t + 1
-    token_logp, entropy = _head_in_chunks(
-        head,
-        hidden[:, :-1][predicts],
-        input_ids[:, 1:][predicts],
-        _per_token(temperature, predicts),
-        chunk_tokens,
-        return_entropy,
-        plain,
-        entropy_grad,
-        fused=fused_head,
+    token_logp, entropy = apply_head(
+        hidden[:, :-1][predicts], input_ids[:, 1:][predicts], _per_token(temperature, predicts)
     )
     logprobs = _scatter(token_logp, predicts)
     if return_entropy:
@@ -168,11 +154,8 @@ def _head_in_chunks(
     fused: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
     """(N,) logprobs of ``targets`` (and entropies), the LM head applied ``chunk_tokens`` rows
-    at a time. A plain head (:func:`head_is_plain`) runs as one function that recomputes
-    each chunk's logits in backward (lm_head.py); any other head's chunks are checkpointed
-    under autograd; ``fused``: the plain head's softmax math compiled (head_kernels.py).
-    ``chunk_tokens`` 0: all N rows at once, kept for backward (no recompute, the (N, V)
-    float32 log-softmax alive until backward)."""
+    at a time: a plain head (:func:`head_is_plain`) as lm_head.py's function, any other head's
+    chunks checkpointed. ``chunk_tokens`` 0: all N rows at once, kept for backward."""
     if chunk_tokens <= 0:
         args = (head, selected, targets, temperature, return_entropy, entropy_grad)
         return _token_logprobs_and_entropy(*args)
@@ -200,16 +183,13 @@ def _head_in_chunks(
 
 def _shared_prompt_logprobs(
     backbone: nn.Module,
-    head: nn.Module,
+    apply_head: Callable[..., tuple[Tensor, Tensor | None]],  # _head_in_chunks, options bound
     input_ids: Tensor,  # (B, T)
     attention_mask: Tensor,  # (B, T)
     completion_mask: Tensor,  # (B, T)
     temperature: float | Tensor,
-    chunk_tokens: int,
-    entropy_options: tuple[bool, bool],  # (return it, with its gradient)
     prompts: SharedPrompts,
-    plain_head: bool,
-    fused_head: bool,
+    return_entropy: bool,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """``completion_logprobs`` with each distinct prompt run once.
 
@@ -234,23 +214,15 @@ def _shared_prompt_logprobs(
     )
     hidden = torch.cat([last.unsqueeze(1), second[0][:, :-1]], dim=1)  # (B, C, H)
     predicts = completion_mask.gather(1, source).bool() & real  # (B, C)
-    token_logp, entropy = _head_in_chunks(
-        head,
-        hidden[predicts],
-        tokens[predicts],
-        _per_token(temperature, predicts),
-        chunk_tokens,
-        entropy_options[0],
-        plain_head,
-        entropy_grad=entropy_options[1],
-        fused=fused_head,
+    token_logp, entropy = apply_head(
+        hidden[predicts], tokens[predicts], _per_token(temperature, predicts)
     )
 
     def place(values: Tensor) -> Tensor:  # (N,) at the predicted (B, C) -> (B, T)
         grid = values.new_zeros(predicts.shape).masked_scatter(predicts, values)
         return grid.new_zeros(input_ids.shape).scatter_add(1, source, grid)
 
-    if entropy_options[0]:
+    if return_entropy:
         return place(token_logp), place(entropy)
     return place(token_logp)
 

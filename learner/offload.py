@@ -1,23 +1,16 @@
 """The optimiser state's trips to host memory while a colocated engine generates
-(``learner.offload_optimizer = "while_generating"``, with ``rollout.colocate``). A state that
-lives on the host for the whole run, stepped there, is ``"step"``: FSDP2's CPU offload
-(``sharding.py``), which needs no trips.
+(``learner.offload_optimizer = "while_generating"``, with ``rollout.colocate``); a state that
+lives on the host for the whole run is ``"step"``: FSDP2's CPU offload (``sharding.py``).
 
-AdamW keeps two moments per trainable parameter, in fp32 twice the policy's fp32 master weights
-(8 B per parameter: 12 GiB of a 1.5B model's learner). Between steps the learner needs none of
-it, so after each step it goes to host memory and comes back before the next, and the engine
-sharing the GPU has that memory for its weights and KV cache meanwhile. Gradients need no
-trip: the optimiser step frees them (``zero_grad(set_to_none=True)``).
+AdamW's two moments per trainable parameter are not needed between steps, so after each step
+they go to host memory and come back before the next, and the engine sharing the GPU has that
+memory meanwhile. Gradients need no trip: the optimiser step frees them.
 
-Each state tensor goes back to the device it came from: AdamW's ``step`` counters live on the
-CPU already and stay there (non-capturable AdamW wants them there). With FSDP2 ranks the state
-is DTensor shards; ``DTensor.to`` moves a rank's local shard and keeps its layout, as veRL's
-``offload_fsdp_optimizer`` does. A device-to-host copy with ``non_blocking=True`` lands in
-pinned memory (torch allocates it so), which makes the way back an asynchronous DMA too.
-
-On CPU learners everything already lives in host memory: nothing moves, and the calls still
-run and are timed, so the CPU tier exercises the same path. The CUDA half has not run on a
-GPU in this project yet.
+Each state tensor goes back to the device it came from (AdamW's ``step`` counters live on the
+CPU already). With FSDP2 ranks the state is DTensor shards; ``DTensor.to`` moves a rank's local
+shard and keeps its layout. A device-to-host copy with ``non_blocking=True`` lands in pinned
+memory, which makes the way back an asynchronous DMA too. On CPU learners nothing moves, and the
+calls still run and are timed, so the CPU tier exercises the same path.
 """
 
 from __future__ import annotations
@@ -31,7 +24,7 @@ _HOST = torch.device("cpu")
 
 
 class OptimizerOffload:
-    """Moves one optimiser's state tensors to host memory and back; see the module docstring."""
+    """Moves one optimiser's state tensors to host memory and back."""
 
     def __init__(self, optimizer: torch.optim.Optimizer) -> None:
         self.optimizer = optimizer
@@ -45,9 +38,8 @@ class OptimizerOffload:
 
     @torch.no_grad()
     def offload(self) -> dict[str, float]:
-        """Every state tensor not on the host to pinned host memory; the seconds and bytes
-        moved. The device memory is handed back to the driver (``empty_cache``), so another
-        process on the GPU can use it."""
+        """Every state tensor not on the host to pinned host memory, the device memory handed
+        back to the driver for another process on the GPU; the seconds and bytes moved."""
         start = time.perf_counter()
         moved, devices = 0, set()
         for param_id, state in self._states():

@@ -1,24 +1,14 @@
 """The learner's optimiser (``learner.optimizer``): torch's AdamW, or a low-precision AdamW.
 
-Bytes per trained parameter (parameter + gradient + AdamW's two moments):
+- ``adamw_bf16``: bf16 parameters and moments, the update computed in float32 and written back
+  with stochastic rounding, so in expectation it is the float32 update and small updates
+  accumulate instead of vanishing (hence ``master_dtype = "same"``).
+- ``adamw_8bit``: the moments quantised to 8 bits blockwise (bitsandbytes' scheme); tensors
+  under 4,096 elements keep full-precision moments.
 
-- ``adamw``, fp32 master weights (the default): 4 + 4 + 8 = 16. With ``master_dtype = "same"``
-  and bf16: 2 + 2 + 4 = 8, but an update below bf16's resolution rounds away (``policy.py``).
-- ``adamw_bf16``: 2 + 2 + 4 = 8 as well, the update computed in float32 and written back to
-  the bf16 parameter with stochastic rounding (up with probability equal to the remainder), so
-  in expectation it is the float32 update and small updates accumulate instead of vanishing.
-  The moments take the parameters' dtype, hence bf16 parameters (``master_dtype = "same"``).
-- ``adamw_8bit``: the moments quantised to 8 bits in blocks of 256 with a per-block scale and a
-  dynamic code map (bitsandbytes' scheme): 4 + 4 + 2 = 10 with fp32 master weights, 2 + 2 + 2
-  = 6 with bf16 ones (then also rounded stochastically). Tensors under 4,096 elements (norms,
-  biases) keep full-precision moments.
-
-The two low-precision ones are torchao's (``torchao.optim._AdamW`` with
-``bf16_stochastic_round``, ``torchao.optim.AdamW8bit``), an optional extra (``pip install
-'.[lowmem]'``): they work on FSDP2's DTensor shards, and their step is one ``torch.compile``d
-function per parameter shape, so the first step pays the compilation (on CPU inductor needs a
-C++ compiler, as ``learner.compile`` does). Their tolerance against torch's AdamW, measured:
-tests/unit/learner/test_optimizers.py.
+Both are torchao's, an optional extra: they work on FSDP2's DTensor shards, and their step is
+one ``torch.compile``d function per parameter shape, so the first step pays the compilation.
+Their tolerance against torch's AdamW, measured: tests/unit/learner/test_optimizers.py.
 """
 
 from __future__ import annotations

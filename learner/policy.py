@@ -1,21 +1,14 @@
-"""Building the policy module: dtype policy, LoRA, checkpointed layers, compiled layers.
+"""Building the policy module: dtype policy, LoRA, checkpointed layers, compiled layers; and the
+parts of an HF causal LM the rest of the learner reaches for.
 
 Precision. ``learner.dtype = "bfloat16"`` has two meanings, chosen by ``learner.master_dtype``:
 
 - ``"float32"`` (default, mixed precision): parameters, gradients and AdamW state stay float32
-  and the forward pass runs under ``torch.autocast(bfloat16)``. Matmuls get bf16 speed (and
-  bf16 activations), while updates smaller than bf16's resolution still accumulate: with bf16
-  parameters an update below ~0.4% of a weight rounds away entirely, and at RL learning rates
-  (1e-6 .. 1e-5) that is most of them.
+  and the forward pass runs under ``torch.autocast(bfloat16)``, so updates smaller than bf16's
+  resolution still accumulate: with bf16 parameters an update below ~0.4% of a weight rounds
+  away entirely, and at RL learning rates that is most of them.
 - ``"same"`` (pure bf16): parameters are stored in bf16 and AdamW updates them in place. Half
-  the weight, gradient and optimiser memory, at the cost of that rounding; use it only when
-  fp32 master weights do not fit.
-
-``dtype = "float32"`` is plain float32 either way.
-
-Also the parts of an HF causal LM the rest of the learner reaches for (the model under a peft
-wrapper, its decoder layers) and what the engines serve (dtype, pad token), read from the
-model's config.
+  the memory, at the cost of that rounding; use it only when fp32 master weights do not fit.
 """
 
 from __future__ import annotations
@@ -69,9 +62,7 @@ def serving_dtype_and_pad(model_path: str, export_dtype: str | None) -> tuple[to
     ``dtype``, else bfloat16. Read before the model is loaded: loading in float32 rewrites the
     config's ``dtype``.
     """
-    # lazy: importing learner needs only torch (the package docstring); transformers loads
-    # when a learner is built
-    from transformers import AutoConfig
+    from transformers import AutoConfig  # lazy: importing learner needs only torch
 
     hf_config = AutoConfig.from_pretrained(model_path)
     served = export_dtype or getattr(hf_config, "dtype", None)
@@ -118,14 +109,10 @@ def checkpoint_layers(model: nn.Module, count: int) -> None:
     their forward keeps only its inputs for backward and runs again there.
 
     The first ones because backward reaches them last, after the later layers' saved tensors are
-    freed: a recomputed layer's tensors never sit on top of the un-checkpointed layers'
-    (common/memory/arithmetic.py counts the peak that way). Non-reentrant checkpointing (Hugging
-    Face's own switch used it here before) lets gradients reach LoRA weights although the frozen
-    embedding's output does not require grad, so peft needs no ``enable_input_require_grads``. The
-    wrapper replaces the layer's ``forward``, not the module: parameter names stay (checkpoints,
-    export, LoRA), FSDP2's hooks (``sharding.py``, around ``forward``) gather the parameters before
-    the recompute as before the forward, and a compiled layer (:func:`compile_layers`, before or
-    after this) compiles the checkpoint with it.
+    freed (common/memory/arithmetic.py counts the peak that way). Non-reentrant, so gradients
+    reach LoRA weights although the frozen embedding's output does not require grad. The wrapper
+    replaces the layer's ``forward``, not the module: parameter names stay, FSDP2's hooks gather
+    the parameters before the recompute, and a compiled layer compiles the checkpoint with it.
     """
     if count == 0:
         return  # any model, also one whose decoder layers this module cannot find
@@ -137,9 +124,8 @@ def checkpoint_layers(model: nn.Module, count: int) -> None:
 
 
 def _checkpointed(forward: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """``forward`` checkpointed when autograd records it (no-grad passes keep nothing anyway).
-    A KV cache is refused: the recompute would append to it a second time (the learner turns
-    ``share_prompts``, its only user, off with any checkpointed layer)."""
+    """``forward`` checkpointed when autograd records it. A KV cache is refused: the recompute
+    would append to it a second time."""
     if not torch.is_grad_enabled():
         return forward(*args, **kwargs)
     if kwargs.get("past_key_values") is not None:
@@ -147,25 +133,21 @@ def _checkpointed(forward: Callable[..., Any], *args: Any, **kwargs: Any) -> Any
     return checkpoint(forward, *args, use_reentrant=False, **kwargs)
 
 
-def compile_layers(model: nn.Module) -> int:
-    """``torch.compile`` every decoder layer in place (``learner.compile``); returns how many.
+def compile_layers(model: nn.Module) -> None:
+    """``torch.compile`` every decoder layer in place (``learner.compile``).
 
     Layer by layer rather than the whole model: the layers share one compiled graph, a graph
-    break in the model's own glue code (masks, rotary tables) costs nothing, and the module tree
-    and its parameter names stay as they are (checkpoints, weight export, LoRA). Shapes are
-    dynamic: every micro-batch has its own length.
+    break in the model's own glue code costs nothing, and parameter names stay as they are.
+    Shapes are dynamic: every micro-batch has its own length.
     """
     layers = decoder_layers(model)
-    # lazy: inductor's config pulls in the compiler (about a second to import), which only
-    # learner.compile uses
-    import torch._inductor.config as inductor
+    import torch._inductor.config as inductor  # lazy: the compiler, only learner.compile's
 
     # Inductor's CPU kernels read the thread count at run time, not at compile time: the
     # learner narrows and widens its threads (async.learner_threads_during_rollout).
     inductor.cpp.dynamic_threads = True
     for layer in layers:
         layer.compile(dynamic=True)
-    return len(layers)
 
 
 def to_dtype(value: object) -> torch.dtype:
@@ -181,7 +163,7 @@ def to_dtype(value: object) -> torch.dtype:
 
 
 def _wrap_lora(model: nn.Module, config: LearnerConfig) -> nn.Module:
-    # lazy: peft is needed only with lora.enabled, and importing learner needs only torch
+    # lazy: peft is needed only with lora.enabled
     from peft import LoraConfig as PeftLoraConfig
     from peft import get_peft_model
 

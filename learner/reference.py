@@ -1,27 +1,20 @@
 """The reference policy pi_ref of the KL term, in the form that costs least memory.
 
 Reference logprobs are computed once per batch, before any gradient step, and reused by every
-micro-batch and every inner epoch (the reference does not change, so recomputing them would
-only cost time). Where the reference weights live depends on the policy:
+micro-batch and inner epoch. Where the reference weights live depends on the policy:
 
 - LoRA: the base model with the adapter switched off. No second copy exists at all.
 - Full fine-tuning, ``reference = "frozen_copy"``: a frozen deep copy on the learner's device.
   Fastest; costs one extra copy of the weights in accelerator memory.
 - Full fine-tuning, ``reference = "precomputed"``: the *initial* trainable weights are kept on
-  CPU only. For the batch's reference pass they are copied into the policy's own parameters
-  (its current weights are parked on CPU meanwhile) and copied back afterwards. Accelerator
-  memory holds one copy of the weights at all times; the price is two host<->device copies of
+  CPU only and swapped into the policy's own parameters for the batch's reference pass.
+  Accelerator memory holds one copy of the weights; the price is two host<->device copies of
   the weights per step and 2x the weights in host memory. Parameters keep their identity, so
   the optimiser and its state are unaffected.
 
-With beta = 0 no reference is built or run.
-
-Precision (``learner.reference_dtype``): a frozen copy or the CPU copy of the initial weights
-may be kept in bfloat16 while the policy keeps float32 master weights. Under bf16 autocast the
-reference's matmuls read bf16 weights either way, so what changes is the rest: the embedding
-rows, the norms' scales and the residual stream, which then run in bf16 (the KL term's
-difference from a float32 reference, measured: tests/unit/learner/test_reference.py). The LoRA
-reference has no copy to shrink: it is the base weights, whatever dtype the policy keeps them.
+``learner.reference_dtype``: a frozen copy or the CPU copy of the initial weights may be kept in
+bfloat16 while the policy keeps float32 master weights (the KL term's difference, measured:
+tests/unit/learner/test_reference.py).
 """
 
 from __future__ import annotations
@@ -78,7 +71,8 @@ def frozen_copy(policy: nn.Module, dtype: torch.dtype | None = None) -> nn.Modul
 
 
 class Reference:
-    """Context manager factory: ``with reference.active() as model`` runs pi_ref."""
+    """``with reference.active() as model`` runs pi_ref. ``frozen``: the frozen copy, when the
+    caller built it, by default a copy of ``policy``; ``dtype``: the reference's own weights'."""
 
     def __init__(
         self,
@@ -88,9 +82,6 @@ class Reference:
         frozen: nn.Module | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        """``frozen``: the frozen copy, when the caller built it (a sharded learner loads it
-        afresh); by default a copy of ``policy``. ``dtype``: what the reference's own weights
-        are kept in (``learner.reference_dtype``; default: the policy's)."""
         if mode not in ("frozen_copy", "precomputed"):
             raise ValueError(f"unknown reference {mode!r}; use frozen_copy or precomputed")
         self.policy = policy
@@ -98,16 +89,13 @@ class Reference:
         self._frozen: nn.Module | None = None
         self._initial: InitialWeights | None = None
         if self.mode == "frozen_copy":
-            self._frozen = frozen
-            if frozen is None:
-                self._frozen = frozen_copy(policy, dtype)
+            self._frozen = frozen if frozen is not None else frozen_copy(policy, dtype)
         elif self.mode == "precomputed":
             self._initial = InitialWeights(policy, dtype)
 
     @property
     def frozen(self) -> nn.Module | None:
-        """The frozen copy the reference runs on (``frozen_copy``), else None: it runs on the
-        policy's own modules."""
+        """The frozen copy the reference runs on, else None (it runs on the policy's modules)."""
         return self._frozen
 
     @contextlib.contextmanager

@@ -1,13 +1,10 @@
 """The learning rate of every optimiser step: warmup, then constant, linear or cosine decay.
 
-Counted in optimiser steps (a train step takes ``ppo_epochs x mini_batches`` of them), so the
-schedule means the same whatever the epochs; the learner saves the count in its checkpoints and
-a resumed run continues the schedule exactly. A pure function of the step, rather than a torch
-``LRScheduler``, so there is no scheduler state to keep in sync with the optimiser's.
-
-Warmup is linear from ``lr / warmup`` at the first step to ``lr`` at step ``warmup`` (the first
-step already learns, unlike schedules that start at 0); decay then runs from ``lr`` at the end of
-warmup to ``min_lr`` at the last step and stays there.
+Counted in optimiser steps, so the schedule means the same whatever the epochs, and a pure
+function of the step, so there is no scheduler state to keep in sync with the optimiser's (the
+learner saves the count in its checkpoints). Warmup is linear from ``lr / warmup`` at the first
+step (which already learns) to ``lr`` at step ``warmup``; decay then runs to ``min_lr`` at the
+last step and stays there.
 """
 
 from __future__ import annotations

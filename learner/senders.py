@@ -1,10 +1,8 @@
 """The learner's half of each weight transport, chosen by the transport's name.
 
-The wire formats are in ``common/transport/`` (the engines' halves, in ``actor/receivers.py``,
-read them); the senders here read the policy from the learner (a
+The wire formats are in ``common/transport/``; the senders read the policy from the learner (a
 :class:`~common.transport.WeightSource`) and return the plain update the driver hands on. The
-two that go through vLLM's weight-transfer API live in their own modules, imported only when a
-run uses them: ``learner/collective_sender.py`` and ``learner/ipc_sender.py`` (GPU only).
+two that go through vLLM's weight-transfer API live in their own modules.
 """
 
 from __future__ import annotations
@@ -76,13 +74,11 @@ def make_sender(
         return CpuSafetensorsSender(bucket_bytes)
     if name == lora_adapter.NAME:
         return LoraAdapterSender(adapter_dir)
+    # lazy: vLLM's trainer engines; vLLM is absent where the learner runs alone
     if name == ipc.NAME:
-        # lazy: vLLM's CUDA IPC trainer engine; vLLM is absent where the learner runs alone
         from learner.ipc_sender import IpcSender
 
         return IpcSender()
-    # lazy: the collective sender is vLLM's trainer engine, and vLLM is absent where the
-    # learner runs alone (the GPU host of `python -m bench.learner`)
     from learner.collective_sender import CollectiveSender
 
     return CollectiveSender(bucket_bytes)

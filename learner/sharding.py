@@ -1,28 +1,20 @@
 """Learner ranks: N processes train one policy, sharded with FSDP2 (``learner.num_ranks``).
 
-Each rank holds 1/N of the parameters, gradients and AdamW state (torch's ``fully_shard`` on
-every decoder layer, then on the root: parameters become ``DTensor`` shards, gathered layer by
-layer for each forward and backward). Each train step's micro-batches are dealt out across the
-ranks, so N ranks also split the step's compute.
+Each rank holds 1/N of the parameters, gradients and AdamW state (``fully_shard`` on every
+decoder layer, then on the root), and each train step's micro-batches are dealt out across the
+ranks. The loss does not depend on N: every micro-batch's loss is already normalised by the
+whole step's counts (``step.py``), so the step's gradient is the *sum* of the micro-batches'
+gradients, whichever rank ran them: the reduce-scatter sums instead of averaging, and the
+metrics are summed across ranks the same way.
 
-The loss does not depend on N. Every micro-batch's loss is already normalised by the whole
-step's counts (``step.py``), so the step's gradient is the *sum* of the micro-batches'
-gradients, whichever rank ran them: the reduce-scatter sums (divide factor 1) instead of
-FSDP's default average, and the metrics are summed across ranks the same way.
-
-Every collective must be entered by every rank in the same order: the all-gather in each
-forward, the reduce-scatter in each backward, ``full_tensor()`` when weights are gathered for
-export or a checkpoint. So every rank runs the same number of micro-batches (a rank dealt fewer
-runs a copy of one with weight 0: same collectives, no gradient), and gathers parameters in the
-module's own order.
+Every collective must be entered by every rank in the same order, so every rank runs the same
+number of micro-batches (a rank dealt fewer runs a copy of one with weight 0: same collectives,
+no gradient), and gathers parameters in the module's own order.
 
 ``learner.offload_optimizer = "step"`` puts the same units under FSDP2's ``CPUOffloadPolicy``,
-one rank or several: each unit's sharded fp32 parameters, its gradients and so AdamW's state
-live in host memory; a unit's parameters are copied to the device for its forward and again
-for its backward, its gradient copied back to the host after the backward, where the gradients
-are clipped and AdamW steps. One rank then needs a process group too: a group of one over an
-in-process store (gloo on CPU; on CUDA gloo for the host tensors' collectives, which
-clipping's norm makes, and NCCL for the device's).
+one rank or several: parameters, gradients and AdamW's state live in host memory, each unit's
+parameters copied to the device for its forward and backward, where the optimiser steps on the
+host. One rank then needs a process group too: a group of one over an in-process store.
 """
 
 from __future__ import annotations
@@ -54,10 +46,9 @@ def full(tensor: Tensor) -> Tensor:
 class Root(nn.Module):
     """The FSDP root around a sharded model, whose forward runs any function of the model.
 
-    FSDP gathers a unit's parameters in its forward's pre-hook. The root unit holds what is
-    outside the decoder layers (embedding, final norm, LM head), and the logprob code runs the
-    backbone and then the LM head in chunks (``logprobs.py``), not the model's own forward: run
-    through :func:`call`, all of it happens inside one root forward.
+    FSDP gathers a unit's parameters in its forward's pre-hook, and the logprob code runs the
+    backbone and the LM head in chunks, not the model's own forward: run through :func:`call`,
+    all of it happens inside one root forward.
     """
 
     def __init__(self, model: nn.Module) -> None:
@@ -111,9 +102,8 @@ class Ranks:
             backend = "cpu:gloo,cuda:nccl" if spec.backend == "nccl" else spec.backend
             timeout = datetime.timedelta(seconds=timeout_s)
             join_interface(spec.address, spec.interface)  # reachable, or one line why not
-            # Every rank is a client of the store whoever picked the address serves
-            # (common/rendezvous.py), not torch's tcp:// store, which rank 0 would serve on
-            # every interface.
+            # A client of the store whoever picked the address serves (common/rendezvous.py),
+            # not torch's tcp:// store, which rank 0 would serve on every interface.
             dist.init_process_group(
                 backend,
                 store=store_client(spec.address, timeout),
@@ -215,9 +205,8 @@ class Ranks:
             dist.barrier()
 
     def close(self) -> None:
-        """Leave the group once every rank is done. A process that exits with the group alive
-        can abort in gloo's teardown (``terminate called without an active exception``) while
-        a peer still talks to it. A group of one this learner opened is closed too."""
+        """Leave the group once every rank is done: a process that exits with the group alive
+        can abort in gloo's teardown while a peer still talks to it."""
         if (self.sharded or self._own_group) and dist.is_initialized():
             dist.barrier()
             dist.destroy_process_group()

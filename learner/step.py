@@ -1,23 +1,15 @@
-"""One train step: micro-batches, the GRPO loss, gradient accumulation, AdamW and its LR.
-
-The loss and every choice it makes are ``algorithm/loss.py``'s, from ``[algorithm.loss]``
-(:class:`~common.config.LossConfig`); this module runs it over the step's samples.
+"""One train step: micro-batches, the GRPO loss (``algorithm/loss.py``), gradient accumulation,
+the optimiser and its LR.
 
 One ``train_step`` = ``ppo_epochs`` x ``mini_batches`` optimiser steps over one scored batch
 (default 1 x 1: GRPO with mu = 1). Every optimiser step splits its samples into micro-batches by
 a padded-token budget and normalises each micro-batch's loss by the whole step's counts, so the
-accumulated gradient is the full-batch gradient; then the gradient is clipped and AdamW
-(``optimizers.py``: torch's, or a low-precision one) steps at the schedule's learning rate
-(``schedule.py``). Reference logprobs (beta > 0 and
-``kl_in = "loss"``) are computed once per batch before the first step; see ``reference.py`` for
-where the reference weights live. With mu = 1 and one mini-batch pi_old is the policy's own
-logprobs detached (no extra forward pass); otherwise it is computed once, without gradient,
-before the first epoch (``epochs.py``).
+accumulated gradient is the full-batch gradient; then the gradient is clipped and the optimiser
+steps at the schedule's learning rate. Reference logprobs are computed once per batch before the
+first step. With mu = 1 and one mini-batch pi_old is the policy's own logprobs detached (no extra
+forward pass); otherwise it is computed once, without gradient, before the first epoch.
 
-Every pass over samples, with gradient or without (pi_old, pi_ref, the parity probe's scores,
-the KL of ``kl_in = "reward"``), runs through one iterator, :meth:`Trainer.micro_batches`: this
-rank's share of the samples packed by the token budget (``sharding.py``), collated on the
-device.
+Every pass over samples, with gradient or without, runs through :meth:`Trainer.micro_batches`.
 """
 
 from __future__ import annotations
@@ -48,8 +40,7 @@ class Trainer:
     """This rank's train step over its policy: the passes, the loss, the optimiser and its LR.
 
     ``root`` is what forward passes run through (the FSDP root around ``model``, or ``model``);
-    ``loss`` is the objective's config (``[algorithm.loss]``); ``total_steps`` is the run's
-    length in train steps (``run.steps``), the horizon of a decaying learning rate.
+    ``total_steps`` is the run's length in train steps, the horizon of a decaying learning rate.
     """
 
     def __init__(
@@ -69,22 +60,18 @@ class Trainer:
         pad_token_id: int,
         seed: int,
         total_steps: int,
-        micro_batch_tokens: int | None = None,
-        fused_head: bool = False,
+        micro_batch_tokens: int,
+        fused_head: bool,
     ) -> None:
         self.model, self.config, self.root, self.reference = model, config, root, reference
         self.loss = loss
-        # The token budget of one micro-batch: learner.micro_batch_tokens, or what the learner
-        # derived from learner.memory_gib (``Learner._fit_memory``).
-        self.micro_batch_tokens = micro_batch_tokens or config.micro_batch_tokens
-        # The LM head's softmax math as compiled kernels: with compiled layers (head_kernels.py)
-        self.fused_head = fused_head
+        self.micro_batch_tokens = micro_batch_tokens  # fitted to memory: Learner._fit_memory
+        self.fused_head = fused_head  # the LM head's softmax math compiled (head_kernels.py)
         self.ranks, self.device, self.autocast_dtype = ranks, device, autocast_dtype
         self.threads, self.share_prompts = threads, share_prompts
         self.temperature, self.pad_token_id, self.seed = temperature, pad_token_id, seed
         self.trainable = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = build_optimizer(self.trainable, config)
-        # The schedule counts optimiser steps (ppo_epochs x mini_batches per train step).
         self.steps_per_train_step = config.ppo_epochs * config.mini_batches
         self.total_optimizer_steps = total_steps * self.steps_per_train_step
         self.warmup_steps = config.warmup_steps or round(
@@ -98,8 +85,6 @@ class Trainer:
             )
         self.optimizer_steps = 0
 
-    # ---- passes over samples -------------------------------------------------------------
-
     def micro_batches(
         self,
         samples: Sequence[TrainSample],
@@ -110,8 +95,7 @@ class Trainer:
         """This rank's micro-batches of ``samples`` (``Ranks.plan``), collated on the device,
         each with its weight: 1, or 0 for a padding copy that only keeps the ranks' collectives
         in step. Before each, the training thread takes up the latest thread count."""
-        budget = self.micro_batch_tokens
-        deal = self.ranks.plan(samples, budget, self.share_prompts)
+        deal = self.ranks.plan(samples, self.micro_batch_tokens, self.share_prompts)
         for indices, weight in zip(deal.micro_batches, deal.weights, strict=True):
             self.threads.apply()
             batch = collate(
@@ -175,8 +159,7 @@ class Trainer:
     def policy_logprobs(
         self, samples: Sequence[TrainSample], temperature: float | None = None
     ) -> list[Tensor]:
-        """Current-policy logprobs of every completion token, without gradient (eval mode), at
-        the sampling temperature unless told otherwise."""
+        """See ``Learner.policy_logprobs``."""
         was_training = self.model.training
         self.model.eval()
         try:
@@ -185,13 +168,11 @@ class Trainer:
             self.model.train(was_training)
 
     def reference_logprobs(self, samples: Sequence[TrainSample]) -> list[Tensor]:
-        """Reference-policy logprobs of every completion token (needs beta > 0)."""
+        """See ``Learner.reference_logprobs``."""
         if self.reference is None:
             raise ValueError("no reference policy: it is only built when beta > 0")
         with self.reference.active() as model:
             return self.per_sample_logprobs(samples, model)
-
-    # ---- gradients and optimiser steps ----------------------------------------------------
 
     def accumulate_gradients(
         self,
@@ -215,45 +196,28 @@ class Trainer:
         for batch, weight in placed:
             logprobs, entropy = self.logprobs(batch, return_entropy=True)  # (B, T) each
             old = batch.old_logprobs if batch.old_logprobs is not None else logprobs.detach()
-            loss, metrics = self._loss(
-                batch, logprobs, old, entropy, loss_beta, max_len, len(samples), total_tokens
+            loss, metrics = grpo_loss(  # normalised by the whole step's counts
+                logprobs,
+                old,
+                batch.advantages,
+                batch.completion_mask,
+                self.loss,
+                beta=loss_beta,
+                ref_logprobs=batch.ref_logprobs,
+                entropy=entropy,
+                sampler_logprobs=batch.sampler_logprobs,
+                max_len=max_len,
+                batch_num_sequences=len(samples),
+                batch_num_tokens=total_tokens,
             )
             (loss * weight).backward()  # weight 0: a padding copy, for the ranks' collectives
             if weight:
                 sums.add(batch, metrics, old, torch.get_num_threads())
         return sums.metrics(self.ranks, tis=self.loss.tis_cap > 0)
 
-    def _loss(
-        self,
-        batch: MicroBatch,
-        logprobs: Tensor,  # (B, T) with grad
-        old: Tensor,  # (B, T) pi_old
-        entropy: Tensor,  # (B, T)
-        loss_beta: float,
-        max_len: int,
-        num_sequences: int,
-        num_tokens: int,
-    ) -> tuple[Tensor, dict[str, float]]:
-        """``grpo_loss`` of ``[algorithm.loss]`` at this step's KL weight, normalised by the
-        whole step's counts."""
-        return grpo_loss(
-            logprobs,
-            old,
-            batch.advantages,
-            batch.completion_mask,
-            self.loss,
-            beta=loss_beta,
-            ref_logprobs=batch.ref_logprobs,
-            entropy=entropy,
-            sampler_logprobs=batch.sampler_logprobs,
-            max_len=max_len,
-            batch_num_sequences=num_sequences,
-            batch_num_tokens=num_tokens,
-        )
-
     @property
     def lr(self) -> float:
-        """The learning rate of the next optimiser step (``learner.lr_schedule``)."""
+        """The learning rate of the next optimiser step."""
         config = self.config
         return learning_rate(
             self.optimizer_steps,

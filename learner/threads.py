@@ -1,11 +1,9 @@
-"""The learner's torch compute threads, narrowed while a rollout shares its CPU cores.
+"""The learner's torch compute threads, narrowed while a rollout shares its CPU cores
+(``async.learner_threads_during_rollout``).
 
-In async mode a learner may share cores with a rollout engine: the driver narrows the learner's
-threads while the next batch is being generated and widens them again as soon as that batch is
-in (``async.learner_threads_during_rollout``), so neither oversubscribes the cores nor leaves
-one idle. The request comes from the actor's ``control`` concurrency group while ``train_step``
-runs in the default one, so it is only recorded: OpenMP thread counts belong to the calling
-thread, and the training thread takes the request up between micro-batches (:meth:`apply`).
+The request comes from the actor's ``control`` concurrency group while ``train_step`` runs in
+the default one, so it is only recorded: OpenMP thread counts belong to the calling thread, and
+the training thread takes the request up between micro-batches (:meth:`ComputeThreads.apply`).
 """
 
 from __future__ import annotations

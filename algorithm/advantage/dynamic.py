@@ -1,25 +1,18 @@
 """Which prompts a step samples: dynamic sampling (DAPO, Yu et al. 2025) and hot resampling.
 
-A group whose rewards are all equal gets advantage 0 for every completion: it costs a rollout and a
-backward pass and teaches nothing, and as the policy improves more and more groups are all-correct,
-so the effective batch shrinks. Dynamic sampling (``algorithm.advantage.dynamic_sampling``) drops
-those groups and samples more prompts, round after round, until the batch holds ``target_groups``
-informative groups or ``algorithm.advantage.max_sampling_rounds`` rounds have run (then the batch is
-trained on as it is, smaller: an easy or hard plateau must not stall training forever). Without it a
-step is one round, every group kept.
+Dynamic sampling (``algorithm.advantage.dynamic_sampling``) drops the groups whose rewards all tie
+(they teach nothing) and samples more prompts, round after round, until the batch holds
+``target_groups`` informative groups or ``max_sampling_rounds`` rounds have run (then the batch
+is trained on as it is, smaller: a plateau must not stall training). Without it a step is one
+round, every group kept.
 
-Hot resampling (``algorithm.advantage.low_variance_temperature``, a heuristic from the users' DGRO
-script): a later round first samples the previous round's tied prompts again at that temperature (a
-hotter sampler may break the tie), each prompt at most once per step so prompts that always tie
-cannot crowd new ones out, then new prompts for the rest (``advantage/resampled_groups`` counts the
-former).
+Hot resampling (``low_variance_temperature``, a heuristic from the users' DGRO script): a later
+round first samples the previous round's tied prompts again at that temperature, each prompt at
+most once per step so prompts that always tie cannot crowd new ones out, then new prompts.
 
-Pure logic, no Ray and no torch: :func:`sample_groups` asks a sampler for each round's groups
-(one :class:`Draw` per call: which prompts, at which temperature) and a draw function for new
-prompts; the driver passes its rollout, sandbox and reward, tests pass a fake. Given a
-deterministic sampler the result is deterministic: groups are accepted in the order they are
-returned, and the surplus of the last round (more informative groups than still needed) is
-discarded from its end.
+Pure logic, no Ray and no torch: :func:`sample_groups` asks a sampler for each round's groups and
+a draw function for new prompts. Given a deterministic sampler the result is deterministic: the
+surplus of the last round is discarded from its end.
 """
 
 from __future__ import annotations

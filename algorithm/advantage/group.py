@@ -1,13 +1,10 @@
-"""Group-relative advantages, the zero-variance rule and KL-in-reward shaping, in float64.
+"""Group-relative advantages, the zero-variance rule and KL-in-reward shaping (the rules are told
+in ``algorithm``'s docstring).
 
-GRPO's advantage and where it departs from the paper (population std, exactly 0 for a tied
-group, ``None`` rewards masked) are told in ``algorithm``'s docstring; this module computes
-them. Rewards arrive as Python floats (float64) and stay float64 until the advantage is stored
-in a ``TrainSample``: with the KL charged in the reward and a group that all passes, the
-rewards are 1 - beta * KL_i, nearly equal, where a float32 pass would lose precision on
-advantages of size 1 (tests/unit/algorithm/advantage/test_group.py compares with a float64
-reference). A tied group's advantages are set to 0, not computed as 0 / (0 + eps), which
-rounding can leave slightly off zero.
+In float64: with the KL charged in the reward and a group that all passes, the rewards are
+1 - beta * KL_i, nearly equal, where float32 would lose precision on advantages of size 1. A
+tied group's advantages are set to 0, not computed as 0 / (0 + eps), which rounding can leave
+slightly off zero.
 """
 
 from __future__ import annotations

@@ -1,26 +1,17 @@
-"""A running per-problem baseline: a 1-D Kalman filter over each problem's mean reward.
+"""A running per-problem baseline: a 1-D Kalman filter over each problem's mean reward, across
+steps (after KRPO, Wang et al. 2025, which filters within a group; docs/rewards.md, "Baselines").
 
-GRPO's baseline is the mean of the G rewards of one group. With a small G that mean is noisy
-(G=2: every advantage is +-1 or 0) and a group whose rewards are all equal teaches nothing.
-Here every problem keeps a state across steps (KRPO-style, Wang et al. 2025, applied across
-steps instead of within a group): an estimate ``mean`` of its expected reward under the current
-policy and the estimate's ``variance``.
+Each time a problem's group of n scored rewards with mean y is scored at step t:
 
-Each time a problem's group is scored at step t:
-
-1. predict: the policy has changed since the last visit at step s, so the estimate is less
-   certain: ``P = variance + process_noise * (t - s)`` (a random walk);
-2. update with the group's mean reward y of its n scored completions, observed with variance
-   ``R = reward_variance / n``: gain ``K = P / (P + R)``, ``mean += K * (y - mean)``,
+1. predict (the policy moved since the last visit, at step s):
+   ``P = variance + process_noise * (t - s)``;
+2. update: gain ``K = P / (P + reward_variance / n)``, ``mean += K * (y - mean)``,
    ``variance = (1 - K) * P``;
-3. advantage ``A_i = r_i - mean`` (the updated estimate), divided by
-   ``max(std(group), kalman.std_floor)`` when ``algorithm.advantage.scale = "group_std"``.
+3. advantage ``A_i = r_i - mean``, divided by ``max(std(group), kalman.std_floor)`` when
+   ``algorithm.advantage.scale = "group_std"``.
 
-On a problem's first visit (``initial_variance`` >> R) the gain is close to 1 and the baseline
-close to the group mean, i.e. GRPO; later visits lean on history, so an all-correct group of a
-problem that used to fail gets a positive advantage instead of 0. ``None`` rewards are left out
-of the observation and keep ``None`` advantages; a group with no scored completion is not an
-observation at all.
+``None`` rewards are left out of the observation and keep ``None`` advantages; a group with no
+scored completion is not an observation at all.
 """
 
 from __future__ import annotations

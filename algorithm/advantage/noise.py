@@ -1,17 +1,11 @@
-"""Tie noise: a heuristic from the users' DGRO script for groups whose rewards all agree.
+"""Tie noise (``algorithm.advantage.tie_noise``): a heuristic from the users' DGRO script for groups
+whose rewards all agree, which give GRPO no gradient.
 
-A group whose G rewards are equal (all pass, all fail) gives GRPO no gradient: its advantages are 0.
-With ``algorithm.advantage.tie_noise = sigma`` every scored reward of such a group (population std
-of its *raw* rewards at most ``algorithm.advantage.tie_noise_below``: a KL charged in the reward
-does not hide a tie) gets independent N(0, sigma^2) noise before advantages are computed. The noise
-is zero-mean, so it adds no reward in expectation, but the tied group's completions then get
-advantages of either sign: the policy is pushed toward some of its own samples and away from others,
-an exploration kick rather than a learning signal. How hard it pushes depends on the advantage
-scale: with ``algorithm.advantage.scale = "group_std"`` (the default) the group is divided by its
-own std, so its advantages are of size 1 *whatever sigma is*, as strong as a real signal's; sigma
-sets their size only with ``scale = "none"`` or ``"batch_std"``. It is a heuristic that adds
-variance to the gradient (docs/benchmarks.md: it costs the demo reward). Off by default; the noise
-is seeded by the run's seed and the step, so a run is reproducible.
+Every scored reward of such a group (population std of its *raw* rewards at most
+``tie_noise_below``: a KL charged in the reward does not hide a tie) gets independent
+N(0, sigma^2) noise before advantages are computed: zero-mean, so no reward in expectation, but
+an exploration kick of either sign. With ``scale = "group_std"`` the noised group's advantages
+are of size 1 whatever sigma is. The noise is seeded by the run's seed and the step.
 """
 
 from __future__ import annotations

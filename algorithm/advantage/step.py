@@ -1,17 +1,9 @@
-"""One train step's advantages from its rewards, in the order the driver applies them.
-
-1. KL in the reward (``algorithm.loss.kl_in = "reward"``, beta > 0): r_i - beta * KL_i, with KL_i
-   the completion's sequence KL the learner measured (``kl_shaped_rewards``);
-2. tie noise (``algorithm.advantage.tie_noise``, ``algorithm/advantage/noise.py``), ties judged on
-   the raw rewards so a KL charged in step 1 does not hide one;
-3. the baseline: the group mean with ``algorithm.advantage.scale``
-   (``algorithm/advantage/group.py``) or the per-problem Kalman filter
-   (``algorithm/advantage/kalman.py``);
-4. ``algorithm.advantage.reward_scale`` (DGRO) multiplies every advantage.
+"""One train step's advantages from its rewards, in the order the driver applies them: KL in the
+reward, tie noise (judged on the raw rewards, so a KL charged first does not hide a tie), the
+baseline (the group mean or the Kalman filter), then ``reward_scale`` (docs/rewards.md).
 
 A completion without a reward (no verdict) gets no advantage, and neither does one without a
-token to train on; the latter's reward still counts in its group's statistics, as it did when
-the group was scored.
+token to train on; the latter's reward still counts in its group's statistics.
 """
 
 from __future__ import annotations

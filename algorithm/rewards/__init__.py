@@ -4,14 +4,11 @@ reward (``episode``), the self-play saboteur's reward (``selfplay``), and the re
 baselines themselves are in ``algorithm.advantage``). See docs/rewards.md."""
 
 from algorithm.rewards.episode import discounted, episode_rewards
-from algorithm.rewards.selfplay import bug_hardness, saboteur_rewards
 from algorithm.rewards.steps import aggregate_steps, split_steps, step_prefixes
 from algorithm.rewards.terms import (
     ComposedReward,
     RewardInput,
-    RewardTerm,
     RewardTermError,
-    ScoredBatch,
     WeightedTerm,
     build_reward,
     execution_reward,
@@ -20,28 +17,17 @@ from algorithm.rewards.terms import (
     load_user_term,
     term_metrics,
 )
-from common.config import (
-    ExecutionOptions,
-    LengthOptions,
-    RewardConfig,
-    RewardTermConfig,
-    ScorerOptions,
-)
+from common.config import RewardConfig, RewardTermConfig, ScorerOptions
 
 __all__ = [
     "ComposedReward",
-    "ExecutionOptions",
-    "LengthOptions",
     "RewardConfig",
     "RewardInput",
-    "RewardTerm",
     "RewardTermConfig",
     "RewardTermError",
-    "ScoredBatch",
     "ScorerOptions",
     "WeightedTerm",
     "aggregate_steps",
-    "bug_hardness",
     "build_reward",
     "discounted",
     "episode_rewards",
@@ -49,7 +35,6 @@ __all__ = [
     "format_term",
     "length_penalty",
     "load_user_term",
-    "saboteur_rewards",
     "split_steps",
     "step_prefixes",
     "term_metrics",

@@ -2,14 +2,11 @@
 that solved it, so an earlier success is worth more (``launch.loop.episodes`` runs the turns).
 
 With ``first_success_discounted`` (gamma = ``episode.discount``, T = ``episode.max_turns``) a
-success at turn k earns its reward times gamma^(k-1), and an unsolved episode earns its last
-turn's reward times gamma^(T-1), whatever turn it stopped at: it is discounted as if it had run
-to the last turn. So a near miss never outranks a success, even one at the last turn: with the
-execution term a success earns 1 and an unsolved episode its partial credit p < 1, so
-p * gamma^(T-1) < gamma^(T-1) <= gamma^(k-1). Every unsolved episode gets the same factor, so a
-late failure (or a negative term) costs no less than an early one. The ordering holds for any
-composition of terms in which an unsolved program earns less than a solved one and a success
-earns at least 0.
+success at turn k earns its reward times gamma^(k-1), and an unsolved episode its last turn's
+reward times gamma^(T-1), whatever turn it stopped at. So a near miss never outranks a success:
+an unsolved program's partial credit p < 1 gives p * gamma^(T-1) < gamma^(T-1) <= gamma^(k-1).
+This holds for any composition of terms in which an unsolved program earns less than a solved
+one and a success earns at least 0.
 """
 
 from __future__ import annotations
@@ -22,10 +19,7 @@ from common.config import EpisodeConfig
 def discounted(
     reward: float | None, turns: int, solved: bool, episode: EpisodeConfig
 ) -> float | None:
-    """The episode's reward under ``episode.reward``: with ``first_success_discounted`` a
-    success at turn k is worth ``discount^(k-1)`` of one at the first, and an unsolved
-    episode ``discount^(max_turns-1)`` of its last turn's reward (the module docstring says
-    why). None stays None: no verdict."""
+    """The episode's reward under ``episode.reward`` (the module docstring); None stays None."""
     if reward is None or episode.reward == "final":
         return reward
     if not solved:

@@ -1,16 +1,12 @@
-"""Reward terms and their weighted composition.
+"""Reward terms and their weighted composition (docs/rewards.md).
 
-The contract, one rule for every term (built-in, learned or user-defined): a term is called
-with a batch of :class:`RewardInput` (problem, completion text, program, the sandbox's result,
-token count) and returns one ``float | None`` per completion, in order. ``None`` means
-*masked*: this term cannot judge the sample (the sandbox broke, a judge timed out), so the
-sample must leave the loss; it never means 0, which would tell the policy the completion was
-bad. Batches, not single samples, so a learned scorer runs one forward pass per batch.
+The contract, one rule for every term: a term is called with a batch of :class:`RewardInput` and
+returns one ``float | None`` per completion, in order. ``None`` means *masked*: this term cannot
+judge the sample, so the sample must leave the loss; it never means 0, which would tell the
+policy the completion was bad. Batches, so a learned scorer runs one forward pass per batch.
 
-Composition: ``reward = sum_k weight_k * term_k``. If any term returns ``None`` for a sample,
-the composed reward is ``None``. Every term's values are kept for logging
-(``reward/<name>/mean`` over its non-``None`` values), so a term that dominates or never varies
-is visible.
+Composition: ``reward = sum_k weight_k * term_k``, ``None`` if any term is ``None``. Every term's
+values are kept for logging, so a term that dominates or never varies is visible.
 """
 
 from __future__ import annotations
@@ -48,15 +44,9 @@ class RewardTerm(Protocol):
     def __call__(self, batch: list[RewardInput]) -> list[float | None]: ...
 
 
-# ---- built-in terms --------------------------------------------------------------------------
-
-
 def execution_reward(result: ExecutionResult, mode: str) -> float | None:
     """``binary``: 1.0 iff every test passed. ``partial``: the fraction of tests passed.
-
-    ``infra_error`` returns ``None``: the sample is masked out of the batch, never scored 0,
-    because a crashed sandbox says nothing about the code.
-    """
+    ``infra_error`` is ``None`` (masked): a crashed sandbox says nothing about the code."""
     if result.verdict is Verdict.INFRA_ERROR:
         return None
     if mode == "binary":
@@ -118,9 +108,6 @@ class LengthTerm:
 
     def __call__(self, batch: list[RewardInput]) -> list[float | None]:
         return [length_penalty(item.num_tokens, self.max_len, self.cache_len) for item in batch]
-
-
-# ---- composition -----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
