@@ -5,7 +5,7 @@ Each package directory (``problem.yaml``, a statement, ``data/{sample,secret}/**
 problem's limits, the default output validator's flags or its own validator. What cannot be
 judged yet (interactive and multi-pass problems, validators in other languages) is skipped with
 a reason; a wrong package is a :class:`PackageError` naming the file. The layout, flags and
-validators: docs/datasets.md (Kattis / ICPC problem packages).
+validators: docs/datasets.md, "Problem packages (stdin/stdout)".
 """
 
 from __future__ import annotations

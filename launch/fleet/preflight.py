@@ -417,10 +417,16 @@ def actor_states(handles: list[Any]) -> list[str]:
     """:func:`actor_state` of each handle, from one read of this job's actor table: a fleet's
     check before each generation costs one GCS round trip, not one per engine."""
     try:
-        table = ray._private.state.actors(job_id=ray.get_runtime_context().job_id)
-        return [_state(table.get(handle._actor_id.hex(), {})) for handle in handles]
+        job = ray.JobID.from_hex(ray.get_runtime_context().get_job_id())
+        table = ray._private.state.actors(job_id=job)
     except Exception:  # as actor_state
         return ["unknown"] * len(handles)
+    return [_state(table.get(_hex(handle), {})) for handle in handles]
+
+
+def _hex(handle: Any) -> str:
+    actor_id = getattr(handle, "_actor_id", None)  # None: a test's stand-in
+    return actor_id.hex() if actor_id is not None else ""
 
 
 def _state(info: dict) -> str:

@@ -299,7 +299,7 @@ try:  # answers once the GCS has marked it dead
     ray.get(dead.__ray_ready__.remote())
 except ray.exceptions.RayActorError:
     pass
-handles = [handle, alive, dead]
+handles = [handle, alive, dead, object()]  # the last a stand-in, not an actor
 print("STATES", *actor_states(handles), *[actor_state(h) for h in handles])
 group = ray.util.placement_group([{"GPU": 1}])
 try:
@@ -328,7 +328,7 @@ def test_waits_on_a_local_ray_end_with_the_actors_name():
     assert "within 1 s" in lines["WAIT"]
     assert "bundles for learner-run (1 GPU)" in lines["GROUP"]
     # one read of the job's actor table says what one read per actor says
-    assert lines["STATES"].split()[1:] == ["unplaced", "ALIVE", "DEAD"] * 2
+    assert lines["STATES"].split()[1:] == ["unplaced", "ALIVE", "DEAD", "unknown"] * 2
 
 
 def test_a_refusal_exits_with_status_2_in_one_line(monkeypatch, capsys):
