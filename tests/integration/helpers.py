@@ -25,7 +25,8 @@ def short_config(out: Path, name: str, model_path: str, steps: int, *extra: str)
     """The demo config, shrunk: few steps, a small batch, fractional CPUs so actors fit 2 cores;
     and partial credit, so the random model's first steps already have groups whose rewards
     differ, and train (the demo's exact-answer reward ties nearly every group of those steps at
-    0, so the policy, and its KL to the reference, would hardly move)."""
+    0, so the policy, and its KL to the reference, would hardly move); a constant lr, since the
+    demo's decay to 0 over a few steps would leave the last ones barely training."""
     overrides = [
         "--run.output_dir", str(out),
         "--run.name", name,
@@ -36,6 +37,7 @@ def short_config(out: Path, name: str, model_path: str, steps: int, *extra: str)
         "--rollout.num_cpus", "0.5",
         "--rollout.kv_cache_gib", "0.1",
         "--reward.terms.execution.options.mode", "partial",
+        "--learner.lr_schedule", "constant",
         *extra,
     ]  # fmt: skip
     return load_config(REPO / "configs" / "demo.toml", overrides)
